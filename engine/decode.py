@@ -1,0 +1,199 @@
+"""The DFlash decode loop. One step: the drafter fills a block [last token, MASK x (B-1)] in one pass,
+the target verifies the block in one pass, the longest agreeing prefix plus one target token is
+committed, and the committed positions' features become the drafter's next context.
+Plain decoding is the same loop with block size 1 and no drafter, so comparisons are fair."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import PromptTooLongError, SettingsError
+from .pair import Pair
+from .sampling import SamplingSettings, draw, probabilities, propose, verify
+from .stats import Stats, peak_memory_bytes
+from .text import TextStream
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    block_size: int | None = None      # None: the drafter's own; 1: plain decoding
+    stop_strings: tuple[str, ...] = ()
+    rule: str = "residual"
+
+    def __post_init__(self):
+        if not 1 <= self.max_new_tokens <= 1_000_000:
+            raise SettingsError(f"max_new_tokens must be between 1 and 1,000,000, got {self.max_new_tokens}.")
+        if self.block_size is not None and not 1 <= self.block_size <= 64:
+            raise SettingsError(f"block_size must be between 1 and 64, got {self.block_size}.")
+        self.sampling  # validates temperature, top-p, top-k
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(self.temperature, self.top_p, self.top_k, self.rule)
+
+
+@dataclass
+class Step:
+    """What one verify pass committed (the first Step is the prefill's token)."""
+    tokens: list[int]
+    drafted: list[bool]               # per token: proposed by the drafter (True) or the target
+    spans: list[tuple[str, bool]]     # settled text, split by drafted/target origin
+    proposed: int = 0                 # draft tokens offered this step
+    accepted: int = 0                 # of which the target kept
+    stop_reason: str | None = None    # set on the last step: eos, length, stop_string, context_full, cancelled
+
+    @property
+    def text(self) -> str:
+        return "".join(t for t, _ in self.spans)
+
+
+class Generation:
+    """One generation; iterate it to run the loop step by step. cancel() may be called from another
+    thread and takes effect before the next step."""
+
+    def __init__(self, pair: Pair, prompt_ids: list[int], settings: GenerationSettings = GenerationSettings(),
+                 baseline: bool = False):
+        self.pair, self.settings = pair, settings
+        self.prompt = list(prompt_ids)
+        if not self.prompt:
+            raise SettingsError("The prompt is empty: give at least one token.")
+        limit = pair.target.max_positions
+        if len(self.prompt) >= limit:
+            raise PromptTooLongError(
+                f"The prompt has {len(self.prompt)} tokens but the model's context holds {limit}. "
+                "Shorten the prompt or start a new conversation.")
+        drafter_block = pair.block_size
+        wanted = 1 if baseline or pair.drafter is None else (settings.block_size or drafter_block)
+        if wanted > drafter_block:
+            raise SettingsError(f"block_size {wanted} exceeds the drafter's block size {drafter_block}.")
+        self.block_size = wanted
+        self.stats = Stats(block_size=wanted, prompt_tokens=len(self.prompt))
+        self.tokens: list[int] = []
+        self.stop_reason: str | None = None
+        self.stream = TextStream(pair.tokenizer, settings.stop_strings) if pair.tokenizer else None
+        self._cancel = threading.Event()
+
+    @property
+    def text(self) -> str:
+        return self.stream.text if self.stream else ""
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self) -> "Generation":
+        for _ in self:
+            pass
+        return self
+
+    def __iter__(self):
+        with torch.inference_mode():
+            yield from self._loop()
+
+    def _loop(self):
+        pair, s = self.pair, self.settings
+        target, sampling = pair.target, s.sampling
+        drafter = pair.drafter if self.block_size > 1 else None
+        device = target.device
+        gen = torch.Generator(device=device)
+        gen.manual_seed(s.seed) if s.seed is not None else gen.seed()
+        start = time.perf_counter()
+
+        target.reset()
+        logits, feats = target.forward(torch.tensor([self.prompt], device=device), last_only=True,
+                                       features=drafter is not None)
+        first = int(logits[-1].argmax()) if sampling.greedy else int(draw(probabilities(logits[-1:], sampling), gen)[0])
+        self.stats.prefill_s = time.perf_counter() - start
+        step = self._commit([first], [False], 0, 0)
+        self.stats.ttft_s = time.perf_counter() - start
+        yield step
+
+        cache = drafter.new_cache() if drafter else None
+        ctx_feats, ctx_start = feats, 0
+        last = first
+        decode_start = time.perf_counter()
+        while self.stop_reason is None:
+            if self._cancel.is_set():
+                self.stop_reason = "cancelled"
+                yield Step([], [], self._take(final=True), stop_reason="cancelled")
+                break
+            pos = target.cached_length            # position of `last`, not yet seen by the target
+            room = target.max_positions - pos
+            if room < 1:
+                self.stop_reason = "context_full"
+                yield Step([], [], self._take(final=True), stop_reason="context_full")
+                break
+            width = min(self.block_size, room)
+            if drafter is not None and width > 1:
+                drafts, q = self._draft(drafter, cache, last, pos, width, ctx_feats, ctx_start, sampling, gen)
+            else:
+                drafts, q = torch.empty(0, dtype=torch.long, device=device), None
+            block = torch.cat([torch.tensor([last], device=device), drafts]).unsqueeze(0)
+            logits, feats = target.forward(block, features=drafter is not None)
+            n, own = verify(drafts, q, logits, sampling, gen)
+            target.crop(pos + 1 + n)
+            if drafter is not None:
+                ctx_feats, ctx_start = feats[: n + 1], pos
+            self.stats.record_step(len(drafts), n)
+            committed = drafts[:n].tolist() + [own]
+            last = own
+            yield self._commit(committed, [True] * n + [False], len(drafts), n)
+        self.stats.decode_s = time.perf_counter() - decode_start
+        self.stats.peak_memory_bytes = peak_memory_bytes(device)
+
+    def _draft(self, drafter, cache, last, pos, width, ctx_feats, ctx_start, sampling, gen):
+        device = ctx_feats.device
+        cfg = drafter.config
+        block = torch.full((1, width), cfg.mask_token_id, dtype=torch.long, device=device)
+        block[0, 0] = last
+        block_pos = torch.arange(pos, pos + width, device=device).unsqueeze(0)
+        ctx_pos = torch.arange(ctx_start, ctx_start + ctx_feats.shape[0], device=device).unsqueeze(0)
+        masks = sliding_masks(cfg, cache.length + ctx_feats.shape[0], block_pos[0], device)
+        hidden = drafter(self.pair.target.embed(block), block_pos, ctx_feats.unsqueeze(0), ctx_pos,
+                         masks=masks, cache=cache)
+        return propose(self.pair.target.logits(hidden[0, 1:]), sampling, gen)
+
+    def _commit(self, tokens, drafted, proposed, accepted) -> Step:
+        """Apply EOS, max-tokens and stop strings token by token, so nothing past a stop is emitted."""
+        kept, kept_flags = [], []
+        eos = self.pair.eos_ids
+        for tok, flag in zip(tokens, drafted):
+            if tok in eos:
+                self.stop_reason = "eos"
+                break
+            kept.append(tok)
+            kept_flags.append(flag)
+            self.tokens.append(tok)
+            self.stats.generated_tokens += 1
+            if self.stream is not None:
+                self.stream.push(tok, flag)
+                if self.stream.stop_strings and self.stream.find_stop():
+                    self.stop_reason = "stop_string"
+                    break
+            if len(self.tokens) >= self.settings.max_new_tokens:
+                self.stop_reason = "length"
+                break
+        return Step(kept, kept_flags, self._take(final=self.stop_reason is not None),
+                    proposed=proposed, accepted=accepted, stop_reason=self.stop_reason)
+
+    def _take(self, final: bool):
+        return self.stream.take(final) if self.stream else []
+
+
+def sliding_masks(cfg, ctx_len: int, block_pos: torch.Tensor, device) -> dict | None:
+    """Boolean masks for sliding-window layers (causal inside the block, window over the context);
+    full-attention layers see everything, so they need no mask."""
+    if "sliding_attention" not in cfg.layer_types:
+        return None
+    window = cfg.sliding_window or 1 << 30
+    key_pos = torch.cat([torch.arange(ctx_len, device=device), block_pos])
+    q = block_pos.unsqueeze(1)
+    allowed = (key_pos.unsqueeze(0) > q - window) & (key_pos.unsqueeze(0) <= q)
+    return {"sliding_attention": allowed.unsqueeze(0).unsqueeze(0)}

@@ -1,0 +1,198 @@
+"""Our own DFlash drafter: Qwen3-style layers whose keys and values are prefixed with projected target
+features, non-causal over the block, no embedding and no LM head (both are the target's).
+
+Weights load by name from a z-lab draft directory; nothing from the checkpoint is executed."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotate_half
+
+from .config import DraftConfig
+from .errors import CheckpointError
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [b, heads, n, d]; cos/sin: [b, n, d]."""
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+
+
+@dataclass
+class DraftCache:
+    """Rotated keys and values of the committed context, per layer; only ever appended to."""
+    keys: list[torch.Tensor | None] = field(default_factory=list)
+    values: list[torch.Tensor | None] = field(default_factory=list)
+    length: int = 0
+
+
+class DraftAttention(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        self.q_proj = nn.Linear(h, self.heads * d, bias=False)
+        self.k_proj = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(self.heads * d, h, bias=False)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+
+    def _kv(self, x, cos, sin):
+        b, n, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        return rope(k, cos, sin), v
+
+    def forward(self, x, ctx, rot_block, rot_ctx, mask, cache: DraftCache | None, layer: int):
+        b, n, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2)
+        q = rope(q, *rot_block)
+        k_blk, v_blk = self._kv(x, *rot_block)
+        k_ctx, v_ctx = self._kv(ctx, *rot_ctx)
+        if cache is not None:
+            if cache.keys[layer] is not None:
+                k_ctx = torch.cat([cache.keys[layer], k_ctx], dim=2)
+                v_ctx = torch.cat([cache.values[layer], v_ctx], dim=2)
+            cache.keys[layer], cache.values[layer] = k_ctx, v_ctx
+        k = torch.cat([k_ctx, k_blk], dim=2)
+        v = torch.cat([v_ctx, v_blk], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             enable_gqa=self.heads != self.kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class DraftMLP(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        self.self_attn = DraftAttention(cfg)
+        self.mlp = DraftMLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, ctx, rot_block, rot_ctx, mask, cache, layer):
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rot_block, rot_ctx, mask, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        self.config = cfg
+        self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DraftLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = Qwen3RotaryEmbedding(cfg.rope_config())
+
+    def new_cache(self) -> DraftCache:
+        n = len(self.layers)
+        return DraftCache(keys=[None] * n, values=[None] * n)
+
+    def forward(self, block_embeds, block_pos, ctx_features, ctx_pos, masks=None, cache=None):
+        """block_embeds [b, n, H] at positions block_pos [b, n]; ctx_features [b, c, k*H] (raw target
+        layer outputs) at ctx_pos [b, c]. masks maps layer type -> additive/bool mask over
+        (cached context + new context + block) keys, or None for full attention (inference, no
+        sliding layers). With a cache, new context K/V are appended to it. Returns normed hidden [b, n, H]."""
+        ctx = self.hidden_norm(self.fc(ctx_features))
+        rot_block = self.rotary(block_embeds, block_pos)
+        rot_ctx = self.rotary(ctx, ctx_pos)
+        x = block_embeds
+        for i, layer in enumerate(self.layers):
+            mask = None if masks is None else masks.get(self.config.layer_types[i])
+            x = layer(x, ctx, rot_block, rot_ctx, mask, cache, i)
+        if cache is not None:
+            cache.length += ctx.shape[1]
+        return self.norm(x)
+
+    # ---- checkpoint I/O in the z-lab format -------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32,
+                        device: str | torch.device = "cpu") -> "DFlashDrafter":
+        path = Path(path)
+        if not path.is_dir():
+            raise CheckpointError(f"Drafter folder {path} does not exist. Check the path or download the pair again.")
+        cfg = DraftConfig.from_file(path / "config.json")
+        state = load_safetensors_dir(path)
+        model = cls(cfg)
+        expected = {k for k in model.state_dict() if not k.startswith("rotary.")}
+        missing = sorted(expected - state.keys())
+        unexpected = sorted(k for k in state.keys() - expected)
+        if missing:
+            raise CheckpointError(
+                f"Drafter weights in {path} lack {len(missing)} tensors (first: {', '.join(missing[:3])}). "
+                "The checkpoint is incomplete or not a DFlash drafter: re-download it.")
+        if unexpected:
+            raise CheckpointError(
+                f"Drafter weights in {path} hold {len(unexpected)} unknown tensors (first: "
+                f"{', '.join(unexpected[:3])}); this drafter architecture is not supported.")
+        own = model.state_dict()
+        for name, tensor in state.items():
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                raise CheckpointError(
+                    f"Drafter tensor {name} in {path} has shape {tuple(tensor.shape)} but config.json "
+                    f"implies {tuple(own[name].shape)}: config and weights do not belong together.")
+        model.load_state_dict(state, strict=False)
+        return model.to(device=device, dtype=dtype).eval()
+
+    def save_pretrained(self, path: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+        from safetensors.torch import save_file
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().to(dtype).contiguous().cpu()
+                 for k, v in self.state_dict().items() if not k.startswith("rotary.")}
+        save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+        raw = dict(self.config.raw)
+        raw.setdefault("architectures", ["DFlashDraftModel"])
+        raw.setdefault("model_type", "qwen3")
+        raw["torch_dtype"] = str(dtype).removeprefix("torch.")
+        (path / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+
+
+def load_safetensors_dir(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of every *.safetensors file in a folder, with corrupt files named in the error."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth")]
+        hint = (f" It has {', '.join(pickles)}: pickled weights are not loaded for safety."
+                if pickles else "")
+        raise CheckpointError(f"No *.safetensors weights in {path}.{hint} Re-download the model.")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"Weights file {f} is truncated or corrupt ({exc}). "
+                                  "Delete it and download it again.") from exc
+    return state

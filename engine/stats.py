@@ -1,0 +1,93 @@
+"""Generation statistics, with one definition for DFlash and for the plain baseline (block size 1)."""
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+
+def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
+    if torch.device(device).type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+
+
+@dataclass
+class Stats:
+    block_size: int = 1
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    drafted: int = 0                 # draft tokens proposed to the target
+    accepted: int = 0                # draft tokens the target kept
+    steps: int = 0                   # verify passes after prefill
+    acceptance_lengths: list[int] = field(default_factory=list)  # tokens committed per verify pass
+    position_accepts: list[int] = field(default_factory=list)    # per draft slot k=1..B-1
+    prefill_s: float = 0.0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    peak_memory_bytes: int = 0
+
+    def record_step(self, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.acceptance_lengths.append(accepted + 1)
+        if len(self.position_accepts) < self.block_size - 1:
+            self.position_accepts.extend([0] * (self.block_size - 1 - len(self.position_accepts)))
+        for k in range(accepted):
+            self.position_accepts[k] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per target verify pass (1.0 for plain decoding)."""
+        return sum(self.acceptance_lengths) / len(self.acceptance_lengths) if self.acceptance_lengths else 0.0
+
+    @property
+    def position_rates(self) -> list[float]:
+        """Share of steps in which the draft at slot k (1-based) was accepted."""
+        return [a / self.steps if self.steps else 0.0 for a in self.position_accepts]
+
+    @property
+    def histogram(self) -> list[int]:
+        """histogram[n-1] = verify passes that committed n tokens, n = 1..B."""
+        counts = [0] * max(self.block_size, 1)
+        for n in self.acceptance_lengths:
+            counts[min(n, len(counts)) - 1] += 1
+        return counts
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Tokens after the first one, per second of decoding after the first one."""
+        return max(self.generated_tokens - 1, 0) / self.decode_s if self.decode_s else 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + self.decode_s
+
+    @property
+    def end_to_end_tok_s(self) -> float:
+        return self.generated_tokens / self.total_s if self.total_s else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "block_size": self.block_size, "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens, "drafted": self.drafted,
+            "accepted": self.accepted, "steps": self.steps,
+            "acceptance_rate": self.acceptance_rate, "tau": self.tau,
+            "acceptance_lengths": list(self.acceptance_lengths),
+            "position_rates": self.position_rates, "histogram": self.histogram,
+            "ttft_s": self.ttft_s, "prefill_s": self.prefill_s, "prefill_tok_s": self.prefill_tok_s,
+            "decode_s": self.decode_s, "decode_tok_s": self.decode_tok_s,
+            "end_to_end_tok_s": self.end_to_end_tok_s, "peak_memory_bytes": self.peak_memory_bytes,
+        }

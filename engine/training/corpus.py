@@ -1,0 +1,215 @@
+"""The demo pair's training corpus: the Python standard library's own source code.
+
+Every ``.py`` file under ``sysconfig.get_paths()['stdlib']`` is used, except test suites, installed
+third-party packages, the build-configuration directory and a few machine-generated files (see
+``EXCLUDED_DIR_NAMES`` / ``is_excluded``). The corpus is licensed under the PSF License Version 2
+(the interpreter ships it as ``LICENSE.txt`` next to the library).
+
+The held-out split is a deterministic function of each file's path relative to the library root:
+files are ranked by the SHA-256 of that path and the first ``max(min_held_out, round(fraction * n))``
+are held out. The same Python version therefore always gives the same split, on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CORPUS_NAME = "python-stdlib"
+CORPUS_LICENSE = "PSF License Version 2 (Python Software Foundation License)"
+CORPUS_LICENSE_URL = "https://docs.python.org/3/license.html"
+
+# Any path component with one of these names excludes the file (test suites and third-party code).
+EXCLUDED_DIR_NAMES = frozenset(
+    {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+)
+# Generated data rather than code: documentation topics dumped into one huge string literal.
+EXCLUDED_FILES = frozenset({"pydoc_data/topics.py"})
+
+DEFAULT_HELD_OUT_FRACTION = 0.05
+DEFAULT_MIN_HELD_OUT = 40
+
+
+class CorpusError(RuntimeError):
+    """The corpus could not be built (missing directory, no usable files, ...)."""
+
+
+def stdlib_root() -> Path:
+    """Directory of the running interpreter's pure-Python standard library."""
+    return Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def python_version() -> str:
+    return platform.python_version()
+
+
+def is_excluded(rel_path: str, text: str | None = None) -> bool:
+    """Whether a library file (path relative to the root, '/'-separated) stays out of the corpus."""
+    parts = rel_path.split("/")
+    if any(p in EXCLUDED_DIR_NAMES for p in parts[:-1]):
+        return True
+    if parts[0].startswith("config-"):  # build configuration (python-config.py, Makefile, ...)
+        return True
+    name = parts[-1]
+    if name.startswith("_sysconfigdata"):  # machine-specific build variables
+        return True
+    if rel_path in EXCLUDED_FILES:
+        return True
+    # Character-mapping tables written by Tools/unicode/gencodec.py: tables, not code.
+    if parts[0] == "encodings" and text is not None and "gencodec.py" in text[:2000]:
+        return True
+    return False
+
+
+def _path_rank(rel_path: str) -> str:
+    return hashlib.sha256(rel_path.encode("utf-8")).hexdigest()
+
+
+def read_source(path: Path) -> str:
+    """Read one source file as text (UTF-8 with undecodable bytes replaced; newlines normalised)."""
+    data = Path(path).read_bytes()
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@dataclass
+class Corpus:
+    """A selected set of source files and its train / held-out split (paths relative to ``root``)."""
+
+    root: Path
+    train_files: list[str]
+    held_out_files: list[str]
+    python_version: str = field(default_factory=python_version)
+    held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION
+    min_held_out: int = DEFAULT_MIN_HELD_OUT
+
+    @property
+    def all_files(self) -> list[str]:
+        return sorted(self.train_files + self.held_out_files)
+
+    def path(self, rel_path: str) -> Path:
+        return self.root / rel_path
+
+    def read(self, rel_path: str) -> str:
+        return read_source(self.path(rel_path))
+
+    def read_train(self) -> list[str]:
+        return [self.read(p) for p in self.train_files]
+
+    def read_held_out(self) -> list[str]:
+        return [self.read(p) for p in self.held_out_files]
+
+    def num_bytes(self, which: str = "all") -> int:
+        files = {"all": self.all_files, "train": self.train_files, "held_out": self.held_out_files}[which]
+        return sum(self.path(p).stat().st_size for p in files)
+
+    def describe(self) -> dict:
+        """JSON-friendly summary for RECIPE.json (the held-out list is included in full)."""
+        return {
+            "name": CORPUS_NAME,
+            "license": CORPUS_LICENSE,
+            "license_url": CORPUS_LICENSE_URL,
+            "python_version": self.python_version,
+            "python_implementation": platform.python_implementation(),
+            "root": str(self.root),
+            "selection": (
+                "all .py files under sysconfig.get_paths()['stdlib'], excluding any directory named "
+                + ", ".join(sorted(EXCLUDED_DIR_NAMES))
+                + "; the config-* build directory; _sysconfigdata*.py; "
+                + ", ".join(sorted(EXCLUDED_FILES))
+                + "; encodings/* tables generated by gencodec.py"
+            ),
+            "split": (
+                f"files ranked by sha256(relative path); the first max({self.min_held_out}, "
+                f"round({self.held_out_fraction} * n)) are held out"
+            ),
+            "num_files": len(self.train_files) + len(self.held_out_files),
+            "num_train_files": len(self.train_files),
+            "num_held_out_files": len(self.held_out_files),
+            "num_bytes": self.num_bytes("all"),
+            "num_train_bytes": self.num_bytes("train"),
+            "held_out_files": list(self.held_out_files),
+        }
+
+
+def list_source_files(root: Path | str | None = None) -> list[str]:
+    """All corpus files under ``root`` (default: the stdlib), as sorted '/'-separated relative paths."""
+    root = Path(root).resolve() if root is not None else stdlib_root()
+    if not root.is_dir():
+        raise CorpusError(f"corpus root {root} is not a directory")
+    selected: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        # Prune excluded directories early (site-packages alone can be large).
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIR_NAMES)
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if is_excluded(rel):
+                continue
+            full = Path(dirpath) / name
+            if not full.is_file():
+                continue
+            if rel.startswith("encodings/") and is_excluded(rel, read_source(full)[:2000]):
+                continue
+            selected.append(rel)
+    return sorted(selected)
+
+
+def split_files(
+    files: list[str],
+    held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    min_held_out: int = DEFAULT_MIN_HELD_OUT,
+) -> tuple[list[str], list[str]]:
+    """Deterministic (train, held_out) split of relative paths, both sorted.
+
+    At least one file always stays in training; with fewer than ``2 * min_held_out`` files the
+    minimum is lowered to half of the files so that tiny corpora (CI) still split.
+    """
+    files = sorted(set(files))
+    n = len(files)
+    if n < 2:
+        raise CorpusError(f"need at least 2 source files to split a corpus, found {n}")
+    n_held = max(min_held_out, round(held_out_fraction * n))
+    n_held = max(1, min(n_held, n // 2))
+    ranked = sorted(files, key=_path_rank)
+    held = set(ranked[:n_held])
+    return [f for f in files if f not in held], [f for f in files if f in held]
+
+
+def build_corpus(
+    root: Path | str | None = None,
+    held_out_fraction: float = DEFAULT_HELD_OUT_FRACTION,
+    min_held_out: int = DEFAULT_MIN_HELD_OUT,
+    max_files: int | None = None,
+) -> Corpus:
+    """Select and split the corpus. ``max_files`` keeps the first files by hash rank (tiny runs)."""
+    root_path = Path(root).resolve() if root is not None else stdlib_root()
+    files = list_source_files(root_path)
+    if not files:
+        raise CorpusError(f"no usable .py source files under {root_path} (empty corpus)")
+    if max_files is not None:
+        files = sorted(sorted(files, key=_path_rank)[:max_files])
+    train, held = split_files(files, held_out_fraction, min_held_out)
+    return Corpus(
+        root=root_path,
+        train_files=train,
+        held_out_files=held,
+        held_out_fraction=held_out_fraction,
+        min_held_out=min_held_out,
+    )
+
+
+if __name__ == "__main__":  # quick look: python -m engine.training.corpus
+    c = build_corpus()
+    d = c.describe()
+    d.pop("held_out_files")
+    for k, v in d.items():
+        print(f"{k}: {v}")
+    print("python:", sys.version.split()[0])

@@ -1,0 +1,5 @@
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")          # tests never reach the hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
