@@ -1,0 +1,124 @@
+"""Fit estimates checked against arithmetic written out by hand (independent of fit.py's code path)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_desktop.catalog import load_catalog
+from dflash_desktop.fit import Budget, choose_default_pair, estimate_fit
+from dflash_desktop.hardware import HardwareProbe, detect
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hardware"
+GiB, MiB = 2**30, 2**20
+CTX = 8192
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(prefer_refreshed=False)
+
+
+def budget_of(fixture: str) -> Budget:
+    probe = HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text()))
+    return Budget.from_report(detect(probe))
+
+
+# Qwen3-8B + z-lab/Qwen3-8B-DFlash-b16 at 8192 tokens, bf16, by hand:
+#   target weights   8,190,735,360 params * 2 bytes                       = 16,381,470,720
+#   drafter weights  1,050,000,000 params * 2 bytes                       =  2,100,000,000
+#   target KV        2 * 36 layers * 8 kv heads * 128 * 2 bytes * 8192    =  1,207,959,552
+#   drafter KV       2 * 5 layers * 8 kv heads * 128 * 2 bytes * 8192     =    167,772,160
+#   features         5 captured layers * 4096 hidden * 2 bytes * 8192     =    335,544,320
+#   margin           1 GiB + 5% of (16,381,470,720 + 2,100,000,000)       =  1,997,815,360
+#   total                                                                 = 22,190,562,112
+#   target only      16,381,470,720 + 1,207,959,552 + 1 GiB + 819,073,536 = 19,482,245,632
+QWEN3_8B_BF16 = {
+    "target_weights": 16_381_470_720, "drafter_weights": 2_100_000_000, "kv_cache": 1_207_959_552,
+    "drafter_kv_cache": 167_772_160, "captured_features": 335_544_320, "recurrent_state": 0,
+    "runtime_margin": 1_073_741_824 + 924_073_536,
+}
+
+
+def test_hand_numbers_are_consistent():
+    assert 2 * 36 * 8 * 128 * 2 * 8192 == 1_207_959_552
+    assert 2 * 5 * 8 * 128 * 2 * 8192 == 167_772_160
+    assert 5 * 4096 * 2 * 8192 == 335_544_320
+    assert sum(QWEN3_8B_BF16.values()) == 22_190_562_112
+
+
+def test_qwen3_8b_on_a_12gb_gpu(catalog):
+    b = budget_of("nvidia_rtx3060_smi")
+    assert b.bytes == 11910 * MiB == 12_488_540_160
+    e = estimate_fit(catalog.get("qwen3-8b"), b, CTX)
+    assert e.breakdown == QWEN3_8B_BF16
+    assert e.total_bytes == 22_190_562_112 and e.target_only_bytes == 19_482_245_632
+    assert e.verdict == "wont_fit" and not e.dflash and e.max_context_tokens == 0
+    assert "won't fit" in e.sentence and "22.2 GB" in e.sentence and "12.5 GB" in e.sentence
+
+    # 8-bit weights: target 8,190,735,360; margin 1 GiB + 5% of 10,290,735,360 = 1,588,278,592
+    # total = 8,190,735,360 + 2,100,000,000 + 1,207,959,552 + 167,772,160 + 335,544,320 + 1,588,278,592
+    #       = 13,590,289,984 > 12,488,540,160, but the target alone needs
+    #         8,190,735,360 + 1,207,959,552 + 1,073,741,824 + 409,536,768 = 10,881,973,504 -> DFlash off
+    e8 = estimate_fit(catalog.get("qwen3-8b"), b, CTX, weight_dtype="int8")
+    assert e8.total_bytes == 13_590_289_984 and e8.target_only_bytes == 10_881_973_504
+    assert e8.verdict == "target_only" and not e8.dflash
+    assert "DFlash will be off" in e8.sentence and "2.7 GB" in e8.sentence  # 13.59 - 10.88 GB
+
+
+def test_qwen3_8b_on_a_24gb_gpu(catalog):
+    b = budget_of("nvidia_rtx4090_nvml")
+    assert b.bytes == 23817 * MiB == 24_973_934_592
+    e = estimate_fit(catalog.get("qwen3-8b"), b, CTX)
+    assert e.total_bytes == 22_190_562_112
+    # 22,190,562,112 <= 24,973,934,592 but above 85% of it (21,227,844,403): tight
+    assert e.verdict == "tight" and e.dflash
+    # longest context: (24,973,934,592 - fixed 20,479,286,080) // per token (147,456 + 20,480 + 40,960)
+    assert e.max_context_tokens == (24_973_934_592 - 20_479_286_080) // 208_896 == 21_516
+    assert "tightly" in e.sentence
+    # at 4096 tokens the three context terms halve: 22,190,562,112 - 855,638,016 = 21,334,924,096, still tight
+    assert estimate_fit(catalog.get("qwen3-8b"), b, 4096).total_bytes == 21_334_924_096
+
+
+def test_qwen3_8b_on_a_16gb_mac(catalog):
+    b = budget_of("apple_m2_16gb")
+    assert b.bytes == int(17_179_869_184 * 0.70) == 12_025_908_428
+    e = estimate_fit(catalog.get("qwen3-8b"), b, CTX)
+    assert e.verdict == "wont_fit"  # even the bf16 target alone needs 19,482,245,632
+    # 4-bit (4.5 bits/param with scales): target int(8,190,735,360 * 0.5625) = 4,607,288,640
+    # margin = 1 GiB + 5% of 6,707,288,640 = 1,409,106,256
+    # total = 4,607,288,640 + 2,100,000,000 + 1,207,959,552 + 167,772,160 + 335,544,320 + 1,409,106,256
+    #       = 9,827,670,928 <= 85% of 12,025,908,428 (10,222,022,163): fits
+    e4 = estimate_fit(catalog.get("qwen3-8b"), b, CTX, weight_dtype="q4")
+    assert e4.breakdown["target_weights"] == 4_607_288_640
+    assert e4.total_bytes == 9_827_670_928 and e4.verdict == "fits" and e4.dflash
+
+
+def test_hybrid_target_counts_only_attention_layers_and_doubles_recurrent_state(catalog):
+    e = estimate_fit(catalog.get("qwen3.5-9b"), Budget(80 * GiB, "cuda", "test"), CTX)
+    assert e.breakdown["kv_cache"] == 2 * 8 * 4 * 256 * 2 * CTX  # 8 of 32 layers keep a KV cache
+    assert e.breakdown["recurrent_state"] == 2 * 51_511_296  # live state + rollback snapshot
+    assert e.breakdown["captured_features"] == 5 * 4096 * 2 * CTX
+
+
+def test_context_is_capped_by_the_model(catalog):
+    e = estimate_fit(catalog.demo, Budget(8 * GiB, "cpu", "available RAM"), 100_000)
+    assert e.context_tokens == catalog.demo.target["max_context"]
+
+
+def test_default_pair_never_wont_fit(catalog):
+    for fixture in ("nvidia_rtx3060_smi", "nvidia_rtx4090_nvml", "apple_m2_16gb", "cpu_only_i5"):
+        b = budget_of(fixture)
+        pair = choose_default_pair(catalog, b)
+        assert b.backend in pair.backends
+        assert estimate_fit(pair, b).verdict in ("fits", "tight"), fixture
+    assert choose_default_pair(catalog, budget_of("nvidia_rtx3060_smi")).id != "qwen3-8b"
+    assert choose_default_pair(catalog, Budget(2 * GiB, "cpu", "available RAM")).id == "demo"
+
+
+def test_estimate_serialises_for_the_ui(catalog):
+    d = estimate_fit(catalog.get("qwen3-4b"), Budget(24 * GiB, "cuda", "x")).to_dict()
+    json.dumps(d)
+    assert set(d["breakdown"]) == set(QWEN3_8B_BF16) and d["sentence"]
