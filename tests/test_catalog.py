@@ -1,0 +1,115 @@
+"""The bundled catalog, its validation, and refresh from a URL (served by the local fake hub)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dflash_desktop import catalog as cat
+from dflash_desktop.catalog import CatalogError, load_catalog, parse_catalog, refresh_catalog
+from tests.hub_server import hub  # noqa: F401  (fixture)
+
+DESIGN_PAIRS = {  # DESIGN.md section 4, without the server-class pairs
+    "Qwen/Qwen3-4B": ("z-lab/Qwen3-4B-DFlash-b16", 16),
+    "Qwen/Qwen3-8B": ("z-lab/Qwen3-8B-DFlash-b16", 16),
+    "meta-llama/Llama-3.1-8B-Instruct": ("z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", 10),
+    "Qwen/Qwen3.5-4B": ("z-lab/Qwen3.5-4B-DFlash", 16),
+    "Qwen/Qwen3.5-9B": ("z-lab/Qwen3.5-9B-DFlash", 16),
+    "Qwen/Qwen3.5-27B": ("z-lab/Qwen3.5-27B-DFlash", 16),
+    "Qwen/Qwen3.5-35B-A3B": ("z-lab/Qwen3.5-35B-A3B-DFlash", 16),
+    "Qwen/Qwen3.6-35B-A3B": ("z-lab/Qwen3.6-35B-A3B-DFlash", 16),
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": ("z-lab/Qwen3-Coder-30B-A3B-DFlash", 16),
+    "openai/gpt-oss-20b": ("z-lab/gpt-oss-20b-DFlash", 8),
+}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
+
+
+def raw() -> dict:
+    return json.loads(cat.bundled_path().read_text())
+
+
+def test_bundled_catalog_has_every_design_pair_and_the_demo():
+    c = load_catalog()
+    hub_pairs = {p.target.repo_id: p for p in c.pairs if p.kind == "hub"}
+    assert set(hub_pairs) == set(DESIGN_PAIRS)
+    for target, (drafter, block) in DESIGN_PAIRS.items():
+        p = hub_pairs[target]
+        assert p.drafter.repo_id == drafter and p.block_size == block
+        assert p.drafter["captured_layers"] >= 1 and p.chat_mode and p.target["license"]
+        assert p.repos() == [(target, "main"), (drafter, "main")]
+    assert not any("Kimi" in r or "122B" in r or "120b" in r for r in hub_pairs)
+    assert hub_pairs["meta-llama/Llama-3.1-8B-Instruct"].target.gated
+    q8 = hub_pairs["Qwen/Qwen3-8B"].target
+    assert (q8["layers"], q8["hidden_size"], q8["num_kv_heads"], q8["head_dim"]) == (36, 4096, 8, 128)
+    assert hub_pairs["Qwen/Qwen3-8B"].chat_mode == "non-thinking"
+    demo = c.demo
+    assert demo.kind == "embedded" and not demo.needs_download and demo.repos() == []
+    assert demo.local_path("target").parts[-3:] == ("assets", "demo", "target")
+    assert demo.local_path("drafter").parts[-3:] == ("assets", "demo", "draft")
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d["pairs"][1]["target"].pop("num_kv_heads"), "pair 'qwen3-4b': target: 'num_kv_heads' must be"),
+    (lambda d: d["pairs"][2]["drafter"].update(repo_id="no-slash"), "drafter: 'repo_id' must look like"),
+    (lambda d: d["pairs"][2]["target"].update(layers=-3), "'layers' must be a positive integer (got -3)"),
+    (lambda d: d["pairs"][2].update(id="qwen3-4b"), "pair 'qwen3-4b': duplicate id"),
+    (lambda d: d["pairs"][2].update(backends=["cuda", "tpu"]), "'backends' must be a non-empty subset"),
+    (lambda d: d["pairs"][0].update(kind="ftp"), "'kind' must be one of"),
+    (lambda d: d["pairs"][0]["target"].pop("path"), "embedded models need a 'path'"),
+    (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
+    (lambda d: d["pairs"][3]["target"].update(native_dtype="fp3"), "unknown 'native_dtype' 'fp3'"),
+])
+def test_validation_errors_name_the_problem(mutate, expected):
+    data = raw()
+    mutate(data)
+    with pytest.raises(CatalogError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        parse_catalog(data)
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text('{"schema_version": 1,')
+    with pytest.raises(CatalogError, match="not valid JSON"):
+        cat.load_file(bad)
+    with pytest.raises(CatalogError, match="Cannot read the catalog"):
+        cat.load_file(tmp_path / "missing.json")
+
+
+def test_refresh_from_url_keeps_the_new_copy_and_the_demo(hub):
+    data = raw()
+    data["pairs"] = [p for p in data["pairs"] if p["kind"] != "embedded"]  # a remote file without the demo
+    data["pairs"][0]["notes"] = "refreshed notes"
+    data["updated"] = "2027-01-01"
+    hub.static["/catalog.json"] = json.dumps(data).encode()
+    result = refresh_catalog(hub.url + "/catalog.json", timeout=5)
+    assert result.updated and "updated" in result.message
+    assert result.catalog.get("qwen3-4b").notes == "refreshed notes"
+    assert result.catalog.demo.id == "demo"
+    again = load_catalog()  # later starts use the refreshed copy
+    assert again.updated == "2027-01-01" and again.get("qwen3-4b").notes == "refreshed notes"
+    assert load_catalog(prefer_refreshed=False).source == "bundled"
+
+
+@pytest.mark.parametrize("body, words", [
+    (None, "Could not refresh"),  # 404
+    (b"<html>not json</html>", "Could not refresh"),
+    (json.dumps({"schema_version": 1, "pairs": []}).encode(), "rejected"),
+])
+def test_failed_refresh_keeps_the_current_catalog(hub, body, words):
+    if body is not None:
+        hub.static["/catalog.json"] = body
+    result = refresh_catalog(hub.url + "/catalog.json", timeout=5)
+    assert not result.updated and words in result.message
+    assert result.catalog.source == "bundled" and len(result.catalog.pairs) == len(raw()["pairs"])
+    assert not cat.refreshed_path().exists()
+
+
+def test_refresh_when_offline_uses_the_local_copy():
+    result = refresh_catalog("http://127.0.0.1:9/catalog.json", timeout=2)  # discard port: refused
+    assert not result.updated and "using the copy on this computer" in result.message
+    assert result.catalog.get("qwen3-8b")
