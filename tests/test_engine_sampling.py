@@ -1,0 +1,95 @@
+"""Exact speculative sampling: DFlash's samples follow the target's own distribution."""
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine.decode import Generation, GenerationSettings
+from engine.sampling import SamplingSettings, probabilities
+from engine.tiny import random_pair
+
+VOCAB = 6
+PROMPT = [1, 4, 2]
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_pair():
+    pair = random_pair("qwen3", seed=11, vocab=VOCAB, hidden=32, layers=2, heads=2, kv_heads=1, block_size=4)
+    with torch.no_grad():  # a random target is nearly uniform; sharpen it so wrong samplers show
+        pair.target.head.weight.mul_(6.0)
+    return pair
+
+
+def exact_distribution(pair, settings: SamplingSettings, steps: int):
+    """P(t1..t_steps) computed directly from the target, by enumerating every continuation."""
+    target = pair.target
+    dist = {}
+    with torch.inference_mode():
+        def cond(prefix):
+            target.reset()
+            logits, _ = target.forward(torch.tensor([PROMPT + list(prefix)]), last_only=True, features=False)
+            return probabilities(logits[-1:], settings)[0]
+        for seq in itertools.product(range(VOCAB), repeat=steps):
+            p = 1.0
+            for i in range(steps):
+                p *= float(cond(seq[:i])[seq[i]])
+            dist[seq] = p
+    return dist
+
+
+def sample_many(pair, settings: GenerationSettings, n: int):
+    counts, accepted, drafted = {}, 0, 0
+    for seed in range(n):
+        run = Generation(pair, PROMPT, GenerationSettings(**{**settings.__dict__, "seed": seed})).run()
+        key = tuple(run.tokens)
+        counts[key] = counts.get(key, 0) + 1
+        accepted += run.stats.accepted
+        drafted += run.stats.drafted
+    return counts, accepted / drafted
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 4, 0.9)])
+def test_dflash_samples_follow_the_target_distribution(tiny_vocab_pair, temperature, top_k, top_p):
+    settings = GenerationSettings(max_new_tokens=3, temperature=temperature, top_k=top_k, top_p=top_p, block_size=4)
+    n = 2500
+    counts, _ = sample_many(tiny_vocab_pair, settings, n)
+    exact = exact_distribution(tiny_vocab_pair, settings.sampling, 3)
+    # chi-square over cells with enough expected mass; the rest pooled into one cell
+    big = [k for k, p in exact.items() if p * n >= 5]
+    observed = [counts.get(k, 0) for k in big]
+    expected = [exact[k] * n for k in big]
+    rest_obs, rest_exp = n - sum(observed), n - sum(expected)
+    if rest_exp >= 5:
+        observed.append(rest_obs)
+        expected.append(rest_exp)
+    else:
+        assert rest_obs <= 10, "samples fell where the target puts (almost) no mass"
+        scale = sum(observed) / sum(expected)
+        expected = [e * scale for e in expected]
+    assert len(big) >= 8, "the test needs a spread distribution to mean anything"
+    result = chisquare(observed, expected)
+    assert result.pvalue > 0.001, f"DFlash sampling deviates from the target (p={result.pvalue:.2g})"
+
+
+def test_residual_rule_accepts_more_than_sample_and_match(tiny_vocab_pair):
+    base = dict(max_new_tokens=12, temperature=1.0, block_size=4)
+    _, residual = sample_many(tiny_vocab_pair, GenerationSettings(**base, rule="residual"), 150)
+    _, match = sample_many(tiny_vocab_pair, GenerationSettings(**base, rule="match"), 150)
+    assert residual > match + 0.05, f"residual {residual:.3f} vs match {match:.3f}"
+
+
+def test_seeded_runs_are_reproducible(tiny_vocab_pair):
+    s = GenerationSettings(max_new_tokens=20, temperature=1.0, seed=123, block_size=4)
+    a = Generation(tiny_vocab_pair, PROMPT, s).run().tokens
+    b = Generation(tiny_vocab_pair, PROMPT, s).run().tokens
+    c = Generation(tiny_vocab_pair, PROMPT, GenerationSettings(**{**s.__dict__, "seed": 124})).run().tokens
+    assert a == b
+    assert a != c
+
+
+def test_top_k_one_is_greedy(tiny_vocab_pair):
+    greedy = Generation(tiny_vocab_pair, PROMPT, GenerationSettings(max_new_tokens=10), baseline=True).run().tokens
+    topk1 = Generation(tiny_vocab_pair, PROMPT, GenerationSettings(max_new_tokens=10, temperature=1.0, top_k=1,
+                                                                 seed=5)).run().tokens
+    assert greedy == topk1
