@@ -93,6 +93,8 @@ def eos_ids_of(path: Path, tokenizer) -> tuple[int, ...]:
 def load_pair(target_dir: str | Path, draft_dir: str | Path | None = None, device: str = "cpu",
               dtype: torch.dtype | None = None) -> Pair:
     """Load and check a pair; draft_dir None gives a target-only pair (plain decoding)."""
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # progress is ours to report, not stderr noise
     dtype = dtype or default_dtype(device)
     target_dir = Path(target_dir)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None

@@ -45,8 +45,9 @@ class TargetModel:
             raise CheckpointError(f"No *.safetensors weights in target folder {path}. Re-download the model.")
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)
-        except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            raise CheckpointError(f"Target model in {path} could not be loaded: {exc}") from exc
+        except Exception as exc:  # loaders raise many types (safetensors, config, OS); all mean "unusable"
+            raise CheckpointError(f"Target model in {path} could not be loaded ({type(exc).__name__}: {exc}). "
+                                  "The files may be corrupt or of an unsupported architecture.") from exc
         return cls(model.to(device), capture_layers)
 
     def capture(self, layer_ids: Sequence[int]) -> None:

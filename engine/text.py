@@ -21,9 +21,12 @@ class TextStream:
 
     def push(self, token_id: int, drafted: bool) -> None:
         self.ids.append(token_id)
+        self._settle(drafted, final=False)
+
+    def _settle(self, drafted: bool, final: bool) -> None:
         prefix = self._decode(self.ids[self._prefix:self._read])
         full = self._decode(self.ids[self._prefix:])
-        if full.endswith("\ufffd"):
+        if full.endswith("\ufffd") and not final:
             return  # an incomplete multi-byte character: wait for the next token
         new = full[len(prefix):]
         self._prefix, self._read = self._read, len(self.ids)
@@ -42,6 +45,8 @@ class TextStream:
 
     def take(self, final: bool = False) -> list[tuple[str, bool]]:
         """Text settled since the last call, as (piece, drafted) spans."""
+        if final and not self.stopped and self._read < len(self.ids):
+            self._settle(drafted=False, final=True)  # bytes that never became a character
         end = len(self.text)
         if not final and not self.stopped:
             end -= self._holdback()

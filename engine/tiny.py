@@ -74,3 +74,37 @@ def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: in
     target = random_target(arch, seed=seed, **sizes)
     drafter = random_drafter(target, seed=seed + 1, layers=draft_layers, block_size=block_size)
     return Pair(target=target, drafter=drafter, eos_ids=tuple(eos_ids), name=f"random-{arch}")
+
+
+def byte_tokenizer(chat_template: str | None = None):
+    """A byte-level tokenizer with no merges: 256 byte tokens, then <|endoftext|> and <|mask|>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet, key=lambda c: ord(c)))}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>",
+                                  additional_special_tokens=["<|mask|>"])
+    if chat_template:
+        tok.chat_template = chat_template
+    return tok
+
+
+def save_random_pair(root, arch: str = "qwen3", seed: int = 0, block_size: int = 8, hidden: int = 64,
+                     layers: int = 4, draft_layers: int = 1, chat_template: str | None = None):
+    """Write target (with tokenizer) and drafter folders under root; returns (target_dir, draft_dir).
+    The vocabulary is the byte tokenizer's (258 ids), so text prompts work end to end."""
+    from pathlib import Path
+    root = Path(root)
+    tok = byte_tokenizer(chat_template)
+    target = random_target(arch, seed=seed, vocab=len(tok), hidden=hidden, layers=layers)
+    target.model.generation_config.eos_token_id = tok.eos_token_id
+    target.model.save_pretrained(root / "target")
+    tok.save_pretrained(root / "target")
+    mask_id = tok.convert_tokens_to_ids("<|mask|>")
+    drafter = random_drafter(target, seed=seed + 1, layers=draft_layers, block_size=block_size,
+                             mask_token_id=mask_id)
+    drafter.save_pretrained(root / "draft")
+    return root / "target", root / "draft"

@@ -1,0 +1,20 @@
+"""`dflash-desktop`: with no command it opens the app; engine commands (generate, bench, train-draft)
+run in this process without Qt. The GUI path never imports torch."""
+from __future__ import annotations
+
+import sys
+
+ENGINE_COMMANDS = {"generate", "bench", "train-draft"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ENGINE_COMMANDS:
+        from engine.cli import main as engine_main
+        return engine_main(argv)
+    from ui.app import run
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

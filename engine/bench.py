@@ -1,0 +1,150 @@
+"""Baseline vs DFlash (and the peers a user might pick instead) on a prompt set, measured in one run
+so the ratios are fair on a shared, noisy machine."""
+from __future__ import annotations
+
+import json
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .decode import Generation, GenerationSettings
+from .pair import Pair
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo"
+
+
+def demo_prompts(limit: int | None = None, chars: int = 1200) -> list[tuple[str, str]]:
+    """(name, text) prompts: the opening of each held-out standard-library file the demo pair never saw."""
+    recipe = json.loads((DEMO_DIR / "RECIPE.json").read_text(encoding="utf-8"))
+    root = Path(sysconfig.get_paths()["stdlib"])
+    prompts = []
+    for rel in recipe["corpus"]["held_out_files"]:
+        path = root / rel
+        if not path.is_file():
+            continue  # another Python version may lack the file
+        text = path.read_text(encoding="utf-8", errors="replace")
+        cut = text[:chars]
+        if len(text) > chars and "\n" in cut:
+            cut = cut[: cut.rindex("\n") + 1]
+        if cut.strip():
+            prompts.append((rel, cut))
+    return prompts[:limit] if limit else prompts
+
+
+def load_prompts(path: Path) -> list[tuple[str, str]]:
+    """A JSON list of strings (or of {"name", "prompt"}), or a text file with one prompt per line."""
+    text = Path(path).read_text(encoding="utf-8")
+    if Path(path).suffix == ".json":
+        items = json.loads(text)
+        return [(f"p{i}", p) if isinstance(p, str) else (p.get("name", f"p{i}"), p["prompt"])
+                for i, p in enumerate(items)]
+    return [(f"p{i}", line) for i, line in enumerate(text.splitlines()) if line.strip()]
+
+
+@dataclass
+class PromptResult:
+    name: str
+    prompt_tokens: int
+    tok_s: dict[str, float] = field(default_factory=dict)   # method -> end-to-end tokens/s
+    tokens: dict[str, int] = field(default_factory=dict)
+    tau: float = 0.0
+    acceptance_rate: float = 0.0
+    histogram: list[int] = field(default_factory=list)
+    identical: bool = True
+
+
+def _hf_generate(pair: Pair, ids: list[int], n: int, **kwargs) -> tuple[list[int], float]:
+    model = pair.target.model
+    eos = list(pair.eos_ids) or None
+    inp = torch.tensor([ids], device=pair.target.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=n, do_sample=False,
+                             eos_token_id=eos, pad_token_id=eos[0] if eos else 0, **kwargs)
+    elapsed = time.perf_counter() - start
+    new = out[0, len(ids):].tolist()
+    if eos and new and new[-1] in eos:
+        new = new[:-1]
+    return new, elapsed
+
+
+def run_bench(pair: Pair, prompts: list[tuple[str, str]], max_new_tokens: int = 256, raw: bool = True,
+              peers: bool = False, block_size: int | None = None, progress=print) -> dict:
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, block_size=block_size)
+    warm = pair.encode_prompt(prompts[0][1], raw=raw)
+    Generation(pair, warm, GenerationSettings(max_new_tokens=8), baseline=True).run()   # warm-up, not timed
+    Generation(pair, warm, GenerationSettings(max_new_tokens=8, block_size=block_size)).run()
+    results = []
+    for name, text in prompts:
+        ids = pair.encode_prompt(text, raw=raw)
+        base = Generation(pair, ids, settings, baseline=True).run()
+        fast = Generation(pair, ids, settings).run()
+        r = PromptResult(name, len(ids), tau=fast.stats.tau, acceptance_rate=fast.stats.acceptance_rate,
+                         histogram=fast.stats.histogram, identical=base.tokens == fast.tokens)
+        for method, run in (("baseline", base), ("dflash", fast)):
+            r.tok_s[method] = run.stats.end_to_end_tok_s
+            r.tokens[method] = len(run.tokens)
+        if peers:
+            for method, kwargs in (("hf_generate", {}), ("hf_prompt_lookup", {"prompt_lookup_num_tokens": 10})):
+                toks, secs = _hf_generate(pair, ids, max_new_tokens, **kwargs)
+                r.tok_s[method] = len(toks) / secs if secs else 0.0
+                r.tokens[method] = len(toks)
+                r.identical &= toks == base.tokens
+        results.append(r)
+        progress(f"{name}: baseline {r.tok_s['baseline']:.1f} tok/s, DFlash {r.tok_s['dflash']:.1f} tok/s, "
+                 f"tau {r.tau:.2f}, identical {r.identical}")
+    return summarize(results, pair, max_new_tokens)
+
+
+def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int) -> dict:
+    methods = list(results[0].tok_s)
+    # aggregate throughput: total tokens over total time, so long prompts are not under-weighted
+    total = {}
+    for m in methods:
+        secs = sum(r.tokens[m] / r.tok_s[m] for r in results if r.tok_s[m])
+        total[m] = sum(r.tokens[m] for r in results) / secs if secs else 0.0
+    hist = [sum(col) for col in zip(*(r.histogram for r in results))]
+    steps = sum(hist)
+    return {
+        "pair": pair.name, "block_size": pair.block_size, "prompts": len(results),
+        "max_new_tokens": max_new_tokens, "tok_s": total,
+        "speedup": {m: total["dflash"] / total[m] for m in methods if m != "dflash" and total[m]},
+        "tau": sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else 0.0,
+        "histogram": hist, "all_identical": all(r.identical for r in results),
+        "per_prompt": [r.__dict__ for r in results],
+        "machine": machine_line(), "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def machine_line() -> str:
+    import os
+    import platform
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def format_table(summary: dict) -> str:
+    methods = list(summary["tok_s"])
+    lines = [f"{'method':<18}{'tok/s':>10}{'DFlash speedup':>16}"]
+    for m in methods:
+        sp = "" if m == "dflash" else f"{summary['speedup'].get(m, 0):.2f}x"
+        lines.append(f"{m:<18}{summary['tok_s'][m]:>10.1f}{sp:>16}")
+    lines.append(f"prompts {summary['prompts']}, max new tokens {summary['max_new_tokens']}, "
+                 f"block size {summary['block_size']}, tau {summary['tau']:.2f}, "
+                 f"greedy outputs identical: {'yes' if summary['all_identical'] else 'NO'}")
+    hist = summary["histogram"]
+    peak = max(hist) or 1
+    lines.append("acceptance length histogram (tokens committed per verify pass):")
+    for n, c in enumerate(hist, 1):
+        lines.append(f"  {n:>2} {'#' * round(30 * c / peak):<30} {c}")
+    return "\n".join(lines)

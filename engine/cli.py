@@ -1,0 +1,172 @@
+"""Command-line front of the engine: `generate` streams one answer with its stats, `bench` compares
+plain decoding with DFlash on a prompt set. Runs without Qt."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import EngineError
+
+DRAFT_COLOUR, RESET = "\033[32m", "\033[0m"
+
+
+def add_pair_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", choices=["demo"], help="use the embedded demo pair (the default without --target)")
+    p.add_argument("--target", type=Path, help="target model folder (config.json, *.safetensors, tokenizer)")
+    p.add_argument("--draft", type=Path, help="DFlash drafter folder (config.json, *.safetensors)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (default cpu)")
+    p.add_argument("--raw", action="store_true", help="skip the tokenizer's chat template")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--block-size", type=int, help="draft block size (default: the drafter's own)")
+    p.add_argument("--json", type=Path, help="also write the results as JSON to this file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dflash-desktop", description="DFlash speculative decoding engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="generate one answer and print its stats")
+    add_pair_args(g)
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--baseline", action="store_true", help="plain decoding, no drafter")
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int)
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="colour the tokens the drafter proposed (default: when printing to a terminal)")
+    b = sub.add_parser("bench", help="plain decoding vs DFlash on a prompt set")
+    add_pair_args(b)
+    b.add_argument("--prompts", type=Path, help="JSON list or text file, one prompt per line "
+                                                "(default for the demo pair: held-out stdlib files)")
+    b.add_argument("--limit", type=int, help="use only the first N prompts")
+    b.add_argument("--peers", action="store_true",
+                   help="also time transformers generate() and prompt-lookup decoding on the same target")
+    t = sub.add_parser("train-draft", help="train a DFlash drafter for a target on your own text")
+    t.add_argument("--target", type=Path, required=True, help="target model folder (with tokenizer)")
+    t.add_argument("--corpus", type=Path, required=True, help="a text file or a folder of text files")
+    t.add_argument("--glob", default="**/*", help="files to take from a corpus folder (default: all)")
+    t.add_argument("--out", type=Path, required=True, help="folder for the drafter (must not hold one)")
+    t.add_argument("--work-dir", type=Path, help="intermediate data and checkpoints (default OUT/../OUT.work)")
+    t.add_argument("--block-size", type=int, default=16)
+    t.add_argument("--layers", type=int, default=2)
+    t.add_argument("--sequences", type=int, default=1200, help="responses the target regenerates")
+    t.add_argument("--response-length", type=int, default=256)
+    t.add_argument("--minutes", type=float, default=40.0, help="training wall-clock budget")
+    t.add_argument("--steps", type=int, help="a fixed number of steps instead of --minutes")
+    t.add_argument("--overwrite", action="store_true")
+    return parser
+
+
+def read_corpus(path: Path, pattern: str) -> list[str]:
+    files = [path] if path.is_file() else sorted(p for p in path.glob(pattern) if p.is_file())
+    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+
+
+def cmd_train_draft(args) -> int:
+    from .training.draft_trainer import DraftTrainer, DraftTrainSettings, TrainingError
+    if not args.corpus.exists():
+        raise TrainingError(f"Corpus {args.corpus} does not exist.")
+    docs = [d for d in read_corpus(args.corpus, args.glob) if d.strip()]
+    held = docs[-max(1, len(docs) // 20):] if len(docs) > 1 else []
+    train = docs[: len(docs) - len(held)] or docs
+    settings = DraftTrainSettings(block_size=args.block_size, layers=args.layers, sequences=args.sequences,
+                                  response_length=args.response_length, minutes=None if args.steps else args.minutes,
+                                  steps=args.steps)
+    work = args.work_dir or args.out.with_name(args.out.name + ".work")
+    trainer = DraftTrainer(args.target, args.out, work, settings, overwrite=args.overwrite,
+                           log=lambda line: print(line, file=sys.stderr, flush=True))
+    eval_prompts = [trainer.pair.encode_prompt(d[:600], raw=True) for d in held[:3]]
+    result = trainer.train(train, eval_prompts)
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
+    return 0
+
+
+def resolve_pair(args):
+    from .bench import DEMO_DIR
+    from .pair import load_pair
+    if args.target is None:
+        if args.draft is not None:
+            raise EngineError("--draft needs --target: name the model the drafter belongs to.")
+        target, draft = DEMO_DIR / "target", DEMO_DIR / "draft"
+        if not (target / "config.json").is_file():
+            raise EngineError(f"The embedded demo pair is missing from {DEMO_DIR}; reinstall the app "
+                              "or pass --target and --draft.")
+    else:
+        target, draft = args.target, args.draft
+    pair = load_pair(target, draft, device=args.device)
+    if args.target is None:
+        pair.name = "demo"
+    return pair
+
+
+def cmd_generate(args) -> int:
+    from .decode import Generation, GenerationSettings
+    pair = resolve_pair(args)
+    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                  top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                                  block_size=args.block_size, stop_strings=tuple(args.stop))
+    ids = pair.encode_prompt(args.prompt, raw=args.raw)
+    run = Generation(pair, ids, settings, baseline=args.baseline or pair.drafter is None)
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    for step in run:
+        for text, drafted in step.spans:
+            sys.stdout.write(f"{DRAFT_COLOUR}{text}{RESET}" if colour and drafted else text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    s = run.stats
+    mode = "plain decoding" if run.block_size == 1 else f"DFlash, block {run.block_size}"
+    print(f"\n[{mode}] {s.generated_tokens} tokens, stop: {run.stop_reason}, "
+          f"{s.end_to_end_tok_s:.1f} tok/s end to end, decode {s.decode_tok_s:.1f} tok/s, "
+          f"time to first token {s.ttft_s * 1000:.0f} ms, prefill {s.prefill_tok_s:.0f} tok/s", file=sys.stderr)
+    if run.block_size > 1:
+        print(f"acceptance rate {s.acceptance_rate:.1%}, mean acceptance length tau {s.tau:.2f}, "
+              f"histogram {s.histogram}", file=sys.stderr)
+    print(f"peak memory {s.peak_memory_bytes / 2**20:.0f} MiB", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "prompt": args.prompt, "prompt_ids": ids, "token_ids": run.tokens, "text": run.text,
+            "stop_reason": run.stop_reason, "mode": "baseline" if run.block_size == 1 else "dflash",
+            "stats": s.to_dict()}, indent=2), encoding="utf-8")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import demo_prompts, format_table, load_prompts, run_bench
+    pair = resolve_pair(args)
+    if pair.drafter is None:
+        raise EngineError("bench compares plain decoding with DFlash: pass --draft too.")
+    if args.prompts:
+        prompts = load_prompts(args.prompts)
+    elif pair.name == "demo":
+        prompts = demo_prompts()
+    else:
+        raise EngineError("Pass --prompts FILE (a JSON list or one prompt per line) for this pair.")
+    prompts = prompts[: args.limit] if args.limit else prompts
+    if not prompts:
+        raise EngineError("The prompt set is empty.")
+    summary = run_bench(pair, prompts, args.max_new_tokens, raw=args.raw or pair.name == "demo",
+                        peers=args.peers, block_size=args.block_size,
+                        progress=lambda line: print(line, file=sys.stderr))
+    print(format_table(summary))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return 0 if summary["all_identical"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        commands = {"generate": cmd_generate, "bench": cmd_bench, "train-draft": cmd_train_draft}
+        return commands[args.command](args)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

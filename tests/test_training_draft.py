@@ -1,0 +1,125 @@
+"""The drafter training pipeline: the block-sparse mask, a tiny end-to-end run, and input errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine.drafter import DFlashDrafter
+from engine.pair import load_pair
+from engine.tiny import save_random_pair
+from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, TrainingError,
+                                           block_sparse_mask, default_layer_ids, draft_loss, lr_at,
+                                           target_features)
+
+DOCS = ["def add(a, b):\n    return a + b\n" * 6, "class Point:\n    x = 0\n    y = 0\n" * 6,
+        "for i in range(10):\n    print(i)\n" * 6]
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    target, _ = save_random_pair(tmp_path_factory.mktemp("pair"), hidden=32, layers=3)
+    return target
+
+
+def tiny_settings(**kw):
+    base = dict(block_size=4, layers=1, sequences=6, prompt_lengths=(16, 24), response_length=20,
+                anchors_per_sequence=3, batch_sequences=2, minutes=None, steps=8, eval_every=4, checkpoint_every=4)
+    return DraftTrainSettings(**{**base, **kw})
+
+
+def test_block_sparse_mask_layout():
+    anchors = torch.tensor([[2, 5]])
+    m = block_sparse_mask(anchors, ctx_len=8, block=3)[0, 0]
+    assert m.shape == (6, 8 + 6)
+    # block 0 (anchor 2): context positions 0,1 only; its own 3 slots; nothing of block 1
+    assert m[0, :8].tolist() == [True, True] + [False] * 6
+    assert m[2, 8:].tolist() == [True] * 3 + [False] * 3
+    # block 1 (anchor 5): context 0..4, its own slots only
+    assert m[4, :8].tolist() == [True] * 5 + [False] * 3
+    assert m[4, 8:].tolist() == [False] * 3 + [True] * 3
+
+
+def test_schedule_and_layer_choice():
+    assert lr_at(0, 100, 1.0, 0.04) == pytest.approx(0.25)
+    assert lr_at(4, 100, 1.0, 0.04) == pytest.approx(1.0)
+    assert lr_at(100, 100, 1.0, 0.04) == pytest.approx(0.0)
+    assert default_layer_ids(6) == [1, 3, 5]
+    assert default_layer_ids(36, 5)[-1] == 35
+
+
+def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir):
+    trainer = DraftTrainer(target_dir, tmp_path / "draft", tmp_path / "work", tiny_settings())
+    prompts = [trainer.pair.encode_prompt("def f(x):\n", raw=True)]
+    result = trainer.train(DOCS, prompts)
+    assert result["steps"] == 8 and result["final_tau"] >= 1.0
+    losses = [h["loss"] for h in result["history"] if "loss" in h]
+    assert losses and all(l == l for l in losses)  # finite
+    pair = load_pair(target_dir, tmp_path / "draft")
+    assert pair.block_size == 4
+    # a longer run in the same work folder resumes from the checkpoint at step 8
+    again = DraftTrainer(target_dir, tmp_path / "draft", tmp_path / "work", tiny_settings(steps=12), overwrite=True)
+    logs = []
+    again.log = logs.append
+    assert again.train(DOCS)["steps"] == 12
+    assert any("resumed at step 8" in line for line in logs)
+    assert any("reusing 6 regenerated sequences" in line for line in logs)
+
+
+def test_training_lowers_the_loss_on_its_data(tmp_path, target_dir):
+    settings = tiny_settings(steps=60, lr=3e-3, checkpoint_every=1000)
+    trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings)
+    trainer.train(DOCS)
+    seqs = trainer.data([])
+    feats = target_features(trainer.pair, seqs)
+    group = [i for i, s in enumerate(seqs) if len(s[1]) == len(seqs[0][1])]
+    tokens = torch.tensor([seqs[i][1] for i in group])
+    f = torch.stack([feats[i] for i in group])
+    anchors = torch.arange(seqs[0][0], tokens.shape[1] - 4 + 1).expand(len(group), -1)
+
+    def loss_of(drafter):
+        with torch.no_grad():
+            return draft_loss(drafter, trainer.pair, tokens, f, anchors, 4.0)[0].item()
+    before = loss_of(trainer.make_drafter().eval())            # same seed: the untrained weights
+    after = loss_of(DFlashDrafter.from_pretrained(tmp_path / "d"))
+    assert after < before - 0.2, f"loss {before:.3f} -> {after:.3f}"
+
+
+def test_output_folder_that_exists(tmp_path, target_dir):
+    DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", tiny_settings(steps=1)).train(DOCS)
+    with pytest.raises(TrainingError, match="already holds a drafter"):
+        DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w2", tiny_settings())
+
+
+def test_empty_corpus(tmp_path, target_dir):
+    trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", tiny_settings())
+    with pytest.raises(TrainingError, match="corpus is empty"):
+        trainer.train(["", "  \n"])
+
+
+def test_block_larger_than_data(tmp_path, target_dir):
+    with pytest.raises(TrainingError, match="block size is larger than the data"):
+        DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", tiny_settings(block_size=32, response_length=20))
+
+
+def test_documents_too_short(tmp_path, target_dir):
+    trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", tiny_settings())
+    with pytest.raises(TrainingError, match="no document longer than 16 tokens"):
+        trainer.train(["x = 1"])
+
+
+def test_target_the_engine_cannot_adapt(tmp_path):
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (bad / "model.safetensors").write_bytes(b"")
+    with pytest.raises(TrainingError, match="cannot adapt this target"):
+        DraftTrainer(bad, tmp_path / "d", tmp_path / "w", tiny_settings())
+
+
+def test_cli_reports_bad_corpus(tmp_path, target_dir):
+    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "train-draft", "--target", str(target_dir),
+                           "--corpus", str(tmp_path / "missing"), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Corpus" in proc.stderr and "does not exist" in proc.stderr
