@@ -1,0 +1,147 @@
+"""The wire protocol between the GUI process and the engine worker: JSON objects, one per line.
+
+Pure standard library on purpose: the GUI imports this module, and the GUI must never pull in torch.
+The full description, with examples, is docs/PROTOCOL.md; this module is its executable form.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 64 * 1024 * 1024   # a line longer than this is refused, not buffered forever
+
+# Commands (GUI -> worker). Each maps field -> (accepted types, required).
+_STR, _INT, _NUM, _BOOL, _LIST, _DICT, _NONE = str, int, (int, float), bool, list, dict, type(None)
+COMMANDS: dict[str, dict[str, tuple[tuple[type, ...] | type, bool]]] = {
+    "hello": {"protocol": (_INT, True), "app_version": ((_STR, _NONE), False)},
+    "load_pair": {"target": (_STR, True), "draft": ((_STR, _NONE), False), "device": ((_STR, _NONE), False),
+                  "dtype": ((_STR, _NONE), False)},
+    "generate": {"messages": ((_LIST, _NONE), False), "prompt": ((_STR, _NONE), False),
+                 "prompt_ids": ((_LIST, _NONE), False), "raw": (_BOOL, False),
+                 "enable_thinking": ((_BOOL, _NONE), False), "settings": ((_DICT, _NONE), False),
+                 "mode": (_STR, False)},
+    "cancel": {"target_id": ((_STR, _NONE), False)},
+    "unload": {},
+    "hardware": {},
+    "shutdown": {},
+}
+
+# Events (worker -> GUI). Terminal events end the request whose id they carry.
+TERMINAL_EVENTS = frozenset({"hello", "loaded", "done", "ok", "hardware", "error"})
+PROGRESS_EVENTS = frozenset({"progress", "tokens", "warning"})
+EVENTS = TERMINAL_EVENTS | PROGRESS_EVENTS
+
+MODES = ("dflash", "baseline")
+DTYPES = ("float32", "bfloat16", "float16")
+SETTINGS_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "block_size", "stop_strings", "rule")
+
+# Error codes: a stable, machine-readable reason next to a plain-language message.
+ERROR_CODES = {
+    # protocol
+    "bad_message": "The line is not a valid JSON command.",
+    "unknown_command": "The worker does not know this command.",
+    "version_mismatch": "GUI and worker speak different protocol versions.",
+    "busy": "A generation is already running; cancel it or wait.",
+    "no_pair": "No model is loaded.",
+    # engine (engine.errors codes pass through unchanged)
+    "bad_checkpoint": "A model folder is missing files or cannot be read.",
+    "pair_mismatch": "The drafter does not belong to this target.",
+    "prompt_too_long": "The prompt does not fit the model's context.",
+    "bad_settings": "A generation setting is out of range.",
+    "device_unavailable": "The requested device (cuda, mps) is not available to the engine.",
+    "out_of_memory": "The model or the generation did not fit in memory.",
+    "engine_unavailable": "The engine's libraries (torch, transformers) could not be imported.",
+    "internal": "An unexpected error inside the worker.",
+    # raised by the client, never by the worker
+    "worker_crashed": "The engine process stopped unexpectedly.",
+    "worker_start_failed": "The engine process could not be started.",
+    "worker_stopped": "The engine was stopped on request before it answered.",
+    "timeout": "The engine did not answer in time.",
+}
+
+
+class ProtocolError(Exception):
+    """A message that breaks the protocol; `code` is one of ERROR_CODES."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as one UTF-8 line. Non-ASCII text stays readable; NaN is refused (not JSON)."""
+    return (json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def decode(line: bytes | str) -> dict[str, Any]:
+    """Parse one line into a JSON object, or raise ProtocolError('bad_message')."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError("bad_message", f"Line of {len(line)} bytes exceeds the {MAX_LINE_BYTES}-byte limit.")
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError("bad_message", f"Not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("bad_message", f"Expected a JSON object, got {type(obj).__name__}.")
+    return obj
+
+
+def _type_ok(value: Any, types) -> bool:
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON true is not an integer here
+    return isinstance(value, types)
+
+
+def validate_command(msg: dict[str, Any]) -> dict[str, Any]:
+    """Check a command's name, id and field types; return it unchanged or raise ProtocolError."""
+    cmd = msg.get("cmd")
+    if not isinstance(cmd, str):
+        raise ProtocolError("bad_message", 'A command needs a string field "cmd".')
+    if "id" in msg and not isinstance(msg["id"], str):
+        raise ProtocolError("bad_message", 'The "id" field must be a string.')
+    schema = COMMANDS.get(cmd)
+    if schema is None:
+        raise ProtocolError("unknown_command", f"Unknown command {cmd!r}; known: {', '.join(COMMANDS)}.")
+    for name, (types, required) in schema.items():
+        if name not in msg:
+            if required:
+                raise ProtocolError("bad_message", f"{cmd}: missing field {name!r}.")
+            continue
+        if not _type_ok(msg[name], types):
+            raise ProtocolError("bad_message", f"{cmd}: field {name!r} has the wrong type ({type(msg[name]).__name__}).")
+    extra = set(msg) - set(schema) - {"cmd", "id"}
+    if extra:
+        raise ProtocolError("bad_message", f"{cmd}: unknown field(s) {', '.join(sorted(extra))}.")
+    if cmd == "generate":
+        _validate_generate(msg)
+    if cmd == "load_pair" and msg.get("dtype") not in (None, *DTYPES):
+        raise ProtocolError("bad_message", f"load_pair: dtype must be one of {', '.join(DTYPES)} or null.")
+    return msg
+
+
+def _validate_generate(msg: dict[str, Any]) -> None:
+    given = [k for k in ("messages", "prompt", "prompt_ids") if msg.get(k) is not None]
+    if len(given) != 1:
+        raise ProtocolError("bad_message", "generate: give exactly one of messages, prompt or prompt_ids.")
+    if msg.get("mode", "dflash") not in MODES:
+        raise ProtocolError("bad_message", f"generate: mode must be one of {', '.join(MODES)}.")
+    for m in msg.get("messages") or []:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise ProtocolError("bad_message", 'generate: each message needs string "role" and "content".')
+    ids = msg.get("prompt_ids")
+    if ids is not None and not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ProtocolError("bad_message", "generate: prompt_ids must be non-negative integers.")
+    unknown = set(msg.get("settings") or {}) - set(SETTINGS_KEYS)
+    if unknown:
+        raise ProtocolError("bad_settings", f"generate: unknown setting(s) {', '.join(sorted(unknown))}.")
+
+
+def error_event(code: str, message: str, request_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The one shape every error takes, on both sides of the pipe."""
+    return {"event": "error", "id": request_id, "code": code, "message": message, **extra}
+
+
+def is_terminal(event: dict[str, Any]) -> bool:
+    return event.get("event") in TERMINAL_EVENTS

@@ -1,0 +1,341 @@
+"""The engine worker: a separate process that owns the models, so a crash or a long step in torch can
+never freeze or kill the window. Commands arrive on stdin and events leave on stdout, one JSON object
+per line (engine/protocol.py, docs/PROTOCOL.md); everything else, logs included, goes to stderr.
+
+Threads: the main thread reads commands, so `cancel` is seen while a generation runs; one executor
+thread runs load/generate/unload in arrival order. torch is imported lazily (on the executor, right
+after start-up), so `hello` answers at once and a broken torch install becomes an error event.
+
+Run it as `python -m engine.worker`, or, in a frozen app, as `<app> --worker`.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+from engine import protocol as P
+
+log = logging.getLogger("engine.worker")
+
+
+class EngineUnavailable(Exception):
+    code = "engine_unavailable"
+
+
+def app_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dflash-desktop")
+    except Exception:  # running from a source tree that was never installed
+        return "0+source"
+
+
+def claim_stdout():
+    """Keep fd 1 for the protocol only: dup it for our writer, then point fd 1 (and sys.stdout) at
+    stderr, so stray prints from Python or C libraries land in the log instead of corrupting the pipe."""
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(proto_fd, "wb", buffering=0)
+
+
+def load_engine() -> SimpleNamespace:
+    """Import the torch side on demand; any failure becomes one clear error instead of a dead worker."""
+    try:
+        import torch
+        from engine import decode, errors, pair
+    except Exception as exc:  # ImportError, or OSError for a broken native library
+        raise EngineUnavailable(
+            f"The engine libraries could not be loaded ({type(exc).__name__}: {exc}). "
+            "Reinstall the app, or check the worker log for details.") from exc
+    return SimpleNamespace(torch=torch, decode=decode, errors=errors, pair=pair)
+
+
+def hardware_info(torch) -> dict:
+    """What this process can run on, as the engine sees it (not a guess from the GUI side)."""
+    cuda = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            cuda.append({"index": i, "name": props.name, "total_memory_bytes": int(props.total_memory),
+                         "capability": f"{props.major}.{props.minor}"})
+    mps = getattr(torch.backends, "mps", None)
+    import platform
+    return {"torch_version": torch.__version__, "cuda_available": bool(cuda), "cuda_version": torch.version.cuda,
+            "cuda_devices": cuda, "mps_available": bool(mps and mps.is_available()),
+            "cpu_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def resolve_device(torch, device: str | None) -> str:
+    device = device or "cpu"
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        return "mps" if mps and mps.is_available() else "cpu"
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise P.ProtocolError("device_unavailable", "CUDA was requested but this engine sees no NVIDIA GPU.")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise P.ProtocolError("device_unavailable", "Metal (mps) was requested but is not available here.")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise P.ProtocolError("device_unavailable", f"Unknown device {device!r}: use cpu, cuda, mps or auto.")
+    return device
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+
+
+class Worker:
+    def __init__(self, out):
+        self._out, self._out_lock = out, threading.Lock()
+        self._jobs: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()          # guards the generation slot below
+        self._gen_id: str | None = None        # generate request queued or running
+        self._generation = None
+        self._cancelled: set[str] = set()
+        self.pair = None
+        self.pair_info: dict | None = None
+        self._executor = threading.Thread(target=self._run_jobs, name="executor", daemon=True)
+
+    # -- output -------------------------------------------------------------------------------------
+    def emit(self, event: dict) -> None:
+        data = P.encode(event)
+        with self._out_lock:
+            try:
+                self._out.write(data)
+            except (BrokenPipeError, OSError):
+                pass  # the GUI is gone; stdin EOF will end us
+
+    def error(self, request_id, code: str, message: str, **extra) -> None:
+        log.info("error %s for %s: %s", code, request_id, message)
+        self.emit(P.error_event(code, message, request_id, **extra))
+
+    # -- main loop ----------------------------------------------------------------------------------
+    def serve(self, stdin) -> int:
+        self._executor.start()
+        for raw in stdin:
+            if not raw.strip():
+                continue
+            if self.handle(raw) == "shutdown":
+                return 0
+        log.info("stdin closed: the GUI went away, stopping")
+        self._stop(wait_s=2.0)
+        return 0
+
+    def handle(self, raw: bytes) -> str | None:
+        try:
+            msg = P.decode(raw)
+        except P.ProtocolError as exc:
+            self.error(None, exc.code, str(exc))
+            return None
+        rid = msg.get("id") if isinstance(msg.get("id"), str) else None
+        try:
+            P.validate_command(msg)
+        except P.ProtocolError as exc:
+            self.error(rid, exc.code, str(exc))
+            return None
+        cmd, rid = msg["cmd"], msg.get("id")
+        if cmd == "hello":
+            return self._hello(msg)
+        if cmd == "cancel":
+            return self._cancel(msg)
+        if cmd == "hardware":
+            threading.Thread(target=self._hardware, args=(rid,), daemon=True).start()
+            return None
+        if cmd == "shutdown":
+            self._stop(wait_s=10.0)
+            self.emit({"event": "ok", "id": rid, "cmd": "shutdown"})
+            return "shutdown"
+        with self._lock:  # load_pair, generate, unload: one at a time, never during a generation
+            if self._gen_id is not None:
+                self.error(rid, "busy", f"A generation ({self._gen_id}) is running; cancel it or wait for it to finish.",
+                           active_id=self._gen_id)
+                return None
+            if cmd == "generate":
+                self._gen_id = rid or ""
+        self._jobs.put(msg)
+        return None
+
+    def _hello(self, msg):
+        if msg["protocol"] != P.PROTOCOL_VERSION:
+            self.error(msg.get("id"), "version_mismatch",
+                       f"The app speaks protocol {msg['protocol']} but this engine speaks {P.PROTOCOL_VERSION}. "
+                       "Reinstall the app so both parts come from the same version.",
+                       worker_protocol=P.PROTOCOL_VERSION)
+            return None
+        self.emit({"event": "hello", "id": msg.get("id"), "protocol": P.PROTOCOL_VERSION,
+                   "app_version": app_version(), "pid": os.getpid(), "frozen": bool(getattr(sys, "frozen", False)),
+                   "pair": self.pair_info})
+        return None
+
+    def _cancel(self, msg):
+        target = msg.get("target_id")
+        with self._lock:
+            active = self._gen_id
+            hit = active is not None and (target is None or target == active)
+            if hit:
+                self._cancelled.add(active)
+                if self._generation is not None:
+                    self._generation.cancel()
+        self.emit({"event": "ok", "id": msg.get("id"), "cmd": "cancel", "cancelled": active if hit else None})
+        return None
+
+    def _hardware(self, rid):
+        try:
+            self.emit({"event": "hardware", "id": rid, **hardware_info(load_engine().torch)})
+        except EngineUnavailable as exc:
+            self.error(rid, exc.code, str(exc))
+        except Exception as exc:
+            log.exception("hardware probe failed")
+            self.error(rid, "internal", f"The hardware probe failed: {exc}")
+
+    def _stop(self, wait_s: float) -> None:
+        with self._lock:
+            if self._generation is not None:
+                self._generation.cancel()
+        self._jobs.put(None)
+        self._executor.join(wait_s)
+
+    # -- executor -----------------------------------------------------------------------------------
+    def _run_jobs(self) -> None:
+        try:
+            load_engine()  # warm the imports while the GUI is still deciding what to load
+        except EngineUnavailable as exc:
+            log.error("%s", exc)
+        while (msg := self._jobs.get()) is not None:
+            rid = msg.get("id")
+            try:
+                final = getattr(self, "_do_" + msg["cmd"])(msg)
+            except (P.ProtocolError, EngineUnavailable) as exc:
+                final = self._error_event(rid, exc.code, str(exc))
+            except Exception as exc:
+                final = self._engine_failure(rid, exc)
+            if msg["cmd"] == "generate":  # free the slot before the answer, so an immediate retry is not busy
+                with self._lock:
+                    self._cancelled.discard(self._gen_id)
+                    self._gen_id, self._generation = None, None
+            self.emit(final)
+
+    def _error_event(self, rid, code: str, message: str) -> dict:
+        log.info("error %s for %s: %s", code, rid, message)
+        return P.error_event(code, message, rid)
+
+    def _engine_failure(self, rid, exc: Exception) -> dict:
+        code = getattr(exc, "code", None)
+        if _is_oom(exc):
+            gc.collect()
+            return self._error_event(rid, "out_of_memory", f"Out of memory: {exc}. Try a smaller model, a shorter "
+                                     "prompt, or fewer new tokens.")
+        if isinstance(code, str) and code in P.ERROR_CODES:  # engine.errors.EngineError and friends
+            return self._error_event(rid, code, str(exc))
+        log.error("unexpected failure in %s:\n%s", rid, traceback.format_exc())
+        return self._error_event(rid, "internal", f"Unexpected {type(exc).__name__}: {exc}. "
+                                 "Details are in the worker log.")
+
+    def _progress(self, rid, stage: str, message: str) -> None:
+        self.emit({"event": "progress", "id": rid, "stage": stage, "message": message})
+
+    def _do_load_pair(self, msg) -> None:
+        rid, t0 = msg.get("id"), time.perf_counter()
+        self._progress(rid, "import", "Loading the engine libraries")
+        eng = load_engine()
+        self.pair, self.pair_info = None, None   # a load replaces the pair: on failure nothing is loaded
+        gc.collect()                             # free the old weights before the new ones arrive
+        target, draft = msg["target"], msg.get("draft")
+        for what, path in (("target", target), ("drafter", draft)):
+            if path is not None and not Path(path).is_dir():
+                raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist.")
+        device = resolve_device(eng.torch, msg.get("device"))
+        dtype = getattr(eng.torch, msg["dtype"]) if msg.get("dtype") else None
+        self._progress(rid, "weights", f"Reading weights from {Path(target).name}"
+                       + (f" and {Path(draft).name}" if draft else ""))
+        pair = eng.pair.load_pair(target, draft, device=device, dtype=dtype)
+        self._progress(rid, "ready", "Model ready")
+        t = pair.target
+        self.pair = pair
+        self.pair_info = {"name": pair.name, "target": target, "draft": draft, "device": str(t.device),
+                          "dtype": str(t.embedding.weight.dtype).removeprefix("torch."),
+                          "block_size": pair.block_size, "has_drafter": pair.drafter is not None,
+                          "has_tokenizer": pair.tokenizer is not None,
+                          "chat_template": bool(getattr(pair.tokenizer, "chat_template", None)),
+                          "vocab_size": t.vocab_rows, "max_positions": t.max_positions, "layers": t.num_layers}
+        return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0}
+
+    def _do_unload(self, msg) -> None:
+        had = self.pair is not None
+        device = str(self.pair.target.device) if had else "cpu"
+        self.pair, self.pair_info = None, None
+        gc.collect()
+        if device.startswith("cuda"):
+            load_engine().torch.cuda.empty_cache()
+        return {"event": "ok", "id": msg.get("id"), "cmd": "unload", "unloaded": had}
+
+    def _do_generate(self, msg) -> None:
+        rid = msg.get("id")
+        if self.pair is None:
+            raise P.ProtocolError("no_pair", "No model is loaded: load a pair before generating.")
+        eng, pair = load_engine(), self.pair
+        raw_settings = dict(msg.get("settings") or {})
+        if "stop_strings" in raw_settings:
+            raw_settings["stop_strings"] = tuple(raw_settings["stop_strings"] or ())
+        try:
+            settings = eng.decode.GenerationSettings(**raw_settings)
+        except (TypeError, ValueError) as exc:
+            raise P.ProtocolError("bad_settings", f"Invalid generation settings: {exc}") from None
+        if msg.get("prompt_ids") is not None:
+            ids = msg["prompt_ids"]
+        elif msg.get("messages") is not None:
+            ids = pair.encode_chat(msg["messages"], raw=msg.get("raw", False), enable_thinking=msg.get("enable_thinking"))
+        else:
+            ids = pair.encode_prompt(msg["prompt"], raw=msg.get("raw", False))
+        baseline = msg.get("mode", "dflash") == "baseline"
+        if not baseline and pair.drafter is None:
+            self.emit({"event": "warning", "id": rid, "code": "no_drafter",
+                       "message": "No drafter is loaded: this runs plain decoding, without DFlash."})
+        gen = eng.decode.Generation(pair, ids, settings, baseline=baseline)
+        with self._lock:
+            self._generation = gen
+            if self._gen_id in self._cancelled:
+                gen.cancel()
+        return self._stream(rid, gen)
+
+    def _stream(self, rid, gen) -> dict:
+        t0, generated = time.perf_counter(), 0
+        for step in gen:
+            generated += len(step.tokens)
+            if not (step.tokens or step.spans):
+                continue
+            self.emit({"event": "tokens", "id": rid, "spans": [[t, d] for t, d in step.spans],
+                       "tokens": step.tokens, "drafted": step.drafted,
+                       "steps": [[step.proposed, step.accepted]] if (step.tokens or step.proposed) else [],
+                       "generated": generated, "elapsed_s": time.perf_counter() - t0})
+        return {"event": "done", "id": rid, "stop_reason": gen.stop_reason, "text": gen.text,
+                "token_ids": gen.tokens, "stats": gen.stats.to_dict()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = claim_stdout()
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")  # the client's log adds the time
+    logging.captureWarnings(True)
+    log.info("worker %s starting (pid %d, protocol %d, python %s)", app_version(), os.getpid(),
+             P.PROTOCOL_VERSION, sys.version.split()[0])
+    code = Worker(out).serve(sys.stdin.buffer)
+    log.info("worker stopping")
+    sys.stderr.flush()
+    os._exit(code)  # skip slow library teardown; every event is already written (unbuffered)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
