@@ -1,0 +1,115 @@
+"""Qt face of the worker client: events become queued signals on the GUI thread.
+
+Token chunks are batched so the window repaints at most about 60 times a second however fast the
+engine commits: events wait in a buffer (neighbouring chunks of one request merged) and a single-shot
+timer flushes the buffer no more often than every `min_interval_ms`. Nothing is dropped or reordered.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+
+from .worker_client import WorkerClient, coalesce_into
+
+
+class QtWorker(QObject):
+    event = Signal(dict)          # every event, in order (after merging token chunks)
+    hello = Signal(dict)          # handshake answered: protocol, app_version, pid
+    progress = Signal(dict)       # load stages: import, weights, ready
+    loaded = Signal(dict)         # a pair is ready (name, block_size, device, dtype, load_s...)
+    tokens = Signal(dict)         # text spans with drafted flags, token ids, per-step [proposed, accepted]
+    done = Signal(dict)           # a generation ended: stop_reason, text, token_ids, stats
+    error = Signal(dict)          # code, message (+ exit_code, signal, stderr_tail, log_path on a crash)
+    warning = Signal(dict)        # code, message; the request goes on
+    hardware = Signal(dict)       # what the engine sees: torch, CUDA devices, MPS, CPU threads
+    ok = Signal(dict)             # cancel, unload or shutdown acknowledged
+    workerStarted = Signal(dict)  # a worker process was spawned (pid, command, log_path)
+    workerStopped = Signal(dict)  # the worker exited after shutdown()
+
+    _wake = Signal()
+
+    _ROUTES = {"hello": "hello", "progress": "progress", "loaded": "loaded", "tokens": "tokens", "done": "done",
+               "error": "error", "warning": "warning", "hardware": "hardware", "ok": "ok",
+               "worker_started": "workerStarted", "worker_stopped": "workerStopped"}
+
+    def __init__(self, parent: QObject | None = None, min_interval_ms: int = 16, **client_options):
+        super().__init__(parent)
+        self._interval_ms = min_interval_ms
+        self._buffer: list[dict] = []
+        self._buffer_lock = threading.Lock()
+        self._last_flush = 0.0
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._flush)
+        self._wake.connect(self._schedule, Qt.ConnectionType.QueuedConnection)
+        self.flushes = 0  # how many batches reached the GUI (tests and diagnostics)
+        self.client = WorkerClient(on_event=self._intake, **client_options)
+
+    # -- commands: each returns the request id at once --------------------------------------------------
+    def start(self) -> None:
+        self.client.start()
+
+    def load_pair(self, target, draft=None, device: str = "cpu", dtype: str | None = None) -> str:
+        return self.client.load_pair(target, draft, device=device, dtype=dtype)
+
+    def generate(self, **kwargs) -> str:
+        return self.client.generate(**kwargs)
+
+    def cancel(self, target_id: str | None = None) -> str | None:
+        return self.client.cancel(target_id)
+
+    def unload(self) -> str:
+        return self.client.unload()
+
+    def request_hardware(self) -> str:
+        return self.client.hardware()
+
+    def shutdown(self, timeout: float = 5.0) -> int | None:
+        """Stop the worker (blocks up to `timeout`, then kills it); call from aboutToQuit."""
+        return self.client.shutdown(timeout)
+
+    @property
+    def busy(self) -> bool:
+        return self.client.busy
+
+    @property
+    def running(self) -> bool:
+        return self.client.running
+
+    @property
+    def pair_info(self) -> dict | None:
+        return self.client.pair_info
+
+    @property
+    def log_path(self):
+        return self.client.log_path
+
+    # -- delivery -----------------------------------------------------------------------------------
+    def _intake(self, event: dict) -> None:
+        """Any thread: buffer the event and wake the GUI thread if the buffer was empty."""
+        with self._buffer_lock:
+            wake = not self._buffer
+            coalesce_into(self._buffer, event)
+        if wake:
+            self._wake.emit()
+
+    def _schedule(self) -> None:
+        if self._timer.isActive():
+            return
+        since_ms = (time.monotonic() - self._last_flush) * 1000.0
+        self._timer.start(max(0, int(self._interval_ms - since_ms + 0.999)))
+
+    def _flush(self) -> None:
+        with self._buffer_lock:
+            events, self._buffer = self._buffer, []
+        self._last_flush = time.monotonic()
+        if not events:
+            return
+        self.flushes += 1
+        for event in events:
+            self.event.emit(event)
+            route = self._ROUTES.get(event.get("event"))
+            if route:
+                getattr(self, route).emit(event)

@@ -1,0 +1,403 @@
+"""The GUI side of the engine worker, free of Qt so it can be tested and scripted on its own.
+
+It starts the worker as a subprocess (never importing torch here), writes commands as JSON lines,
+reads events on a background thread and hands each one to a callback. When the worker dies, every
+request still in flight gets an error event that says why, and the next request starts a new worker
+and reloads the last pair, so a crash costs one answer, not the session.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from engine import protocol as P
+
+from .logs import WorkerLog
+
+EventCallback = Callable[[dict], None]
+_SOURCE_ROOT = Path(__file__).resolve().parent.parent
+_RESULTS_KEPT = 256
+
+
+def worker_command(frozen: bool | None = None, executable: str | None = None) -> list[str]:
+    """How to start the worker: a frozen app runs itself with --worker (see worker_entry), a source
+    checkout runs the same interpreter with -m. Never a PATH lookup for 'python'."""
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    exe = executable or sys.executable
+    return [exe, "--worker"] if frozen else [exe, "-m", "engine.worker"]
+
+
+def worker_env(base: dict | None = None, frozen: bool | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    if not frozen and (_SOURCE_ROOT / "engine" / "protocol.py").is_file():
+        # the worker must find `engine` even when the app was started from another folder
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONIOENCODING"] = "utf-8"
+    return env
+
+
+def signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def describe_exit(returncode: int | None, started: bool) -> str:
+    """A plain-language reason for a worker's death, from its exit status."""
+    sig = signal_name(returncode)
+    if sig == "SIGKILL":
+        return ("The engine process was killed (SIGKILL). This usually means the computer ran out of memory; "
+                "try a smaller model or close other programs.")
+    if sig in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT") or returncode in (0xC0000005, -1073741819):
+        return (f"The engine process crashed ({sig or 'access violation'}) inside a native library "
+                "(CUDA, Metal or llama.cpp).")
+    if sig:
+        return f"The engine process was stopped by {sig}."
+    if not started:
+        return f"The engine process could not start (exit code {returncode})."
+    return f"The engine process exited unexpectedly (exit code {returncode})."
+
+
+class _Proc:
+    """One worker process and what we know about it."""
+
+    def __init__(self, popen: subprocess.Popen, tail_lines: int):
+        self.popen = popen
+        self.pid = popen.pid
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self.hello_id: str | None = None
+        self.started = False           # the handshake succeeded
+        self.expected_exit = False     # we asked it to stop
+        self.failure: tuple[str, str] | None = None  # (code, message) when we killed it on purpose
+        self.stderr_thread: threading.Thread | None = None
+        self.reader: threading.Thread | None = None
+
+
+class WorkerClient:
+    """Thread-safe; every method returns at once. Events reach `on_event` on a background thread."""
+
+    def __init__(self, on_event: EventCallback | None = None, command: list[str] | None = None,
+                 env: dict | None = None, start_timeout: float = 60.0, log_path: Path | None = None,
+                 stderr_tail: int = 40, app_version: str | None = None):
+        self._on_event = on_event or (lambda ev: None)
+        self._command = list(command) if command else worker_command()
+        self._env = env if env is not None else worker_env()
+        self._start_timeout = start_timeout
+        self._tail_lines = stderr_tail
+        self._app_version = app_version
+        self._log = WorkerLog(log_path)
+        self._lock = threading.RLock()         # process state and the stdin pipe
+        self._cond = threading.Condition()     # finished requests, for wait()
+        self._proc: _Proc | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[str, tuple[str, _Proc, bool]] = {}   # id -> (cmd, process, internal)
+        self._results: collections.OrderedDict[str, dict] = collections.OrderedDict()
+        self._load_args: dict[str, dict] = {}
+        self._last_pair: dict | None = None    # load_pair fields of the last successful load
+        self.pair_info: dict | None = None     # the last `loaded` event, None when nothing is loaded
+        self.hello_info: dict | None = None
+        self._spawn_error = ""
+
+    # -- public API ---------------------------------------------------------------------------------
+    @property
+    def log_path(self) -> Path:
+        return self._log.path
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc else None
+
+    @property
+    def running(self) -> bool:
+        proc = self._proc
+        return proc is not None and proc.popen.poll() is None
+
+    @property
+    def busy(self) -> bool:
+        """A generate request is in flight."""
+        with self._lock:
+            return any(cmd == "generate" for cmd, _, _ in self._pending.values())
+
+    def start(self) -> None:
+        """Start the worker now (otherwise the first request does)."""
+        with self._lock:
+            self._ensure_worker("start")
+
+    def load_pair(self, target: str | Path, draft: str | Path | None = None, device: str = "cpu",
+                  dtype: str | None = None) -> str:
+        fields = {"target": str(target), "draft": str(draft) if draft else None, "device": device, "dtype": dtype}
+        rid = self._next_id("load")
+        self._load_args[rid] = fields
+        return self.request("load_pair", id=rid, **fields)
+
+    def generate(self, messages: list[dict] | None = None, prompt: str | None = None,
+                 prompt_ids: list[int] | None = None, settings: dict | None = None, mode: str = "dflash",
+                 raw: bool = False, enable_thinking: bool | None = None) -> str:
+        fields: dict[str, Any] = {"settings": settings or {}, "mode": mode, "raw": raw,
+                                  "enable_thinking": enable_thinking}
+        for key, value in (("messages", messages), ("prompt", prompt), ("prompt_ids", prompt_ids)):
+            if value is not None:
+                fields[key] = value
+        return self.request("generate", **fields)
+
+    def cancel(self, target_id: str | None = None) -> str | None:
+        """Stop a generation (the running one when target_id is None). No worker, nothing to cancel."""
+        if not self.running:
+            return None
+        return self.request("cancel", target_id=target_id)
+
+    def unload(self) -> str:
+        self._last_pair, self.pair_info = None, None
+        return self.request("unload")
+
+    def hardware(self) -> str:
+        return self.request("hardware")
+
+    def request(self, cmd: str, **fields) -> str:
+        """Send any protocol command; returns its id. Starts (or restarts) the worker when needed."""
+        rid = fields.pop("id", None) or self._next_id(cmd)
+        with self._lock:
+            proc = self._ensure_worker(cmd)
+            if proc is None:  # could not even spawn: the error event is already out
+                self._finish(P.error_event("worker_start_failed", self._spawn_error, rid))
+                return rid
+            self._send(proc, {"cmd": cmd, "id": rid, **fields}, internal=False)
+        return rid
+
+    def wait(self, request_id: str, timeout: float) -> dict:
+        """Block until the request's terminal event (done, loaded, ok, hardware, hello or error)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: request_id in self._results, timeout):
+                raise TimeoutError(f"No answer to {request_id} within {timeout} s")
+            return self._results.pop(request_id)
+
+    def shutdown(self, timeout: float = 10.0) -> int | None:
+        """Ask the worker to stop; kill it if it has not exited within `timeout`. Returns its exit code."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is None:
+                return None
+            proc.expected_exit = True
+            self._send(proc, {"cmd": "shutdown", "id": self._next_id("shutdown")}, internal=True)
+        try:
+            proc.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            proc.popen.wait(5)
+        if proc.reader and proc.reader is not threading.current_thread():
+            proc.reader.join(timeout)
+        return proc.popen.returncode
+
+    close = shutdown
+
+    # -- process management -------------------------------------------------------------------------
+    def _next_id(self, cmd: str) -> str:
+        return f"{cmd}-{next(self._ids)}"
+
+    def _ensure_worker(self, cmd: str) -> _Proc | None:
+        proc = self._proc
+        if proc is not None and proc.popen.poll() is None:
+            return proc
+        if cmd == "shutdown":
+            return None
+        proc = self._spawn()
+        if proc is None:
+            return None
+        proc.hello_id = f"auto-hello-{next(self._ids)}"
+        self._send(proc, {"cmd": "hello", "id": proc.hello_id, "protocol": P.PROTOCOL_VERSION,
+                          "app_version": self._app_version}, internal=True)
+        if self._last_pair and cmd == "generate":  # a fresh worker after a crash: reload what was loaded
+            rid = f"auto-reload-{next(self._ids)}"
+            self._load_args[rid] = self._last_pair
+            self._send(proc, {"cmd": "load_pair", "id": rid, **self._last_pair}, internal=True)
+        return proc
+
+    def _spawn(self) -> _Proc | None:
+        self._spawn_error = ""
+        flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) if sys.platform == "win32" else 0
+        try:
+            popen = subprocess.Popen(self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=self._env, creationflags=flags)
+        except OSError as exc:
+            self._spawn_error = f"The engine process could not be started: {exc} (command: {self._command})."
+            self._log.write(self._spawn_error)
+            return None
+        proc = _Proc(popen, self._tail_lines)
+        self._proc = proc
+        self._log.write(f"started worker: {' '.join(self._command)}", popen.pid)
+        proc.stderr_thread = threading.Thread(target=self._read_stderr, args=(proc,), daemon=True,
+                                              name=f"worker-stderr-{proc.pid}")
+        proc.reader = threading.Thread(target=self._read_events, args=(proc,), daemon=True,
+                                       name=f"worker-events-{proc.pid}")
+        proc.stderr_thread.start()
+        proc.reader.start()
+        timer = threading.Timer(self._start_timeout, self._check_started, args=(proc,))
+        timer.daemon = True
+        timer.start()
+        self._deliver({"event": "worker_started", "id": None, "pid": proc.pid, "command": self._command,
+                       "log_path": str(self.log_path)})
+        return proc
+
+    def _send(self, proc: _Proc, msg: dict, internal: bool) -> None:
+        self._pending[msg["id"]] = (msg["cmd"], proc, internal)
+        try:
+            proc.popen.stdin.write(P.encode(msg))
+            proc.popen.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the process is dying; the reader reports it, this request included
+
+    def _check_started(self, proc: _Proc) -> None:
+        if not proc.started and proc.popen.poll() is None:
+            proc.failure = ("worker_start_failed",
+                            f"The engine process did not answer within {self._start_timeout:.0f} s and was stopped.")
+            proc.popen.kill()
+
+    def _kill(self, proc: _Proc, code: str, message: str) -> None:
+        proc.failure = (code, message)
+        proc.popen.kill()
+
+    # -- reading ------------------------------------------------------------------------------------
+    def _read_stderr(self, proc: _Proc) -> None:
+        for raw in proc.popen.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            proc.tail.append(line)
+            self._log.write(line, proc.pid)
+        self._log.flush()
+
+    def _read_events(self, proc: _Proc) -> None:
+        for raw in proc.popen.stdout:
+            try:
+                event = P.decode(raw)
+            except P.ProtocolError:
+                self._log.write(f"not a protocol line on stdout: {raw[:200]!r}", proc.pid)
+                continue
+            self._handle(proc, event)
+        try:
+            returncode = proc.popen.wait(10)
+        except subprocess.TimeoutExpired:  # stdout closed but still alive: it cannot talk to us anymore
+            proc.popen.kill()
+            returncode = proc.popen.wait(5)
+        if proc.stderr_thread:
+            proc.stderr_thread.join(2.0)  # keep the last lines (a traceback) for the report
+        self._exited(proc, returncode)
+
+    def _handle(self, proc: _Proc, event: dict) -> None:
+        rid, kind = event.get("id"), event.get("event")
+        if rid is not None and rid == proc.hello_id:
+            if kind == "hello" and event.get("protocol") == P.PROTOCOL_VERSION:
+                proc.started = True
+                self.hello_info = event
+            else:
+                message = event.get("message") or (
+                    f"The engine speaks protocol {event.get('protocol')}, the app {P.PROTOCOL_VERSION}.")
+                self._kill(proc, "version_mismatch", message)
+                return
+        if kind == "loaded" and rid in self._load_args:
+            self._last_pair = self._load_args.pop(rid)
+            self.pair_info = event
+        elif P.is_terminal(event) and self._load_args.pop(rid, None) is not None:
+            self._last_pair, self.pair_info = None, None  # a failed load leaves the worker with no pair
+        self._deliver(event)
+        if P.is_terminal(event) and rid is not None:
+            with self._lock:
+                self._pending.pop(rid, None)
+            self._finish(event, deliver=False)
+
+    def _exited(self, proc: _Proc, returncode: int | None) -> None:
+        with self._lock:
+            if self._proc is proc:
+                self._proc = None
+            mine = {rid: v for rid, v in self._pending.items() if v[1] is proc}
+            for rid in mine:
+                del self._pending[rid]
+        self._log.write(f"worker exited with {signal_name(returncode) or returncode}", proc.pid)
+        self._log.flush()
+        if proc.expected_exit and proc.failure is None:
+            self.pair_info = None
+            for rid in mine:
+                self._finish(P.error_event("worker_stopped", "The engine was stopped.", rid), deliver=False)
+            self._deliver({"event": "worker_stopped", "id": None, "pid": proc.pid, "exit_code": returncode})
+            return
+        code, message = proc.failure or (
+            "worker_crashed" if proc.started else "worker_start_failed", describe_exit(returncode, proc.started))
+        if self._last_pair:
+            message += " Your next request starts a fresh engine and reloads the model."
+        self.pair_info = None
+        details = {"exit_code": returncode, "signal": signal_name(returncode), "pid": proc.pid,
+                   "stderr_tail": list(proc.tail), "log_path": str(self.log_path)}
+        users = [rid for rid, (_, _, internal) in mine.items() if not internal]
+        for rid in mine:
+            if rid not in users:
+                self._finish(P.error_event(code, message, rid, **details), deliver=False)
+        for rid in users or [None]:
+            self._finish(P.error_event(code, message, rid, **details))
+
+    def _finish(self, event: dict, deliver: bool = True) -> None:
+        if deliver:
+            self._deliver(event)
+        rid = event.get("id")
+        if rid is None:
+            return
+        with self._cond:
+            self._results[rid] = event
+            while len(self._results) > _RESULTS_KEPT:
+                self._results.popitem(last=False)
+            self._cond.notify_all()
+
+    def _deliver(self, event: dict) -> None:
+        try:
+            self._on_event(event)
+        except Exception as exc:  # a broken callback must not kill the reader thread
+            self._log.write(f"event callback failed: {exc!r}")
+
+
+def _own_copy(event: dict) -> dict:
+    copy = dict(event)
+    copy.update(spans=[list(s) for s in event["spans"]], tokens=list(event["tokens"]),
+                drafted=list(event["drafted"]), steps=list(event["steps"]))
+    return copy
+
+
+def _extend_tokens(into: dict, later: dict) -> None:
+    spans = into["spans"]
+    for text, drafted in later["spans"]:
+        if spans and spans[-1][1] == drafted:
+            spans[-1][0] += text
+        else:
+            spans.append([text, drafted])
+    for key in ("tokens", "drafted", "steps"):
+        into[key].extend(later[key])
+    into.update((k, v) for k, v in later.items() if k not in ("spans", "tokens", "drafted", "steps"))
+
+
+def merge_tokens(first: dict, second: dict) -> dict:
+    """Fold a later `tokens` event of the same request into an earlier one: lists concatenate, running
+    totals (generated, elapsed_s) take the later value, and adjacent spans with the same drafted flag join."""
+    merged = _own_copy(first)
+    _extend_tokens(merged, second)
+    return merged
+
+
+def coalesce_into(buffer: list[dict], event: dict) -> None:
+    """Append an event to a pending batch, merging it into the last one when both are token chunks of
+    the same request. Order is kept and nothing is dropped: only neighbours merge. Token events in the
+    buffer are private copies, so merging in place never touches an event someone else holds."""
+    last = buffer[-1] if buffer else None
+    if event.get("event") != "tokens":
+        buffer.append(event)
+    elif last is not None and last.get("event") == "tokens" and last.get("id") == event.get("id"):
+        _extend_tokens(last, event)
+    else:
+        buffer.append(_own_copy(event))
