@@ -1,0 +1,310 @@
+"""The engine worker and its client, end to end: real subprocesses, a tiny random pair, no mocks of the
+worker. Every wait has a timeout, so a hang fails the test instead of stalling the suite."""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from dflash_desktop.logs import WorkerLog
+from dflash_desktop.worker_client import WorkerClient, describe_exit, worker_command, worker_env
+from engine import protocol as P
+
+T = 60  # generous ceiling for anything that loads torch on a busy 2-core machine
+LONG = 1500  # new tokens that would take seconds: long enough to cancel or kill mid-way
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    old = os.environ.get("DFLASH_DESKTOP_HOME")
+    os.environ["DFLASH_DESKTOP_HOME"] = str(tmp_path_factory.mktemp("home"))
+    yield os.environ["DFLASH_DESKTOP_HOME"]
+    if old is None:
+        os.environ.pop("DFLASH_DESKTOP_HOME", None)
+    else:
+        os.environ["DFLASH_DESKTOP_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    from engine.tiny import save_random_pair
+    target, draft = save_random_pair(tmp_path_factory.mktemp("pair"), block_size=8)
+    return str(target), str(draft)
+
+
+@pytest.fixture(scope="module")
+def client(home, pair_dirs):
+    events: list[dict] = []
+    c = WorkerClient(on_event=events.append)
+    c.events = events
+    loaded = c.wait(c.load_pair(*pair_dirs), T)
+    assert loaded["event"] == "loaded", loaded
+    yield c
+    assert c.shutdown(10) == 0
+
+
+def of(client, rid, kind=None):
+    return [e for e in list(client.events) if e.get("id") == rid and (kind is None or e["event"] == kind)]
+
+
+def wait_for(predicate, timeout=T, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ensure_loaded(client, pair_dirs):
+    if client.pair_info is None or not client.running:
+        assert client.wait(client.load_pair(*pair_dirs), T)["event"] == "loaded"
+
+
+# -- protocol module --------------------------------------------------------------------------------
+
+def test_protocol_encode_decode_and_validation():
+    msg = {"cmd": "generate", "id": "a", "prompt": "héllo ✓", "settings": {"max_new_tokens": 3}}
+    line = P.encode(msg)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert P.validate_command(P.decode(line)) == msg
+    cases = [
+        (b"not json", "bad_message"), (b"[1, 2]", "bad_message"),
+        (b'{"cmd": "fly", "id": "x"}', "unknown_command"), (b'{"id": "x"}', "bad_message"),
+        (b'{"cmd": "hello", "id": "x"}', "bad_message"),                       # protocol missing
+        (b'{"cmd": "hello", "id": "x", "protocol": true}', "bad_message"),     # bool is not an int
+        (b'{"cmd": "generate", "id": "x", "prompt": "a", "messages": []}', "bad_message"),
+        (b'{"cmd": "generate", "id": "x", "prompt": "a", "mode": "fast"}', "bad_message"),
+        (b'{"cmd": "generate", "id": "x", "prompt_ids": [1, -2]}', "bad_message"),
+        (b'{"cmd": "generate", "id": "x", "prompt": "a", "settings": {"temp": 1}}', "bad_settings"),
+        (b'{"cmd": "load_pair", "id": "x", "target": "t", "dtype": "int3"}', "bad_message"),
+        (b'{"cmd": "unload", "id": "x", "extra": 1}', "bad_message"),
+    ]
+    for raw, code in cases:
+        with pytest.raises(P.ProtocolError) as info:
+            P.validate_command(P.decode(raw))
+        assert info.value.code == code, raw
+    with pytest.raises(ValueError):
+        P.encode({"x": float("nan")})
+
+
+def test_worker_command_for_source_and_frozen(monkeypatch):
+    assert worker_command(frozen=False, executable="/opt/py/bin/python3") == ["/opt/py/bin/python3", "-m", "engine.worker"]
+    assert worker_command(frozen=True, executable="/Applications/DFlash.app/MacOS/DFlash") == [
+        "/Applications/DFlash.app/MacOS/DFlash", "--worker"]
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert worker_command() == [sys.executable, "--worker"]
+    assert "PYTHONPATH" not in worker_env({}, frozen=None)
+    monkeypatch.delattr(sys, "frozen")
+    assert worker_command() == [sys.executable, "-m", "engine.worker"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(P.__file__)))
+    assert worker_env({"PYTHONPATH": "/x"}).get("PYTHONPATH") == os.pathsep.join([root, "/x"])
+
+
+def test_frozen_entry_starts_a_working_worker(home):
+    """What a PyInstaller build runs: the main entry hands `--worker` to run_worker_if_requested."""
+    from dflash_desktop.worker_entry import run_worker_if_requested
+    assert run_worker_if_requested(["app"]) is None and run_worker_if_requested(["app", "--other"]) is None
+    entry = "import sys; from dflash_desktop.worker_entry import run_worker_if_requested as r; r(['app', '--worker'])"
+    c = WorkerClient(command=[sys.executable, "-c", entry])
+    try:
+        c.start()
+        wait_for(lambda: c.hello_info is not None, 20, "hello")
+        assert c.hello_info["protocol"] == P.PROTOCOL_VERSION
+    finally:
+        assert c.shutdown(10) == 0
+
+
+# -- generation through the worker --------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings", [{"max_new_tokens": 40},
+                                      {"max_new_tokens": 40, "temperature": 0.9, "top_p": 0.95, "seed": 1234}],
+                         ids=["greedy", "seeded"])
+def test_same_tokens_as_in_process(client, pair_dirs, settings):
+    from engine.decode import Generation, GenerationSettings
+    from engine.pair import load_pair
+    ensure_loaded(client, pair_dirs)
+    pair = load_pair(*pair_dirs)
+    messages = [{"role": "user", "content": "Tell me about speculative decoding."}]
+    local = Generation(pair, pair.encode_chat(messages), GenerationSettings(**settings)).run()
+    rid = client.generate(messages=messages, settings=settings)
+    done = client.wait(rid, T)
+    assert done["event"] == "done", done
+    assert done["token_ids"] == local.tokens and done["text"] == local.text
+    assert done["stop_reason"] == local.stop_reason
+    chunks = of(client, rid, "tokens")
+    assert [t for c in chunks for t in c["tokens"]] == local.tokens
+    assert "".join(s for c in chunks for s, _ in c["spans"]) == local.text
+    assert sum(len(c["steps"]) for c in chunks) == local.stats.steps + 1  # + the prefill's token
+    assert done["stats"]["generated_tokens"] == len(local.tokens) and done["stats"]["steps"] == local.stats.steps
+    # baseline mode is lossless against DFlash under greedy decoding
+    if settings.get("temperature", 0) == 0:
+        base = client.wait(client.generate(messages=messages, settings=settings, mode="baseline"), T)
+        assert base["token_ids"] == local.tokens and base["stats"]["block_size"] == 1
+
+
+def test_cancel_stops_within_one_step_and_busy_is_refused(client, pair_dirs):
+    ensure_loaded(client, pair_dirs)
+    rid = client.generate(prompt="Count forever:", settings={"max_new_tokens": LONG})
+    wait_for(lambda: of(client, rid, "tokens"), T, "first tokens")
+    busy = client.wait(client.generate(prompt="second", settings={"max_new_tokens": 3}), T)
+    assert busy["code"] == "busy" and busy["active_id"] == rid
+    cid = client.cancel()
+    ack = client.wait(cid, 10)
+    assert ack["event"] == "ok" and ack["cancelled"] == rid
+    done = client.wait(rid, 10)
+    assert done["event"] == "done" and done["stop_reason"] == "cancelled"
+    after = client.events[client.events.index(ack):]
+    late = [e for e in after if e.get("id") == rid and e["event"] == "tokens" and e["tokens"]]
+    assert len(late) <= 1, f"{len(late)} steps ran after the cancel was seen"
+    assert 0 < done["stats"]["generated_tokens"] < LONG // 2
+    assert done["text"] and len(done["token_ids"]) == done["stats"]["generated_tokens"]
+    after_cancel = client.wait(client.generate(prompt="Next", settings={"max_new_tokens": 5}), T)
+    assert after_cancel["event"] == "done" and after_cancel["stop_reason"] == "length"
+
+
+def test_engine_errors_are_clear_and_the_worker_survives(client, pair_dirs):
+    ensure_loaded(client, pair_dirs)
+    bad = client.wait(client.generate(prompt="x", settings={"temperature": -1.0}), T)
+    assert bad["code"] == "bad_settings" and "temperature" in bad["message"].lower()
+    bad = client.wait(client.generate(prompt="x", settings={"max_new_tokens": "many"}), T)
+    assert bad["code"] == "bad_settings"
+    bad = client.wait(client.generate(prompt="x", settings={"block_size": 32}), T)
+    assert bad["code"] == "bad_settings" and "block size" in bad["message"]
+    bad = client.wait(client.generate(prompt_ids=[1] * 2100, settings={"max_new_tokens": 2}), T)
+    assert bad["code"] == "prompt_too_long"
+    missing = client.wait(client.load_pair("/no/such/model", None), T)
+    assert missing["code"] == "bad_checkpoint" and "/no/such/model" in missing["message"]
+    assert client.pair_info is None
+    nopair = client.wait(client.generate(prompt="x"), T)
+    assert nopair["code"] == "no_pair"
+    ensure_loaded(client, pair_dirs)
+    hw = client.wait(client.hardware(), T)
+    assert hw["event"] == "hardware" and hw["torch_version"] and hw["cuda_available"] in (True, False)
+    assert hw["cpu_threads"] >= 1 and isinstance(hw["cuda_devices"], list)
+    assert client.wait(client.generate(prompt="ok", settings={"max_new_tokens": 3}), T)["event"] == "done"
+
+
+def test_kill_9_reports_within_a_second_and_next_request_restarts(client, pair_dirs):
+    ensure_loaded(client, pair_dirs)
+    rid = client.generate(prompt="Run long", settings={"max_new_tokens": LONG})
+    wait_for(lambda: of(client, rid, "tokens"), T, "first tokens")
+    old_pid = client.pid
+    os.kill(old_pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    err = client.wait(rid, 5)
+    assert time.monotonic() - t0 < 1.0
+    assert err["event"] == "error" and err["code"] == "worker_crashed"
+    assert err["signal"] == "SIGKILL" and err["exit_code"] == -signal.SIGKILL
+    assert "killed" in err["message"] and "reloads the model" in err["message"]
+    assert err["log_path"].endswith("worker.log") and os.path.isfile(err["log_path"])
+    assert any("worker" in line for line in err["stderr_tail"])
+    assert not client.busy and client.pair_info is None
+    again = client.generate(prompt="Hello again", settings={"max_new_tokens": 8})
+    done = client.wait(again, T)
+    assert done["event"] == "done" and done["stats"]["generated_tokens"] == 8
+    assert client.pid != old_pid and client.pair_info is not None  # reloaded without being asked
+    assert any(e["event"] == "loaded" and e["id"].startswith("auto-reload") for e in client.events)
+
+
+# -- workers that cannot start or do not speak our protocol -------------------------------------------
+
+def test_raw_protocol_errors_and_eof_exit(home):
+    """Straight to the worker process over pipes: malformed, unknown and mismatched messages."""
+    proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=worker_env())
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
+
+    def ask(raw: bytes) -> dict:
+        proc.stdin.write(raw + b"\n")
+        proc.stdin.flush()
+        return P.decode(lines.get(timeout=20))
+    try:
+        assert ask(b'{"cmd":"hello","id":"h","protocol":%d}' % P.PROTOCOL_VERSION)["event"] == "hello"
+        assert ask(b"{oops")["code"] == "bad_message"
+        unknown = ask(b'{"cmd":"teleport","id":"t2"}')
+        assert unknown["code"] == "unknown_command" and unknown["id"] == "t2"
+        old = ask(b'{"cmd":"hello","id":"h0","protocol":0}')
+        assert old["code"] == "version_mismatch" and old["worker_protocol"] == P.PROTOCOL_VERSION
+        assert ask(b'{"cmd":"generate","id":"g","prompt":5}')["code"] == "bad_message"
+        assert ask(b'{"cmd":"cancel","id":"c"}') == {"event": "ok", "id": "c", "cmd": "cancel", "cancelled": None}
+        proc.stdin.close()  # the GUI went away: the worker must exit on its own
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_broken_torch_install_is_an_error_not_a_hang(home, pair_dirs, tmp_path):
+    (tmp_path / "torch.py").write_text("raise ImportError('broken torch for this test')\n")
+    env = worker_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    c = WorkerClient(env=env)
+    try:
+        err = c.wait(c.load_pair(*pair_dirs), T)
+        assert err["code"] == "engine_unavailable" and "broken torch for this test" in err["message"]
+        assert c.running  # the worker itself stays up and answers
+        assert c.wait(c.hardware(), T)["code"] == "engine_unavailable"
+    finally:
+        assert c.shutdown(10) == 0
+
+
+def test_worker_that_dies_at_import_reports_its_traceback(home):
+    script = "import sys; print('loading engine', file=sys.stderr); raise ImportError('engine module is broken')"
+    events: list[dict] = []
+    c = WorkerClient(on_event=events.append, command=[sys.executable, "-c", script])
+    err = c.wait(c.generate(prompt="hi"), 20)
+    assert err["code"] == "worker_start_failed" and err["exit_code"] == 1
+    assert "could not start" in err["message"]
+    assert any("ImportError: engine module is broken" in line for line in err["stderr_tail"])
+    assert [e["event"] for e in events if e["event"] == "error"] == ["error"]  # one report, not three
+    with open(err["log_path"], encoding="utf-8") as f:
+        assert "engine module is broken" in f.read()
+
+
+def test_missing_executable_and_silent_worker(home, tmp_path):
+    c = WorkerClient(command=[str(tmp_path / "no-such-app"), "--worker"])
+    err = c.wait(c.generate(prompt="hi"), 5)
+    assert err["code"] == "worker_start_failed" and "no-such-app" in err["message"]
+    silent = WorkerClient(command=[sys.executable, "-c", "import time; time.sleep(60)"], start_timeout=1.0)
+    t0 = time.monotonic()
+    err = silent.wait(silent.generate(prompt="hi"), 10)
+    assert err["code"] == "worker_start_failed" and "did not answer" in err["message"]
+    assert time.monotonic() - t0 < 5 and not silent.running
+
+
+def test_client_refuses_a_worker_of_another_protocol_version(home):
+    """A stand-in for a worker from an older release: it answers hello with protocol 0."""
+    old = ("import json, sys\n"
+           "msg = json.loads(sys.stdin.readline())\n"
+           "print(json.dumps({'event': 'hello', 'id': msg['id'], 'protocol': 0}), flush=True)\n"
+           "sys.stdin.read()\n")
+    c = WorkerClient(command=[sys.executable, "-c", old])
+    err = c.wait(c.hardware(), 20)
+    assert err["code"] == "version_mismatch"
+    wait_for(lambda: not c.running, 10, "the old worker to be stopped")
+
+
+def test_log_rotation_keeps_five_files(tmp_path):
+    log = WorkerLog(tmp_path / "rot" / "worker.log", max_bytes=2000, backups=4)
+    for i in range(400):
+        log.write(f"line {i} " + "x" * 40, pid=123)
+    log.flush()
+    files = sorted(p.name for p in (tmp_path / "rot").iterdir())
+    assert files == ["worker.log", "worker.log.1", "worker.log.2", "worker.log.3", "worker.log.4"]
+    assert all((tmp_path / "rot" / f).stat().st_size <= 2000 for f in files)
+    assert "line 399" in (tmp_path / "rot" / "worker.log").read_text()
+
+
+def test_describe_exit_in_plain_language():
+    assert "out of memory" in describe_exit(-9, True)
+    assert "crashed" in describe_exit(-11, True) and "SIGSEGV" in describe_exit(-11, True)
+    assert "exit code 3" in describe_exit(3, True)
+    assert "could not start" in describe_exit(1, False)
