@@ -10,14 +10,15 @@ from .target import TargetModel
 
 
 def target_config(arch: str = "qwen3", vocab: int = 256, hidden: int = 64, layers: int = 4, heads: int = 4,
-                  kv_heads: int = 2, intermediate: int | None = None, max_positions: int = 2048):
+                  kv_heads: int = 2, intermediate: int | None = None, max_positions: int = 2048,
+                  head_dim: int | None = None):
     from transformers import LlamaConfig, Qwen3Config
     common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                   num_key_value_heads=kv_heads, intermediate_size=intermediate or 3 * hidden,
                   max_position_embeddings=max_positions, tie_word_embeddings=False, bos_token_id=None,
                   eos_token_id=None, pad_token_id=None)
     if arch == "qwen3":
-        return Qwen3Config(head_dim=hidden // heads, **common)
+        return Qwen3Config(head_dim=head_dim or hidden // heads, **common)
     if arch == "llama":
         return LlamaConfig(**common)
     raise ValueError(f"unknown architecture {arch!r}")
@@ -33,15 +34,20 @@ def random_target(arch: str = "qwen3", seed: int = 0, capture_layers=(), **sizes
 
 
 def draft_config_dict(target: TargetModel, layers: int = 1, block_size: int = 16, mask_token_id: int | None = None,
-                      target_layer_ids=None, heads: int = 4, kv_heads: int = 2, intermediate: int | None = None,
-                      nested: bool = True, **extra) -> dict:
+                      target_layer_ids=None, heads: int | None = None, kv_heads: int | None = None,
+                      intermediate: int | None = None, nested: bool = True, **extra) -> dict:
+    """A z-lab style config for a drafter of this target; attention and MLP shapes follow the target's."""
     h = target.hidden_size
+    tcfg = target.model.config
+    heads = heads or tcfg.num_attention_heads
+    kv_heads = kv_heads or tcfg.num_key_value_heads
+    head_dim = h // heads if heads != tcfg.num_attention_heads else getattr(tcfg, "head_dim", None) or h // heads
     if target_layer_ids is None:
         target_layer_ids = sorted({min(i, target.num_layers - 1) for i in (1, target.num_layers // 2, target.num_layers - 2)})
     raw = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": h,
-        "intermediate_size": intermediate or 3 * h, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-        "head_dim": h // heads, "num_hidden_layers": layers, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+        "intermediate_size": intermediate or tcfg.intermediate_size, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": layers, "rms_norm_eps": 1e-6, "hidden_act": "silu",
         "attention_bias": False, "rope_theta": 10000.0, "max_position_embeddings": target.max_positions,
         "vocab_size": target.vocab_rows, "num_target_layers": target.num_layers,
     }
