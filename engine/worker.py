@@ -201,11 +201,17 @@ class Worker:
             self.error(rid, "internal", f"The hardware probe failed: {exc}")
 
     def _stop(self, wait_s: float) -> None:
+        """Cancel a running generation and wait for its `done`; a load (or the start-up import) cannot be
+        interrupted and its answer would go nowhere, so that is not waited for."""
         with self._lock:
-            if self._generation is not None:
-                self._generation.cancel()
+            generating = self._gen_id is not None
+            if generating:
+                self._cancelled.add(self._gen_id)
+                if self._generation is not None:
+                    self._generation.cancel()
         self._jobs.put(None)
-        self._executor.join(wait_s)
+        if generating:
+            self._executor.join(wait_s)
 
     # -- executor -----------------------------------------------------------------------------------
     def _run_jobs(self) -> None:
