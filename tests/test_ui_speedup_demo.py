@@ -1,0 +1,93 @@
+"""The side-by-side demo against a real worker and a random pair: measured one run after the other,
+replayed together at the engine's own timings, with an honest speed-up and an exactness check."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from dflash_desktop.qt_worker import QtWorker
+from tests.ui_fixtures import loaded_worker, random_pair  # noqa: F401  (fixtures)
+from ui.speedup_demo import REPLAY_NOTE, SpeedupDemo, first_difference
+
+RUN_TIMEOUT_MS = 90_000
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_run_measures_plain_then_dflash_and_replays_at_measured_speed(qtbot, loaded_worker):
+    worker = loaded_worker
+    demo = SpeedupDemo(worker)
+    qtbot.addWidget(demo)
+    demo.show()
+    order: list[tuple[str, str]] = []   # (event, request id) as the GUI saw them
+    last_elapsed: dict[str, float] = {}
+    worker.event.connect(lambda e: order.append((e["event"], e.get("id"))))
+    worker.tokens.connect(lambda e: last_elapsed.__setitem__(e["id"], e["elapsed_s"]))
+    states: list[tuple[str, float]] = []
+    demo.stateChanged.connect(lambda s: states.append((s, time.perf_counter())))
+
+    assert demo.start("def add(a, b):\n", {"max_new_tokens": 48})
+    assert "Measuring plain decoding" in demo.status.text()
+    qtbot.waitUntil(lambda: demo.state == "finished", timeout=RUN_TIMEOUT_MS)
+
+    # one after the other: the plain run finished before the DFlash run produced anything
+    gens = [rid for ev, rid in order if ev == "done"][-2:]
+    plain_done = order.index(("done", gens[0]))
+    assert all(rid != gens[1] for _, rid in order[:plain_done])
+    assert [demo.plain.mode, demo.dflash.mode] == ["baseline", "dflash"]
+
+    # both panes hold the full text of their run
+    assert demo.plain.tokens == 48 and demo.dflash.tokens == 48
+    assert demo.plain_pane.plain_text() == "".join(t for _, spans in demo.plain.chunks for t, _ in spans)
+    assert demo.dflash_pane.plain_text() == "".join(t for _, spans in demo.dflash.chunks for t, _ in spans)
+    assert demo.plain_pane.plain_text() and demo.dflash_pane.plain_text()
+    assert "tok/s" in demo.plain_pane.stats.text() and "τ" in demo.dflash_pane.stats.text()
+
+    # greedy DFlash is exactly plain decoding
+    assert demo.identical is True and "identical ✓" in demo.identical_label.text()
+
+    # the speed-up is the ratio of tok/s measured from the engine's own timestamps
+    plain_tok_s = 48 / last_elapsed[gens[0]]
+    dflash_tok_s = 48 / last_elapsed[gens[1]]
+    assert abs(demo.speedup - dflash_tok_s / plain_tok_s) < 1e-9
+    assert f"{demo.speedup:.2f}×" in demo.speedup_label.text()
+
+    # the replay is labelled and takes as long as the slower measured run
+    assert demo.replay_label.isVisible() and demo.replay_label.text() == REPLAY_NOTE
+    t_replay = next(t for s, t in states if s == "replaying")
+    t_end = next(t for s, t in states if s == "finished" and t > t_replay)
+    assert t_end - t_replay >= max(demo.plain.seconds, demo.dflash.seconds) - 0.02
+    assert demo.replay_button.isEnabled() and demo.run_button.isEnabled()
+
+    # Replay again from the button: the panes refill to the same text
+    text = demo.dflash_pane.plain_text()
+    demo.replay_button.click()
+    assert demo.state == "replaying"
+    qtbot.waitUntil(lambda: demo.state == "finished", timeout=10_000)
+    assert demo.dflash_pane.plain_text() == text
+
+
+def test_refuses_without_a_model_and_says_why(qtbot):
+    demo = SpeedupDemo(QtWorker())  # never started: nothing loaded, no process spawned
+    qtbot.addWidget(demo)
+    assert not demo.start("def f():\n", {})
+    assert demo.state == "idle" and "No model is loaded" in demo.error_label.text()
+    assert demo.run_button.isEnabled()
+
+
+def test_worker_killed_mid_run_shows_the_error_and_stays_usable(qtbot, loaded_worker):
+    demo = SpeedupDemo(loaded_worker)
+    qtbot.addWidget(demo)
+    demo.show()
+    assert demo.start("class Stack:\n", {"max_new_tokens": 1800})
+    qtbot.waitUntil(lambda: demo.plain is not None and demo.plain.generated > 0, timeout=RUN_TIMEOUT_MS)
+    os.kill(loaded_worker.client.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: demo.state == "idle", timeout=30_000)
+    assert demo.error_label.isVisible() and "killed" in demo.error_label.text()
+    assert demo.run_button.isEnabled() and not demo.stop_button.isEnabled()
+    assert demo.speedup is None

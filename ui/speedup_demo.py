@@ -1,0 +1,403 @@
+"""Side-by-side speed comparison: plain decoding against DFlash, on the same prompt and model.
+
+Running both at once on one device would make each slow the other down, so the comparison would lie.
+Instead the two runs are measured one after the other on the same worker, every token chunk is
+stamped with the engine's own clock (`elapsed_s` in each `tokens` event: seconds since the request
+began, prefill included, free of pipe and repaint delays), and the two panes are then replayed together
+at exactly those timings. The label says so.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
+                               QSizePolicy, QTextEdit, QVBoxLayout, QWidget)
+
+from dflash_desktop.qt_worker import QtWorker
+
+DEFAULT_PROMPT = (
+    "import os\n\n\n"
+    "def find_python_files(root):\n"
+    '    """Return the paths of all .py files under root, sorted."""\n'
+)
+DEFAULT_SETTINGS = {"max_new_tokens": 200, "temperature": 0.0, "seed": 0}
+DRAFTED_COLOR = QColor(46, 160, 67, 80)   # translucent green: readable on light and dark themes
+REPLAY_NOTE = "Replay at measured speed — runs were measured one after the other"
+PLAIN_TITLE, DFLASH_TITLE = "Plain decoding (baseline)", "DFlash"
+
+
+@dataclass
+class Measurement:
+    """One measured run: its token chunks stamped with engine time, and the final result."""
+
+    mode: str
+    chunks: list[tuple[float, list]] = field(default_factory=list)  # (elapsed_s, [[text, drafted], ...])
+    generated: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    stop_reason: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def seconds(self) -> float:
+        """Engine time from the request to its last token: what the replay takes."""
+        return self.chunks[-1][0] if self.chunks else 0.0
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (the shorter length if one is a prefix), None when equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+class _Pane(QFrame):
+    """One side: a title, the generated text (drafted spans tinted) and a stats line."""
+
+    def __init__(self, title: str, parent=None):
+        super().__init__(parent)
+        self.setObjectName("speedupPane")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.title = QLabel(title)
+        font = self.title.font()
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        self.title.setFont(font)
+        self.text = QTextEdit(readOnly=True)
+        self.text.setFont(QFont("monospace"))
+        self.text.document().setDocumentMargin(8)
+        self.text.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.stats = QLabel("—")
+        self.stats.setWordWrap(True)
+        self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.title)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(self.stats)
+
+    def clear(self) -> None:
+        self.text.clear()
+        self.stats.setText("—")
+
+    def append(self, spans: list, highlight: bool) -> None:
+        cursor = self.text.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        for text, drafted in spans:
+            fmt = QTextCharFormat()
+            if highlight and drafted:
+                fmt.setBackground(DRAFTED_COLOR)
+            cursor.insertText(text, fmt)
+        self.text.setTextCursor(cursor)
+        self.text.ensureCursorVisible()
+
+    def plain_text(self) -> str:
+        return self.text.toPlainText()
+
+
+class SpeedupDemo(QWidget):
+    """Measures plain decoding then DFlash on the loaded pair, then replays both at measured speed."""
+
+    stateChanged = Signal(str)  # idle, measuring, replaying, finished
+
+    def __init__(self, worker: QtWorker, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.worker = worker
+        self.settings = dict(DEFAULT_SETTINGS)
+        self.state = "idle"
+        self.plain: Measurement | None = None
+        self.dflash: Measurement | None = None
+        self._current: Measurement | None = None
+        self._rid: str | None = None
+        self._prompt = ""
+        self._replay_t0 = 0.0
+        self._replay_pos = {"baseline": 0, "dflash": 0}
+        self._replay_timer = QTimer(self, interval=16)
+        self._replay_timer.timeout.connect(self._replay_tick)
+        self._build()
+        worker.tokens.connect(self._on_tokens)
+        worker.done.connect(self._on_done)
+        worker.error.connect(self._on_error)
+        worker.warning.connect(self._on_warning)
+        self._set_state("idle")
+
+    # -- layout -----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.prompt_edit = QPlainTextEdit(DEFAULT_PROMPT)
+        self.prompt_edit.setFont(QFont("monospace"))
+        self.prompt_edit.setPlaceholderText("Prompt for both runs (code prompts show DFlash best)")
+        self.prompt_edit.setFixedHeight(self.prompt_edit.fontMetrics().lineSpacing() * 6 + 16)
+        self.run_button = QPushButton("Run comparison")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(lambda: self.start(self.prompt_edit.toPlainText(), self.settings))
+        self.replay_button = QPushButton("Replay")
+        self.replay_button.clicked.connect(self.replay)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.status = QLabel("Runs plain decoding, then DFlash, on the loaded model and compares their speed.")
+        self.status.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(False)
+        self.progress.setFixedWidth(160)
+        self.progress.hide()
+        buttons = QHBoxLayout()
+        for w in (self.run_button, self.replay_button, self.stop_button):
+            buttons.addWidget(w)
+        buttons.addSpacing(12)
+        buttons.addWidget(self.status, 1)
+        buttons.addWidget(self.progress)
+
+        self.error_label = QLabel()
+        self.error_label.setObjectName("speedupError")
+        self.error_label.setWordWrap(True)
+        self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error_label.setStyleSheet("QLabel#speedupError { background: rgba(218, 54, 51, 40); "
+                                       "border: 1px solid rgba(218, 54, 51, 160); border-radius: 6px; padding: 8px; }")
+        self.error_label.hide()
+        self.replay_label = QLabel(REPLAY_NOTE)
+        self.replay_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.replay_label.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
+
+        self.plain_pane, self.dflash_pane = _Pane(PLAIN_TITLE), _Pane(DFLASH_TITLE)
+        panes = QHBoxLayout()
+        panes.addWidget(self.plain_pane, 1)
+        panes.addWidget(self.dflash_pane, 1)
+
+        self.speedup_label = QLabel("")
+        self.speedup_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        big = self.speedup_label.font()
+        big.setPointSizeF(big.pointSizeF() * 2.6)
+        big.setBold(True)
+        self.speedup_label.setFont(big)
+        self.speedup_detail = QLabel("")
+        self.speedup_detail.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.speedup_detail.setWordWrap(True)
+        self.identical_label = QLabel("")
+        self.identical_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.identical_label.setWordWrap(True)
+        legend = QLabel(f'<span style="background: rgba(46,160,67,0.4)">&nbsp;&nbsp;&nbsp;&nbsp;</span>'
+                        "&nbsp; text drafted by DFlash and accepted by the target model")
+        legend.setAlignment(Qt.AlignmentFlag.AlignRight)
+        for w in (self.speedup_label, self.speedup_detail, self.identical_label):
+            w.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Prompt (used for both runs)"))
+        layout.addWidget(self.prompt_edit)
+        layout.addLayout(buttons)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.replay_label)
+        layout.addLayout(panes, 1)
+        layout.addWidget(legend)
+        layout.addWidget(self.speedup_label)
+        layout.addWidget(self.speedup_detail)
+        layout.addWidget(self.identical_label)
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        busy = state in ("measuring", "replaying")
+        self.run_button.setEnabled(not busy)
+        self.prompt_edit.setReadOnly(busy)
+        self.replay_button.setEnabled(not busy and self._measured())
+        self.stop_button.setEnabled(busy)
+        self.progress.setVisible(state == "measuring")
+        self.replay_label.setVisible(state in ("replaying", "finished"))
+        self.stateChanged.emit(state)
+
+    def _measured(self) -> bool:
+        return bool(self.plain and self.dflash and self.plain.chunks and self.dflash.chunks)
+
+    # -- measuring --------------------------------------------------------------------------------
+    def start(self, prompt: str, settings: dict | None = None) -> bool:
+        """Measure plain decoding, then DFlash, then replay both. False (with a message) if it cannot start."""
+        if self.state in ("measuring", "replaying"):
+            return False
+        if settings:
+            self.settings = {**DEFAULT_SETTINGS, **settings}
+        if prompt != self.prompt_edit.toPlainText():
+            self.prompt_edit.setPlainText(prompt)
+        info = self.worker.pair_info
+        if not prompt.strip():
+            return self._refuse("Type a prompt first.")
+        if info is None:
+            return self._refuse("No model is loaded. Load a model pair first, then run the comparison.")
+        if not info.get("has_drafter"):
+            return self._refuse(f"{info.get('name', 'This model')} was loaded without its DFlash drafter, "
+                                "so there is nothing to compare. Load a pair whose drafter fits.")
+        if self.worker.busy:
+            return self._refuse("The model is busy with another answer. Wait for it or stop it, then run again.")
+        self._prompt = prompt
+        self.error_label.hide()
+        self.plain, self.dflash = Measurement("baseline"), Measurement("dflash")
+        for pane in (self.plain_pane, self.dflash_pane):
+            pane.clear()
+        self.speedup_label.clear()
+        self.speedup_detail.clear()
+        self.identical_label.clear()
+        self.progress.setRange(0, int(self.settings.get("max_new_tokens", 256)))
+        self._set_state("measuring")
+        self._measure(self.plain)
+        return True
+
+    def _refuse(self, message: str) -> bool:
+        self._show_error(message)
+        return False
+
+    def _measure(self, m: Measurement) -> None:
+        self._current = m
+        self.progress.setValue(0)
+        self._show_progress(0)
+        self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=m.mode, settings=dict(self.settings))
+
+    def _show_progress(self, tokens: int) -> None:
+        what = "plain decoding" if self._current is self.plain else "DFlash"
+        step = "1 of 2" if self._current is self.plain else "2 of 2"
+        self.status.setText(f"Measuring {what}… {tokens} tokens  ({step}, each run alone on this device)")
+        self.progress.setValue(min(tokens, self.progress.maximum()))
+
+    def _pane_of(self, m: Measurement) -> _Pane:
+        return self.plain_pane if m is self.plain else self.dflash_pane
+
+    def _on_tokens(self, ev: dict) -> None:
+        m = self._current
+        if m is None or ev.get("id") != self._rid:
+            return
+        m.chunks.append((float(ev["elapsed_s"]), [list(s) for s in ev["spans"]]))
+        m.generated = int(ev.get("generated", m.generated))
+        self._pane_of(m).append(ev["spans"], highlight=m is self.dflash)
+        self._show_progress(m.generated)
+
+    def _on_done(self, ev: dict) -> None:
+        m = self._current
+        if m is None or ev.get("id") != self._rid:
+            return
+        m.token_ids, m.stats, m.stop_reason = list(ev.get("token_ids") or []), ev.get("stats") or {}, ev["stop_reason"]
+        self._current, self._rid = None, None
+        if m.stop_reason == "cancelled":
+            self.status.setText("Stopped. Run again to measure both methods.")
+            self._set_state("idle")
+        elif m is self.plain:
+            self._measure(self.dflash)
+        else:
+            self._set_state("finished")
+            self._show_results()
+            self.replay()
+
+    def _on_error(self, ev: dict) -> None:
+        if self._current is None or ev.get("id") not in (self._rid, None):
+            return
+        self._current, self._rid = None, None
+        self.plain = self.dflash = None
+        self._show_error(ev.get("message") or "The engine reported an error.")
+        self.status.setText("The comparison did not finish. Fix the problem above and run it again.")
+        self._set_state("idle")
+
+    def _on_warning(self, ev: dict) -> None:
+        if self._current is not None and ev.get("id") == self._rid:
+            self._show_error(ev.get("message", ""))
+
+    def _show_error(self, message: str) -> None:
+        self.error_label.setText(message)
+        self.error_label.show()
+
+    # -- results ----------------------------------------------------------------------------------
+    @property
+    def speedup(self) -> float | None:
+        """DFlash tokens per second over plain tokens per second, both as measured alone."""
+        if not (self._measured() and self.plain.tok_s > 0):
+            return None
+        return self.dflash.tok_s / self.plain.tok_s
+
+    @property
+    def greedy(self) -> bool:
+        return float(self.settings.get("temperature", 0.0)) == 0.0
+
+    @property
+    def identical(self) -> bool | None:
+        """For greedy decoding, whether DFlash produced exactly the plain tokens (None otherwise)."""
+        if not (self.greedy and self._measured()):
+            return None
+        return first_difference(self.plain.token_ids, self.dflash.token_ids) is None
+
+    def _final_stats(self, m: Measurement) -> str:
+        text = f"<b>{m.tok_s:.1f} tok/s</b> · {m.seconds:.2f} s · {m.tokens} tokens"
+        if m is self.dflash:
+            tau, rate = m.stats.get("tau", 0.0), m.stats.get("acceptance_rate", 0.0)
+            text += f" · τ {tau:.2f} tokens per target pass · {rate:.0%} of drafts accepted"
+        return text
+
+    def _show_results(self) -> None:
+        s = self.speedup or 0.0
+        info = self.worker.pair_info or {}
+        where = f" on {info.get('device', 'this device')}" if info else ""
+        self.speedup_label.setText(f"{s:.2f}× faster" if s >= 1 else f"{s:.2f}× — slower than plain decoding")
+        color = "rgb(46,160,67)" if s >= 1 else "rgb(218,54,51)"
+        self.speedup_label.setStyleSheet(f"color: {color};")
+        detail = (f"DFlash {self.dflash.tok_s:.1f} tok/s vs plain {self.plain.tok_s:.1f} tok/s{where}, "
+                  "each measured alone.")
+        if s < 1:
+            detail += (f" The target kept few drafted tokens (τ {self.dflash.stats.get('tau', 0):.2f}); "
+                       "drafters do best on the kind of text they were trained on.")
+        self.speedup_detail.setText(detail)
+        if self.identical is None:
+            self.identical_label.setText("Sampling (temperature > 0): the outputs may differ, but both follow the "
+                                         "target model's own distribution exactly.")
+            self.identical_label.setStyleSheet("")
+        elif self.identical:
+            self.identical_label.setText(f"Outputs identical ✓  (all {self.plain.tokens} tokens, greedy decoding)")
+            self.identical_label.setStyleSheet("color: rgb(46,160,67); font-weight: bold;")
+        else:
+            i = first_difference(self.plain.token_ids, self.dflash.token_ids)
+            self.identical_label.setText(f"Outputs differ ✗  first difference at token {i} of "
+                                         f"{max(self.plain.tokens, self.dflash.tokens)}. Greedy DFlash should "
+                                         "match plain decoding exactly; please report this.")
+            self.identical_label.setStyleSheet("color: rgb(218,54,51); font-weight: bold;")
+
+    # -- replay -----------------------------------------------------------------------------------
+    def replay(self) -> None:
+        """Play both measured runs together, each at the timing recorded when it ran alone."""
+        if not self._measured() or self.state in ("measuring", "replaying"):
+            return
+        for pane in (self.plain_pane, self.dflash_pane):
+            pane.clear()
+        self._replay_pos = {"baseline": 0, "dflash": 0}
+        self._replay_t0 = time.perf_counter()
+        self._set_state("replaying")
+        self._replay_tick()
+        if self.state == "replaying":
+            self._replay_timer.start()
+
+    def _replay_tick(self) -> None:
+        now = time.perf_counter() - self._replay_t0
+        for m in (self.plain, self.dflash):
+            pane, pos = self._pane_of(m), self._replay_pos[m.mode]
+            while pos < len(m.chunks) and m.chunks[pos][0] <= now:
+                pane.append(m.chunks[pos][1], highlight=m is self.dflash)
+                pos += 1
+            self._replay_pos[m.mode] = pos
+            pane.stats.setText(self._final_stats(m) if pos >= len(m.chunks) else f"{now:.2f} s …")
+        total = max(self.plain.seconds, self.dflash.seconds)
+        self.status.setText(f"Replaying… {min(now, total):.1f} s of {total:.1f} s")
+        if all(self._replay_pos[m.mode] >= len(m.chunks) for m in (self.plain, self.dflash)):
+            self._replay_timer.stop()
+            self.status.setText("Done. Replay shows both runs again at their measured speed.")
+            self._set_state("finished")
+
+    def stop(self) -> None:
+        if self.state == "measuring" and self._rid:
+            self.worker.cancel(self._rid)
+            self.status.setText("Stopping…")
+        elif self.state == "replaying":
+            self._replay_timer.stop()
+            self.status.setText("Replay stopped.")
+            self._set_state("finished")
