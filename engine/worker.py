@@ -41,6 +41,8 @@ def app_version() -> str:
 def claim_stdout():
     """Keep fd 1 for the protocol only: dup it for our writer, then point fd 1 (and sys.stdout) at
     stderr, so stray prints from Python or C libraries land in the log instead of corrupting the pipe."""
+    if sys.stderr is None:  # a windowed (no console) frozen app starts without Python-level std streams
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     proto_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -337,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.captureWarnings(True)
     log.info("worker %s starting (pid %d, protocol %d, python %s)", app_version(), os.getpid(),
              P.PROTOCOL_VERSION, sys.version.split()[0])
-    code = Worker(out).serve(sys.stdin.buffer)
+    stdin = sys.stdin.buffer if sys.stdin is not None else os.fdopen(0, "rb", closefd=False)
+    code = Worker(out).serve(stdin)
     log.info("worker stopping")
     sys.stderr.flush()
     os._exit(code)  # skip slow library teardown; every event is already written (unbuffered)
