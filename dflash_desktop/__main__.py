@@ -8,6 +8,8 @@ ENGINE_COMMANDS = {"generate", "bench", "train-draft"}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .worker_entry import run_worker_if_requested
+    run_worker_if_requested([sys.argv[0], *(sys.argv[1:] if argv is None else argv)])  # frozen app: --worker
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ENGINE_COMMANDS:
         from engine.cli import main as engine_main
