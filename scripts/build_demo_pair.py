@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Reproducible recipe for the embedded demo pair (tokenizer, target model, later the drafter).
+"""Reproducible recipe for the embedded demo pair (tokenizer, target model, DFlash drafter).
 
 Everything runs on a CPU from the Python standard library's own source code (PSF License v2):
 
     python scripts/build_demo_pair.py --stage tokenizer                # ~15 s
     python scripts/build_demo_pair.py --stage target                   # 48 min wall-clock budget
+    python scripts/build_demo_pair.py --stage drafter                  # 45 min wall-clock budget
     python scripts/build_demo_pair.py --tiny --out /tmp/demo-tiny      # a few steps of each stage (CI)
 
 Outputs (real run): ``assets/demo/target/`` (config.json, model.safetensors, generation_config.json,
@@ -41,12 +42,16 @@ DEFAULT_OUT = REPO / "assets" / "demo"
 DEFAULT_WORK = REPO / "work-data" / "demo"
 DEFAULT_SEED = 1234
 DEFAULT_TARGET_BUDGET_MIN = 48.0
+DEFAULT_DRAFTER_BUDGET_MIN = 45.0
 
 # Sizes of the real run and of the --tiny smoke run.
 REAL = {
     "vocab_size": 4096,
     "model": {"hidden_size": 256, "num_hidden_layers": 6, "head_dim": 64, "num_key_value_heads": 2},
     "train": {"seq_len": 256, "batch_size": 16, "warmup_steps": 80, "eval_every": 200},
+    # prompts up to ~1200 characters (~390 tokens) then 256 regenerated tokens, as the benchmark uses
+    "drafter": {"block_size": 16, "layers": 2, "sequences": 1400, "prompt_lengths": (96, 192, 288, 384),
+                "response_length": 256, "anchors_per_sequence": 32, "batch_sequences": 8, "eval_every": 150},
 }
 TINY = {
     "max_files": 10,
@@ -67,6 +72,8 @@ TINY = {
         "checkpoint_every_s": 0.0,
     },
     "budget_s": 60.0,
+    "drafter": {"block_size": 4, "layers": 1, "sequences": 4, "prompt_lengths": (16, 24), "response_length": 16,
+                "anchors_per_sequence": 3, "batch_sequences": 2, "steps": 3, "minutes": None, "eval_every": 3},
 }
 
 # Measured on the build machine (2 CPU cores, torch 2.13 CPU, fp32, batch 16 x 256 tokens) before
@@ -151,6 +158,8 @@ class Build:
             parts += ["--seed", str(self.args.seed)]
         if stage == "target" and self.args.target_budget_min != DEFAULT_TARGET_BUDGET_MIN:
             parts += ["--target-budget-min", str(self.args.target_budget_min)]
+        if stage == "drafter" and self.args.drafter_budget_min != DEFAULT_DRAFTER_BUDGET_MIN:
+            parts += ["--drafter-budget-min", str(self.args.drafter_budget_min)]
         return shlex.join(parts)
 
     # -- stages ------------------------------------------------------------------------------
@@ -286,6 +295,36 @@ class Build:
         )
 
 
+    def stage_drafter(self) -> None:
+        from engine.training.draft_trainer import DraftTrainer, DraftTrainSettings
+
+        if not (self.target_dir / "model.safetensors").exists():
+            raise RecipeError(f"no target in {self.target_dir}: run the target stage first (--stage target)")
+        draft_dir = self.out / "draft"
+        if draft_dir.exists() and not self.args.overwrite:
+            self.refuse_existing(draft_dir, "drafter")  # fail before spending the budget
+        corpus = self.corpus()
+        sizes = dict(self.sizes["drafter"])
+        sizes.setdefault("minutes", self.args.drafter_budget_min)
+        settings = DraftTrainSettings(seed=self.args.seed, **sizes)
+        partial = draft_dir.with_name(draft_dir.name + ".partial")
+        trainer = DraftTrainer(self.target_dir, partial, self.work / "drafter_run", settings, log=log, overwrite=True)
+        # held-out acceptance is only watched during training, never used to pick weights
+        watch = [trainer.pair.encode_prompt(sample_prompt(corpus.read(f), 1200), raw=True)
+                 for f in corpus.held_out_files[-3:]]
+        result = trainer.train(corpus.read_train(), watch)
+        self.refuse_existing(draft_dir, "drafter")
+        os.replace(partial, draft_dir)
+        size = sum(p.stat().st_size for p in draft_dir.iterdir())
+        log(f"drafter saved to {draft_dir}: {size / 1e6:.2f} MB, held-out tau {result['final_tau']}")
+        self.save_recipe({"stages": {"drafter": {
+            "command": self.command("drafter"), "architecture": "DFlash drafter (Qwen3-style layers), z-lab format",
+            "recipe": "responses regenerated greedily by the target; random anchors in the responses; "
+                      "block-sparse mask; CE on slots 1..B-1 weighted exp(-(k-1)/gamma); AdamW, cosine, "
+                      "warm-up, clip 1.0; target embedding and LM head frozen and shared",
+            "watched_on": corpus.held_out_files[-3:], "bytes": size, **result}}})
+
+
 def sample_prompt(text: str, max_chars: int = 400) -> str:
     """The beginning of a file, cut after the last complete line within ``max_chars``."""
     head = text[:max_chars]
@@ -315,8 +354,8 @@ def environment() -> dict:
     return env
 
 
-# Stage order for "--stage all". The drafter stage will be added after "target".
-STAGES = ("tokenizer", "target")
+# Stage order for "--stage all".
+STAGES = ("tokenizer", "target", "drafter")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -338,6 +377,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=DEFAULT_TARGET_BUDGET_MIN,
         help="wall-clock budget of the target training, minutes",
     )
+    p.add_argument("--drafter-budget-min", type=float, default=DEFAULT_DRAFTER_BUDGET_MIN,
+                   help="wall-clock budget of the drafter training, minutes")
     p.add_argument("--tiny", action="store_true", help="a few steps of each stage on a few files (CI)")
     p.add_argument("--overwrite", action="store_true", help="replace existing stage outputs")
     args = p.parse_args(argv)
