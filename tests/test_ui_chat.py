@@ -1,0 +1,243 @@
+"""The chat window driven through its real widgets against a real worker (echo pair, see
+ui_chat_fixtures): send, stream, footer, stats, highlight, stop, regenerate, edit, new/delete chat,
+persistence, settings, shortcuts, and a worker killed mid-answer. The kill test runs last."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QMessageBox
+
+from dflash_desktop import settings as settings_mod
+from dflash_desktop.chat_store import ChatStore
+from ui.errors import ErrorBubble
+from ui.message_widget import MessageWidget
+
+from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, chat_worker, echo_pair, home, make_window, send_and_wait  # noqa: F401
+
+
+def answers(window) -> list[MessageWidget]:
+    return [w for w in window.chat_view.messages if isinstance(w, MessageWidget) and w.role == "assistant"]
+
+
+def drafted_backgrounds(widget: MessageWidget) -> set[bool]:
+    """For each character of the rendered answer: is it tinted as drafted?"""
+    doc = widget.browser.document()
+    seen = set()
+    cursor = QTextCursor(doc)
+    for pos in range(1, doc.characterCount()):
+        cursor.setPosition(pos)
+        seen.add(bool(cursor.charFormat().property(QTextCharFormat.Property.UserProperty)))
+    return seen
+
+
+def test_send_streams_answer_with_footer_stats_and_calibrated_baseline(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    baseline = window.controller.baseline()
+    assert baseline is not None and baseline.tok_s > 0 and baseline.tokens == 64
+    assert "plain decoding of the same target" in window.stats_panel.baseline_note.text()
+    streamed: list[str] = []
+    chat_worker.tokens.connect(lambda ev: streamed.append("".join(s[0] for s in ev["spans"])))
+    done = send_and_wait(qtbot, window, "def f(x):")
+    assert done["event"] == "done" and done["stop_reason"] == "length"
+    assert streamed and "".join(streamed) == done["text"]
+    answer = answers(window)[-1]
+    assert answer.browser.toPlainText() == done["text"] != ""
+    stats = done["stats"]
+    footer = answer.footer.text()
+    assert f"{stats['decode_tok_s']:.1f} tok/s" in footer and f"{stats['generated_tokens']} tokens" in footer
+    assert f"τ {stats['tau']:.2f}" in footer and "reached max tokens" in footer
+    # the stats panel shows exactly the done event's numbers
+    values = window.stats_panel.values
+    assert values["dflash_tok_s"] == stats["decode_tok_s"] and values["tau"] == stats["tau"]
+    assert values["acceptance_rate"] == stats["acceptance_rate"]
+    assert values["position_rates"] == stats["position_rates"] and values["histogram"] == stats["histogram"]
+    assert values["speedup"] == pytest.approx(stats["decode_tok_s"] / baseline.tok_s)
+    assert window.stats_panel.tau_label.text() == f"{stats['tau']:.2f}"
+    assert stats["tau"] > 4  # the echo pair accepts every draft
+    # stored with its stats
+    conv = window.store.conversations()[0]
+    stored = window.store.messages(conv.id)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[0].content == "def f(x):"
+    assert stored[1].content == done["text"] and stored[1].stats == stats and stored[1].stop_reason == "length"
+    assert conv.title == "def f(x):"
+
+
+def test_highlight_toggle_tints_drafted_text(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=24,
+                                                                                highlight_drafted=False))
+    send_and_wait(qtbot, window, "x = ")
+    answer = answers(window)[-1]
+    assert any(drafted for _, drafted in answer.spans) and not all(d for _, d in answer.spans)
+    assert drafted_backgrounds(answer) == {False}
+    window.highlight_action.trigger()
+    assert window.highlight_action.isChecked()
+    assert drafted_backgrounds(answer) == {True, False}
+    drafted_chars = sum(len(t) for t, d in answer.spans if d)
+    doc, cursor, tinted = answer.browser.document(), QTextCursor(answer.browser.document()), 0
+    for pos in range(1, doc.characterCount()):
+        cursor.setPosition(pos)
+        tinted += bool(cursor.charFormat().property(QTextCharFormat.Property.UserProperty))
+    assert tinted == drafted_chars
+    window.highlight_action.trigger()
+    assert drafted_backgrounds(answer) == {False}
+    assert settings_mod.load().highlight_drafted is False
+
+
+def test_stop_mid_generation_keeps_partial_answer(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=1500, block_size=2))
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
+        qtbot.keyClicks(window.chat_view.input, "a")
+        qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: bool(answers(window)) and bool(answers(window)[-1].text), timeout=ANSWER_TIMEOUT_MS)
+        assert window.chat_view.send_button.text() == "Stop"
+        qtbot.keyClick(window, Qt.Key.Key_Escape)
+    done = blocker.args[0]
+    assert done["stop_reason"] == "cancelled" and 0 < done["stats"]["generated_tokens"] < 1500
+    assert "stopped" in answers(window)[-1].footer.text()
+    assert window.chat_view.send_button.text() == "Send"
+    stored = window.store.messages(window.controller.conversation_id)[-1]
+    assert stored.stop_reason == "cancelled" and stored.content == done["text"]
+
+
+def test_regenerate_and_edit_and_resend(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=8))
+    send_and_wait(qtbot, window, "first")
+    conv_id = window.controller.conversation_id
+    old_id = window.store.messages(conv_id)[-1].id
+    answer = answers(window)[-1]
+    assert answer.regenerate_button.isVisibleTo(window)
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.mouseClick(answer.regenerate_button, Qt.MouseButton.LeftButton)
+    stored = window.store.messages(conv_id)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].id != old_id
+    assert len(answers(window)) == 1 and stored[-1].stats["generated_tokens"] == 8
+
+    user = window.chat_view.messages[0]
+    qtbot.mouseClick(user.edit_button, Qt.MouseButton.LeftButton)
+    assert user.editor is not None
+    user.editor.setPlainText("second")
+    send = next(b for b in user.findChildren(type(window.chat_view.send_button)) if b.text() == "Send")
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.mouseClick(send, Qt.MouseButton.LeftButton)
+    stored = window.store.messages(conv_id)
+    assert [(m.role, m.content) for m in stored][0] == ("user", "second") and len(stored) == 2
+    qtbot.waitUntil(lambda: len(window.chat_view.messages) == 2, timeout=5000)
+
+    answers(window)[-1].copy_button.click()
+    assert QGuiApplication.clipboard().text() == stored[-1].content
+
+
+def test_new_and_delete_chat_and_persistence(qtbot, home, chat_worker, echo_pair, monkeypatch):
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=4))
+    window.chat_view.system_prompt.setText("You write Python.")
+    window.chat_view.system_prompt.editingFinished.emit()
+    send_and_wait(qtbot, window, "one")
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert window.controller.conversation_id is None and window.chat_view.empty.isVisibleTo(window)
+    send_and_wait(qtbot, window, "two")
+    titles = [c.title for c in window.store.conversations()]
+    assert titles == ["two", "one"] and window.sidebar.model.rowCount() == 2
+    assert window.store.conversations()[1].system_prompt == "You write Python."
+
+    # delete "two" after confirming
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    window.sidebar.view.setCurrentIndex(window.sidebar.model.index(0))
+    qtbot.mouseClick(window.sidebar.delete_button, Qt.MouseButton.LeftButton)
+    assert [c.title for c in window.store.conversations()] == ["one"]
+    # cancelling the confirmation deletes nothing
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Cancel)
+    window.sidebar.confirm_delete(window.store.conversations()[0].id)
+    assert len(window.store.conversations()) == 1
+    window.close()
+
+    # a new window on the same home finds the conversation, messages and stats
+    again = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=4), store=ChatStore(),
+                        wait_ready=False)
+    assert again.sidebar.model.rowCount() == 1
+    index = again.sidebar.model.index(0)
+    qtbot.mouseClick(again.sidebar.view.viewport(), Qt.MouseButton.LeftButton,
+                     pos=again.sidebar.view.visualRect(index).center())
+    assert [w.role for w in again.chat_view.messages] == ["user", "assistant"]
+    assert again.chat_view.system_prompt.text() == "You write Python."
+    assert "tok/s" in again.chat_view.messages[1].footer.text()
+    qtbot.waitUntil(lambda: again.controller.ready, timeout=60_000)
+
+
+def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    dialogs = []
+    window.settings_action.triggered.connect(lambda: dialogs.append(window.findChildren(
+        __import__("ui.settings_dialog", fromlist=["SettingsDialog"]).SettingsDialog)[-1]))
+    qtbot.keyClick(window, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
+    assert dialogs, "Ctrl+, did not open the settings"
+    dialog = dialogs[-1]
+    assert dialog.block_size.maximum() == 8   # the drafter's block size from pair_info
+    dialog.temperature.setValue(3.0)
+    dialog.accept()
+    assert dialog.isVisible() and "Temperature must be between 0 and 2" in dialog.error.text()
+    dialog.temperature.setValue(0.7)
+    dialog.top_k.setValue(40)
+    dialog.block_size.setValue(4)
+    dialog.theme.setCurrentIndex(2)   # dark
+    dialog.accept()
+    assert not dialog.isVisible()
+    saved = settings_mod.load()
+    assert (saved.temperature, saved.top_k, saved.block_size, saved.theme) == (0.7, 40, 4, "dark")
+    assert window.settings.generation(8) == {"temperature": 0.7, "top_p": 1.0, "top_k": 40, "max_new_tokens": 24,
+                                             "block_size": 4}
+    done = send_and_wait(qtbot, window, "y")
+    assert done["stats"]["block_size"] == 4
+
+
+def test_shortcuts_trigger_their_actions(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair, wait_ready=False)
+    expected = {"new_chat_action": "Ctrl+N", "models_action": "Ctrl+M", "demo_action": "Ctrl+D",
+                "settings_action": "Ctrl+,", "stop_action": "Esc", "send_action": "Ctrl+Return"}
+    for name, keys in expected.items():
+        assert getattr(window, name).shortcut().toString() == keys, name
+    fired = []
+    window.demo_action.toggled.connect(lambda on: fired.append(on))
+    qtbot.keyClick(window, Qt.Key.Key_D, Qt.KeyboardModifier.ControlModifier)
+    assert fired == [True] and window.stack.currentWidget() is window.demo
+    qtbot.keyClick(window, Qt.Key.Key_D, Qt.KeyboardModifier.ControlModifier)
+    assert window.stack.currentWidget() is window.chat_view
+    # every toolbar button and chat control has an accessible name
+    from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QLineEdit, QPlainTextEdit
+    controls = [w for kind in (QAbstractButton, QLineEdit, QPlainTextEdit, QAbstractSpinBox)
+                for w in window.findChildren(kind)]
+    assert len(controls) > 10
+    for widget in controls:
+        if widget.isVisibleTo(window) and not widget.objectName().startswith("qt_") and not (
+                window.demo and window.demo.isAncestorOf(widget)):   # the demo widget has its own tests
+            assert widget.accessibleName(), f"{type(widget).__name__} {widget.objectName()!r} has no accessible name"
+    qtbot.waitUntil(lambda: window.controller.ready, timeout=60_000)
+
+
+def test_worker_killed_mid_answer_shows_error_and_keeps_conversation(qtbot, home, chat_worker, echo_pair):
+    """Runs last in this module: it kills the shared worker."""
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=1500, block_size=2))
+    send_and_wait(qtbot, window, "kept")   # an earlier exchange that must survive
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
+        qtbot.keyClicks(window.chat_view.input, "b")
+        qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: bool(answers(window)[-1].text), timeout=ANSWER_TIMEOUT_MS)
+        os.kill(chat_worker.client.pid, signal.SIGKILL)
+    error = blocker.args[0]
+    assert error["event"] == "error" and error["code"] == "worker_crashed" and error["signal"] == "SIGKILL"
+    bubble = next(w for w in window.chat_view.messages if isinstance(w, ErrorBubble))
+    assert "killed" in bubble.message.text()
+    bubble.copy_button.click()
+    diagnostics = QGuiApplication.clipboard().text()
+    for part in ("code: worker_crashed", "signal: SIGKILL", "log: ", "PySide6: ", error["message"]):
+        assert part in diagnostics
+    assert "Open logs" == bubble.open_logs_button.text()
+    assert "Error:" in window.status_label.text()
+    stored = window.store.messages(window.controller.conversation_id)
+    assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert stored[1].stop_reason == "length" and stored[3].stop_reason == "error"
+    assert stored[3].error["code"] == "worker_crashed" and stored[3].content == answers(window)[-1].text
+    assert window.chat_view.send_button.text() == "Send"

@@ -1,0 +1,297 @@
+"""Glue between the chat view, the chat store, the stats panel and the worker: what happens on send,
+stop, regenerate, edit-and-resend, model load and baseline calibration. Every worker call returns at
+once; results come back as QtWorker signals, matched to our requests by id."""
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from dflash_desktop import session
+from dflash_desktop import settings as settings_mod
+from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.qt_worker import QtWorker
+from dflash_desktop.session import BaselineRecord
+
+from .chat_view import ChatView
+from .message_widget import MessageWidget
+from .stats_panel import StatsPanel
+
+
+class ChatController(QObject):
+    statusMessage = Signal(str)           # one line for the status bar
+    loadingChanged = Signal(bool, str)    # busy loading or measuring?, what is happening
+    conversationsChanged = Signal()
+    currentConversationChanged = Signal(int)   # -1: a new chat not saved yet
+    pairLoaded = Signal(dict)
+    answerFinished = Signal(dict)         # the done or error event that ended an answer
+
+    def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
+                 panel: StatsPanel, parent: QObject | None = None):
+        super().__init__(parent)
+        self.worker, self.store, self.settings, self.view, self.panel = worker, store, settings, view, panel
+        self.pair: dict | None = None
+        self.pair_info: dict | None = None
+        self.conversation_id: int | None = None
+        self._pending_system_prompt = ""
+        self._load_id: str | None = None
+        self._calib_id: str | None = None
+        self._gen: dict | None = None      # id, widget, message_id, conversation_id
+        self._waiting = False              # an answer is queued behind a load or a calibration
+        worker.progress.connect(self._on_progress)
+        worker.loaded.connect(self._on_loaded)
+        worker.tokens.connect(self._on_tokens)
+        worker.done.connect(self._on_done)
+        worker.error.connect(self._on_error)
+        worker.warning.connect(lambda ev: self.statusMessage.emit(ev.get("message", "")))
+        view.sendRequested.connect(self.send)
+        view.stopRequested.connect(self.stop)
+        view.regenerateRequested.connect(self.regenerate)
+        view.editSubmitted.connect(self.edit_and_resend)
+        view.systemPromptChanged.connect(self.set_system_prompt)
+        panel.remeasureRequested.connect(self.calibrate)
+
+    # -- model --------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.pair_info is not None and self._load_id is None and self._calib_id is None
+
+    @property
+    def generating(self) -> bool:
+        return self._gen is not None
+
+    def load_pair(self, pair: dict) -> None:
+        """pair: {id, name, target_dir, draft_dir}; remembered as the last pair once it loads."""
+        if self._gen:
+            self.stop()
+        self.pair, self.pair_info = dict(pair), None
+        self._calib_id = None
+        self.panel.set_baseline(self.baseline())
+        self._load_id = self.worker.load_pair(pair["target_dir"], pair.get("draft_dir"))
+        self.loadingChanged.emit(True, f"Loading {pair.get('name', 'model')}…")
+
+    def baseline(self) -> BaselineRecord | None:
+        return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
+
+    def calibrate(self) -> None:
+        """Measure plain decoding of the same target on this machine (64 tokens, greedy)."""
+        if self.pair_info is None or self._gen is not None or self._calib_id is not None:
+            return
+        self.panel.set_baseline(self.baseline(), measuring=True)
+        self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
+        self._calib_id = self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
+            "max_new_tokens": session.CALIBRATION_TOKENS, "temperature": 0.0})
+
+    def _on_progress(self, ev: dict) -> None:
+        if ev.get("id") == self._load_id:
+            self.loadingChanged.emit(True, ev.get("message", "Loading…"))
+
+    def _on_loaded(self, ev: dict) -> None:
+        if ev.get("id") != self._load_id:
+            return
+        self._load_id, self.pair_info = None, ev
+        self.settings.last_pair = self.pair
+        self.save_settings()
+        self.view.thinking.setVisible(bool(ev.get("supports_thinking")))
+        self.view.set_examples(bool(ev.get("chat_template")))
+        self.panel.has_drafter = bool(ev.get("has_drafter"))
+        self.loadingChanged.emit(False, "")
+        self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready on {ev.get('device')} "
+                                f"(block size {ev.get('block_size')}, loaded in {ev.get('load_s', 0):.1f} s)")
+        self.pairLoaded.emit(ev)
+        if self.baseline() is None:
+            self.calibrate()
+        self._run_waiting()
+
+    # -- conversations ------------------------------------------------------------------------------
+    def new_chat(self) -> None:
+        if self._gen:
+            self.stop()
+        self.conversation_id = None
+        self._pending_system_prompt = ""
+        self.view.load([], "")
+        self.currentConversationChanged.emit(-1)
+
+    def open_conversation(self, conversation_id: int) -> None:
+        if conversation_id == self.conversation_id:
+            return
+        if self._gen:
+            self.stop()
+        conv = self.store.conversation(conversation_id)
+        if conv is None:
+            return
+        self.conversation_id = conv.id
+        self.view.load(self.store.messages(conv.id), conv.system_prompt, self.pair_info)
+        self.currentConversationChanged.emit(conv.id)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        if conversation_id == self.conversation_id:
+            self.new_chat()
+        self.store.delete_conversation(conversation_id)
+        self.conversationsChanged.emit()
+
+    def set_system_prompt(self, text: str) -> None:
+        if self.conversation_id is None:
+            self._pending_system_prompt = text
+        else:
+            self.store.update_conversation(self.conversation_id, system_prompt=text)
+
+    # -- answers ------------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        if self._gen is not None or not text.strip():
+            return
+        if self.conversation_id is None:
+            conv = self.store.create_conversation(session.title_from(text), self._pending_system_prompt)
+            self.conversation_id = conv.id
+            self.currentConversationChanged.emit(conv.id)
+        message = self.store.add_message(self.conversation_id, "user", text)
+        self.view.add_user(message.id, text)
+        self.conversationsChanged.emit()
+        self._start_answer()
+
+    def regenerate(self) -> None:
+        """Drop the last answer (and its error, if any) and write it again."""
+        if self._gen is not None or self.conversation_id is None:
+            return
+        messages = self.store.messages(self.conversation_id)
+        if not messages or messages[-1].role != "assistant":
+            return
+        last = messages[-1]
+        self.store.delete_from(self.conversation_id, last.id)
+        widget = next((w for w in self.view.messages if isinstance(w, MessageWidget) and w.message_id == last.id), None)
+        if widget is not None:
+            self.view.remove_from(widget)
+        self._start_answer()
+
+    def edit_and_resend(self, message_id: int, text: str) -> None:
+        """Replace a user turn: it and everything after it go, the edited text is sent."""
+        if self._gen is not None or self.conversation_id is None:
+            return
+        self.store.delete_from(self.conversation_id, message_id)
+        widget = self.view.user_widget(message_id)
+        if widget is not None:
+            self.view.remove_from(widget)
+        self.send(text)
+
+    def stop(self) -> None:
+        gen = self._gen
+        if gen is None:
+            return
+        if gen["id"] is None:   # still queued behind a load or a calibration
+            self._finish({"event": "done", "id": None, "stop_reason": "cancelled", "text": gen["widget"].text,
+                          "stats": None})
+        else:
+            self.worker.cancel(gen["id"])
+
+    def _start_answer(self) -> None:
+        widget = self.view.add_assistant()
+        message = self.store.add_message(self.conversation_id, "assistant", "", stop_reason="generating")
+        widget.message_id = message.id
+        self._gen = {"id": None, "widget": widget, "message_id": message.id, "conversation_id": self.conversation_id}
+        self.view.set_busy(True)
+        self.view.mark_last()
+        self.panel.start_answer()
+        if self.ready:
+            self._launch()
+        else:
+            widget.footer.setText("waiting for the model…")
+            self._waiting = True
+            if self.pair is None:
+                self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
+
+    def _run_waiting(self) -> None:
+        if self._waiting and self.ready and self._gen is not None:
+            self._launch()
+
+    def _launch(self) -> None:
+        self._waiting = False
+        conv = self.store.conversation(self.conversation_id)
+        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
+                   if m.id != self._gen["message_id"]]
+        request = session.request_for(history, conv.system_prompt if conv else "",
+                                      bool(self.pair_info.get("chat_template")))
+        thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
+        self._gen["widget"].footer.setText("thinking…")
+        self._gen["id"] = self.worker.generate(
+            **request, enable_thinking=thinking,
+            settings=self.settings.generation(self.pair_info.get("block_size")))
+
+    def _on_tokens(self, ev: dict) -> None:
+        gen = self._gen
+        if gen is None or ev.get("id") != gen["id"]:
+            return
+        if gen["conversation_id"] == self.conversation_id:
+            gen["widget"].append_spans(ev.get("spans") or [])
+            gen["widget"].footer.setText(f"{ev.get('generated', 0)} tokens…")
+        else:
+            gen.setdefault("late_spans", []).extend(ev.get("spans") or [])
+        self.panel.update_live(ev)
+
+    def _on_done(self, ev: dict) -> None:
+        if ev.get("id") is not None and ev.get("id") == self._calib_id:
+            self._calib_id = None
+            record = BaselineRecord.from_done(ev, (self.pair_info or {}).get("device", "cpu"))
+            self.settings.baselines[session.pair_key(self.pair)] = record.to_dict()
+            self.save_settings()
+            self.panel.set_baseline(record)
+            self.loadingChanged.emit(False, "")
+            self.statusMessage.emit(record.describe())
+            self._run_waiting()
+        elif self._gen is not None and ev.get("id") == self._gen["id"]:
+            self._finish(ev)
+
+    def _on_error(self, ev: dict) -> None:
+        rid = ev.get("id")
+        if rid is not None and rid == self._load_id:
+            self._load_id = None
+            self.loadingChanged.emit(False, "")
+            self.statusMessage.emit(f"Could not load the model: {ev.get('message', '')}")
+            if self._gen is not None:
+                self._finish(ev)
+            else:
+                self.view.add_error(ev)
+        elif rid is not None and rid == self._calib_id:
+            self._calib_id = None
+            self.loadingChanged.emit(False, "")
+            self.panel.set_baseline(self.baseline())
+            self.statusMessage.emit(f"Baseline measurement failed: {ev.get('message', '')}")
+            self._run_waiting()
+        elif self._gen is not None and (rid == self._gen["id"] or rid is None):
+            self._finish(ev)
+        else:
+            self.statusMessage.emit(ev.get("message", "The engine reported an error."))
+
+    def _finish(self, ev: dict) -> None:
+        """Store the answer (partial or whole) with its stop reason; show stats or the error."""
+        gen, self._gen = self._gen, None
+        self._waiting = False
+        widget: MessageWidget = gen["widget"]
+        visible = gen["conversation_id"] == self.conversation_id
+        spans = widget.spans + [list(s) for s in gen.get("late_spans", [])] if visible else \
+            [list(s) for s in gen.get("late_spans", [])]
+        text = "".join(s[0] for s in spans)
+        is_error = ev.get("event") == "error"
+        if not is_error and ev.get("text") is not None and ev["text"] != text:
+            text, spans = ev["text"], [[ev["text"], False]]   # the engine's text is the reference
+        stats = None if is_error else ev.get("stats")
+        stop_reason = "error" if is_error else ev.get("stop_reason")
+        error = {k: v for k, v in ev.items() if k != "event"} if is_error else None
+        self.store.update_message(gen["message_id"], content=text, spans=spans, stats=stats,
+                                  stop_reason=stop_reason, error=error)
+        if visible:
+            widget.set_content(text, spans)
+            widget.set_footer(stats, stop_reason)
+            if is_error:
+                self.view.add_error(ev, self.pair_info)
+            self.view.mark_last()
+        self.view.set_busy(False)
+        if is_error:
+            self.statusMessage.emit(f"Error: {ev.get('message', '')}")
+        elif stats:
+            self.panel.set_stats(stats)
+        self.conversationsChanged.emit()
+        self.answerFinished.emit(ev)
+
+    def save_settings(self) -> None:
+        try:
+            settings_mod.save(self.settings)
+        except OSError as exc:
+            self.statusMessage.emit(f"Settings could not be saved: {exc}")

@@ -1,0 +1,249 @@
+"""The chat area: per-chat system prompt, the message column, an empty state with example prompts,
+and the composer (Enter sends, Shift+Enter adds a line, the Send button turns into Stop while an
+answer streams). It only displays and asks; ChatController decides what happens."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
+                               QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
+
+from .errors import ErrorBubble
+from .message_widget import MessageWidget
+
+CODE_EXAMPLES = ("def fibonacci(n):", "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n",
+                 "import os\n\ndef walk_python_files(root):")
+CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
+                 "linked list.", "What is the difference between a list and a tuple in Python?")
+DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library — start typing Python, "
+             "e.g. <code>def fibonacci(n):</code>")
+
+
+class Composer(QPlainTextEdit):
+    """Enter or Ctrl+Enter submits; Shift+Enter inserts a newline."""
+    submitted = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatView(QWidget):
+    sendRequested = Signal(str)
+    stopRequested = Signal()
+    regenerateRequested = Signal()
+    editSubmitted = Signal(int, str)
+    systemPromptChanged = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.highlight = False
+        self.busy = False
+        self.messages: list[QFrame] = []
+        root = QVBoxLayout(self)
+        root.setContentsMargins(0, 0, 0, 0)
+        root.setSpacing(0)
+
+        top = QHBoxLayout()
+        top.setContentsMargins(16, 10, 16, 6)
+        self.system_prompt = QLineEdit()
+        self.system_prompt.setObjectName("systemPrompt")
+        self.system_prompt.setPlaceholderText("System prompt for this chat (optional)")
+        self.system_prompt.setAccessibleName("System prompt for this chat")
+        self.system_prompt.editingFinished.connect(lambda: self.systemPromptChanged.emit(self.system_prompt.text()))
+        top.addWidget(self.system_prompt, 1)
+        self.thinking = QCheckBox("Thinking")
+        self.thinking.setAccessibleName("Let the model think before answering")
+        self.thinking.setToolTip("Only for models whose chat template supports a thinking mode. The drafter "
+                                 "must be trained for the same mode, or acceptance drops.")
+        self.thinking.setVisible(False)
+        top.addWidget(self.thinking)
+        root.addLayout(top)
+
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("chatScroll")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.column = QWidget()
+        self.column.setObjectName("chatColumn")
+        self.column_layout = QVBoxLayout(self.column)
+        self.column_layout.setContentsMargins(24, 8, 24, 8)
+        self.column_layout.setSpacing(10)
+        self.empty = self._empty_state()
+        self.column_layout.addWidget(self.empty)
+        self.column_layout.addStretch(1)
+        self.scroll.setWidget(self.column)
+        self.scroll.verticalScrollBar().rangeChanged.connect(self._follow)
+        root.addWidget(self.scroll, 1)
+
+        composer = QFrame()
+        composer.setObjectName("composer")
+        row = QHBoxLayout(composer)
+        row.setContentsMargins(10, 6, 8, 6)
+        self.input = Composer()
+        self.input.setObjectName("input")
+        self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.input.setAccessibleName("Message to send")
+        self.input.setFixedHeight(64)
+        self.input.submitted.connect(self.submit)
+        row.addWidget(self.input, 1)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("primary")
+        self.send_button.setAccessibleName("Send message")
+        self.send_button.setToolTip("Send (Enter or Ctrl+Enter)")
+        self.send_button.clicked.connect(self._send_or_stop)
+        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        wrap = QVBoxLayout()
+        wrap.setContentsMargins(24, 6, 24, 14)
+        wrap.addWidget(composer)
+        root.addLayout(wrap)
+        self._stick_to_bottom = True
+
+    def _empty_state(self) -> QWidget:
+        box = QWidget()
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(40, 60, 40, 20)
+        layout.setSpacing(10)
+        title = QLabel("What shall we write?")
+        title.setObjectName("emptyTitle")
+        title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout.addWidget(title)
+        self.hint = QLabel("")
+        self.hint.setObjectName("hint")
+        self.hint.setWordWrap(True)
+        self.hint.setTextFormat(Qt.TextFormat.RichText)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout.addWidget(self.hint)
+        self.example_buttons: list[QPushButton] = []
+        for _ in range(3):
+            button = QPushButton()
+            button.setObjectName("example")
+            button.setCursor(Qt.CursorShape.PointingHandCursor)
+            button.clicked.connect(lambda _=False, b=button: self._use_example(b))
+            button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            layout.addWidget(button)
+            self.example_buttons.append(button)
+        self.set_examples(False)
+        return box
+
+    def set_examples(self, chat_model: bool) -> None:
+        """Code openers for a code-continuation model, questions for a chat model."""
+        examples = CHAT_EXAMPLES if chat_model else CODE_EXAMPLES
+        self.hint.setText("" if chat_model else DEMO_HINT)
+        self.hint.setVisible(not chat_model)
+        for button, text in zip(self.example_buttons, examples):
+            button.setProperty("prompt", text)
+            button.setText(text.splitlines()[0])
+            button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")
+
+    def _use_example(self, button: QPushButton) -> None:
+        self.input.setPlainText(button.property("prompt"))
+        self.submit()
+
+    # -- composer -----------------------------------------------------------------------------------
+    def submit(self) -> None:
+        text = self.input.toPlainText()
+        if not text.strip() or self.busy:
+            return
+        self.input.clear()
+        self.sendRequested.emit(text)
+
+    def _send_or_stop(self) -> None:
+        if self.busy:
+            self.stopRequested.emit()
+        else:
+            self.submit()
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self.send_button.setText("Stop" if busy else "Send")
+        self.send_button.setAccessibleName("Stop generating" if busy else "Send message")
+        self.send_button.setToolTip("Stop (Esc)" if busy else "Send (Enter or Ctrl+Enter)")
+        for w in self.messages:
+            if isinstance(w, MessageWidget):
+                w.edit_button.setEnabled(not busy)
+                w.regenerate_button.setEnabled(not busy)
+
+    # -- messages -----------------------------------------------------------------------------------
+    def clear(self) -> None:
+        for w in self.messages:
+            w.deleteLater()
+        self.messages = []
+        self.empty.show()
+
+    def load(self, messages, system_prompt: str = "", pair_info: dict | None = None) -> None:
+        """Show a stored conversation (chat_store.Message objects)."""
+        self.clear()
+        self.system_prompt.setText(system_prompt)
+        for m in messages:
+            if m.role == "user":
+                self.add_user(m.id, m.content)
+            elif m.role == "assistant":
+                w = self.add_assistant(m.id)
+                w.set_content(m.content, m.spans or [[m.content, False]])
+                w.set_footer(m.stats, m.stop_reason)
+                if m.error:
+                    self.add_error(m.error, pair_info)
+        self.mark_last()
+
+    def _add(self, widget: QFrame) -> None:
+        self.empty.hide()
+        self._stick_to_bottom = True
+        self.column_layout.insertWidget(self.column_layout.count() - 1, widget)
+        self.messages.append(widget)
+
+    def add_user(self, message_id: int | None, text: str) -> MessageWidget:
+        w = MessageWidget("user", message_id, parent=self.column)
+        w.set_content(text)
+        w.editSubmitted.connect(self.editSubmitted)
+        self._add(w)
+        return w
+
+    def add_assistant(self, message_id: int | None = None) -> MessageWidget:
+        w = MessageWidget("assistant", message_id, highlight=self.highlight, parent=self.column)
+        w.regenerateRequested.connect(self.regenerateRequested)
+        self._add(w)
+        return w
+
+    def add_error(self, error: dict, pair_info: dict | None = None) -> ErrorBubble:
+        bubble = ErrorBubble(error, pair_info, parent=self.column)
+        self._add(bubble)
+        return bubble
+
+    def remove_from(self, widget: QFrame) -> None:
+        """Drop a message widget and every widget after it."""
+        if widget not in self.messages:
+            return
+        index = self.messages.index(widget)
+        for w in self.messages[index:]:
+            w.deleteLater()
+        self.messages = self.messages[:index]
+        if not self.messages:
+            self.empty.show()
+
+    def mark_last(self) -> None:
+        """Only the newest answer offers Regenerate."""
+        answers = [w for w in self.messages if isinstance(w, MessageWidget)]
+        for w in answers:
+            w.set_last_answer(w is answers[-1])
+
+    def set_highlight(self, on: bool) -> None:
+        self.highlight = on
+        for w in self.messages:
+            if isinstance(w, MessageWidget):
+                w.set_highlight(on)
+
+    def user_widget(self, message_id: int) -> MessageWidget | None:
+        return next((w for w in self.messages if isinstance(w, MessageWidget) and w.message_id == message_id), None)
+
+    # -- scrolling ----------------------------------------------------------------------------------
+    def _follow(self, _min: int, maximum: int) -> None:
+        """Keep the newest text in view while streaming, unless the user scrolled up to read."""
+        bar = self.scroll.verticalScrollBar()
+        if self._stick_to_bottom or bar.value() >= bar.maximum() - 80:
+            QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))
+            self._stick_to_bottom = False

@@ -1,0 +1,86 @@
+"""How worker errors reach the user: a readable bubble in the chat with "Open logs" and "Copy
+diagnostics". The diagnostics carry everything a bug report needs (code, exit status, stderr tail,
+versions, log path) so nobody has to ask for them."""
+from __future__ import annotations
+
+import platform
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from dflash_desktop import paths
+
+
+def app_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("dflash-desktop")
+    except Exception:  # a source checkout that was never installed
+        return "0+source"
+
+
+def diagnostics_text(error: dict, pair_info: dict | None = None) -> str:
+    """Plain text for a bug report."""
+    import PySide6
+    lines = [f"DFlash Desktop {app_version()} — error report",
+             f"message: {error.get('message', '')}",
+             f"code: {error.get('code', '')}"]
+    if error.get("exit_code") is not None or error.get("signal"):
+        lines.append(f"exit code: {error.get('exit_code')}  signal: {error.get('signal') or '-'}")
+    if error.get("pid"):
+        lines.append(f"worker pid: {error['pid']}")
+    lines += [f"log: {error.get('log_path') or paths.logs_dir()}",
+              f"python: {sys.version.split()[0]}  PySide6: {PySide6.__version__}",
+              f"system: {platform.platform()}"]
+    if pair_info:
+        lines.append(f"model: {pair_info.get('name')} on {pair_info.get('device')} ({pair_info.get('dtype')})")
+    tail = error.get("stderr_tail") or []
+    if tail:
+        lines += ["", "engine stderr (last lines):", *tail]
+    return "\n".join(lines)
+
+
+def open_logs(error: dict | None = None) -> bool:
+    """Open the folder holding the worker log in the platform's file manager."""
+    log = (error or {}).get("log_path")
+    folder = Path(log).parent if log else paths.logs_dir()
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+
+class ErrorBubble(QFrame):
+    """Shown in place of (or under) the answer that failed."""
+
+    def __init__(self, error: dict, pair_info: dict | None = None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.error = dict(error)
+        self.diagnostics = diagnostics_text(self.error, pair_info)
+        self.setObjectName("bubble_error")
+        self.setAccessibleName("Error")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        title = QLabel("Something went wrong")
+        title.setObjectName("role")
+        layout.addWidget(title)
+        self.message = QLabel(self.error.get("message") or "The engine reported an error.")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message.setAccessibleName("Error message")
+        layout.addWidget(self.message)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.open_logs_button = QPushButton("Open logs")
+        self.open_logs_button.setAccessibleName("Open the log folder")
+        self.open_logs_button.clicked.connect(lambda: open_logs(self.error))
+        self.copy_button = QPushButton("Copy diagnostics")
+        self.copy_button.setAccessibleName("Copy diagnostics to the clipboard")
+        self.copy_button.clicked.connect(self.copy_diagnostics)
+        row.addWidget(self.open_logs_button)
+        row.addWidget(self.copy_button)
+        layout.addLayout(row)
+
+    def copy_diagnostics(self) -> None:
+        QGuiApplication.clipboard().setText(self.diagnostics)
+        self.copy_button.setText("Copied")

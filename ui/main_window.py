@@ -1,0 +1,247 @@
+"""The main window: conversations on the left, the chat (or the speedup demo) in the middle, the
+DFlash stats dock on the right, actions in the toolbar and the model's state in the status bar.
+
+Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `controller`, the
+actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, `stats_action`,
+`settings_action`, `stop_action`), and `show_stats()`, `toggle_demo()`, `open_model_picker()`,
+`open_settings()`, `show_error()`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, QSplitter, QStackedWidget, QToolBar,
+                               QWidget)
+
+from dflash_desktop import settings as settings_mod
+from dflash_desktop.catalog import load_catalog
+from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.qt_worker import QtWorker
+
+from . import theme
+from .chat_controller import ChatController
+from .chat_view import ChatView
+from .conversation_list import ConversationList
+from .settings_dialog import SettingsDialog
+from .stats_panel import StatsPanel
+
+
+def demo_pair() -> dict | None:
+    """The embedded demo pair as a load request, or None when its folders are not there."""
+    try:
+        pair = load_catalog().demo
+    except Exception:
+        return None
+    target, draft = pair.local_path("target"), pair.local_path("drafter")
+    if not (target and (target / "config.json").is_file()):
+        return None
+    return {"id": pair.id, "name": pair.name, "target_dir": str(target),
+            "draft_dir": str(draft) if draft and (draft / "config.json").is_file() else None}
+
+
+def startup_pair(settings: settings_mod.Settings) -> dict | None:
+    """The last pair if its folders still exist, else the demo pair."""
+    last = settings.last_pair
+    if last and Path(last.get("target_dir", "")).is_dir():
+        return last
+    return demo_pair()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, worker: QtWorker | None = None, store: ChatStore | None = None,
+                 settings: settings_mod.Settings | None = None, pair: dict | None = None, autoload: bool = True):
+        super().__init__()
+        self.setWindowTitle("DFlash Desktop")
+        self.setObjectName("mainWindow")
+        self.resize(1280, 820)
+        self.settings = settings or settings_mod.load()
+        self._owns_worker = worker is None
+        self.worker = worker or QtWorker(self)
+        self._owns_store = store is None
+        self.store = store or ChatStore()
+        self.demo = None
+
+        self.chat_view = ChatView()
+        self.chat_view.set_highlight(self.settings.highlight_drafted)
+        self.stats_panel = StatsPanel(self)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.stats_panel)
+        self.stats_panel.setVisible(self.settings.show_stats)
+        self.sidebar = ConversationList()
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.chat_view)
+        splitter = QSplitter()
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(self.stack)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([240, 760])
+        splitter.setChildrenCollapsible(False)
+        self.setCentralWidget(splitter)
+
+        self.controller = ChatController(self.worker, self.store, self.settings, self.chat_view, self.stats_panel, self)
+        self._build_actions()
+        self._build_status_bar()
+        self._wire()
+        self.refresh_conversations()
+        pair = pair or startup_pair(self.settings)
+        if autoload and pair:
+            QTimer.singleShot(0, lambda: self.controller.load_pair(pair))
+        elif autoload:
+            QTimer.singleShot(0, lambda: self.status_label.setText(
+                "No model yet: the demo pair is not installed. Choose one with Models… (Ctrl+M)."))
+
+    # -- construction -------------------------------------------------------------------------------
+    def _action(self, text: str, shortcut, slot, tip: str, checkable: bool = False) -> QAction:
+        action = QAction(text, self)
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        action.setToolTip(f"{tip} ({QKeySequence(shortcut).toString(QKeySequence.SequenceFormat.NativeText)})"
+                          if shortcut else tip)
+        action.setStatusTip(tip)
+        action.setCheckable(checkable)
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        (action.toggled if checkable else action.triggered).connect(slot)
+        self.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        self.new_chat_action = self._action("New chat", QKeySequence.StandardKey.New, self.controller.new_chat,
+                                            "Start a new chat")
+        self.models_action = self._action("Models…", "Ctrl+M", self.open_model_picker, "Choose a model pair")
+        self.demo_action = self._action("Speedup demo", "Ctrl+D", self.toggle_demo,
+                                        "Compare DFlash with plain decoding side by side", checkable=True)
+        self.highlight_action = self._action("Highlight drafted", None, self._set_highlight,
+                                             "Tint the text that the drafter wrote and the target accepted",
+                                             checkable=True)
+        self.highlight_action.setChecked(self.settings.highlight_drafted)
+        self.stats_action = self.stats_panel.toggleViewAction()
+        self.stats_action.setText("Stats")
+        self.stats_action.setShortcut(QKeySequence("Ctrl+I"))
+        self.stats_action.setToolTip("Show or hide the DFlash stats panel (Ctrl+I)")
+        self.settings_action = self._action("Settings", "Ctrl+,", self.open_settings, "Sampling, block size, theme")
+        self.stop_action = self._action("Stop", "Esc", self.controller.stop, "Stop the answer being written")
+        self.send_action = self._action("Send", "Ctrl+Return", self.chat_view.submit, "Send the message")
+
+        bar = QToolBar("Main")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        for action in (self.new_chat_action, self.models_action, None, self.demo_action, self.highlight_action,
+                       self.stats_action, None, self.settings_action):
+            bar.addSeparator() if action is None else bar.addAction(action)
+        for action in bar.actions():
+            widget = bar.widgetForAction(action)
+            if widget is not None and action.text():
+                widget.setAccessibleName(action.text().rstrip("…"))
+        self.addToolBar(bar)
+
+    def _build_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.status_label = QLabel("Starting…")
+        self.status_label.setAccessibleName("Model status")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setFixedWidth(140)
+        self.progress.setFixedHeight(12)
+        self.progress.setTextVisible(False)
+        self.progress.setAccessibleName("Model loading progress")
+        self.progress.hide()
+        bar.addWidget(self.status_label, 1)
+        bar.addPermanentWidget(self.progress)
+
+    def _wire(self) -> None:
+        c = self.controller
+        c.statusMessage.connect(self.status_label.setText)
+        c.loadingChanged.connect(self._loading)
+        c.conversationsChanged.connect(self.refresh_conversations)
+        c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
+        self.sidebar.conversationChosen.connect(c.open_conversation)
+        self.sidebar.newChatRequested.connect(c.new_chat)
+        self.sidebar.deleteRequested.connect(c.delete_conversation)
+        self.worker.error.connect(self._worker_error)
+
+    # -- slots --------------------------------------------------------------------------------------
+    def refresh_conversations(self) -> None:
+        self.sidebar.set_conversations(self.store.conversations(), self.controller.conversation_id)
+
+    def _loading(self, busy: bool, text: str) -> None:
+        self.progress.setVisible(busy)
+        if text:
+            self.status_label.setText(text)
+
+    def _worker_error(self, ev: dict) -> None:
+        if ev.get("code") in ("worker_crashed", "worker_start_failed"):
+            self.statusBar().showMessage("The engine stopped; your next message restarts it.", 10_000)
+
+    def _set_highlight(self, on: bool) -> None:
+        self.chat_view.set_highlight(on)
+        self.settings.highlight_drafted = on
+        self.controller.save_settings()
+
+    def show_stats(self, visible: bool = True) -> None:
+        self.stats_panel.setVisible(visible)
+
+    def toggle_demo(self, on: bool) -> None:
+        """Swap the central area between the chat and the side-by-side speedup demo."""
+        if on and self.demo is None:
+            try:
+                from .speedup_demo import SpeedupDemo
+            except ImportError as exc:
+                self.status_label.setText(f"The speedup demo is not available in this build ({exc}).")
+                self.demo_action.setChecked(False)
+                return
+            self.demo = SpeedupDemo(self.worker, self)
+            self.stack.addWidget(self.demo)
+        if self.demo_action.isChecked() != on:
+            self.demo_action.setChecked(on)
+            return
+        self.stack.setCurrentWidget(self.demo if on else self.chat_view)
+
+    def open_model_picker(self):
+        """Open the model picker; a chosen pair is loaded and remembered. Returns the dialog (or None)."""
+        try:
+            from .model_picker import ModelPicker
+        except ImportError as exc:
+            self.status_label.setText(f"The model picker is not available in this build ({exc}).")
+            return None
+        picker = ModelPicker(self)
+        picker.pairChosen.connect(self.controller.load_pair)
+        picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        picker.open()
+        return picker
+
+    def open_settings(self) -> SettingsDialog:
+        """Open the settings dialog (non-blocking); returns it so tests and scripts can drive it."""
+        info = self.controller.pair_info or {}
+        dialog = SettingsDialog(self.settings, info.get("block_size"), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings))
+        dialog.open()
+        return dialog
+
+    def apply_settings(self, new: settings_mod.Settings | None) -> None:
+        if new is None:
+            return
+        for field in ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "theme", "font_size"):
+            setattr(self.settings, field, getattr(new, field))
+        self.controller.save_settings()
+        app = QApplication.instance()
+        theme.apply(app, self.settings.theme, self.settings.font_size)
+        self.chat_view.set_highlight(False)
+        self.chat_view.set_highlight(self.settings.highlight_drafted)   # re-render with the new colours
+
+    def show_error(self, error: dict):
+        """Show an engine error the way a real one appears (bubble in the chat + status line)."""
+        self.status_label.setText(f"Error: {error.get('message', '')}")
+        return self.chat_view.add_error(error, self.controller.pair_info)
+
+    # -- lifetime -----------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:
+        self.settings.show_stats = self.stats_panel.isVisible()
+        self.controller.save_settings()
+        if self._owns_worker:
+            self.worker.shutdown(3.0)
+        if self._owns_store:
+            self.store.close()
+        super().closeEvent(event)

@@ -1,0 +1,181 @@
+"""One chat message: a bubble with the rendered text, a footer of generation stats and small actions
+(copy, edit-and-resend for the user's turns, regenerate for the last answer)."""
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QTextBrowser,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from . import markdown
+
+STOP_WORDS = {"length": "reached max tokens", "eos": "end of text", "stop_string": "stop string",
+              "context_full": "context full", "cancelled": "stopped", "error": "error"}
+
+
+def footer_text(stats: dict | None, stop_reason: str | None) -> str:
+    """'42.1 tok/s · first token 0.12 s · 64 tokens · τ 3.20 · reached max tokens'."""
+    if not stats:
+        return STOP_WORDS.get(stop_reason or "", stop_reason or "")
+    parts = [f"{float(stats.get('decode_tok_s') or 0):.1f} tok/s",
+             f"first token {float(stats.get('ttft_s') or 0):.2f} s",
+             f"{int(stats.get('generated_tokens') or 0)} tokens",
+             f"τ {float(stats.get('tau') or 0):.2f}"]
+    if stop_reason:
+        parts.append(STOP_WORDS.get(stop_reason, stop_reason))
+    return "  ·  ".join(parts)
+
+
+class AutoHeightBrowser(QTextBrowser):
+    """A read-only rich text view exactly as tall as its content, so the chat column scrolls, not it."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+
+    def _fit(self, *_):
+        height = int(self.document().size().height()) + 4
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.document().setTextWidth(self.viewport().width())
+        self._fit()
+
+    def sizeHint(self) -> QSize:
+        return QSize(400, self.height())
+
+
+class MessageWidget(QFrame):
+    editSubmitted = Signal(int, str)     # message id, new text
+    regenerateRequested = Signal()
+
+    def __init__(self, role: str, message_id: int | None = None, highlight: bool = False,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.role, self.message_id, self.highlight = role, message_id, highlight
+        self.text, self.spans, self.code_blocks = "", [], []
+        self.setObjectName(f"bubble_{role}")
+        self.setAccessibleName("Your message" if role == "user" else "Answer")
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(14, 10, 14, 8)
+        outer.setSpacing(4)
+        self.role_label = QLabel("You" if role == "user" else "DFlash")
+        self.role_label.setObjectName("role")
+        outer.addWidget(self.role_label)
+        self.browser = AutoHeightBrowser(self)
+        self.browser.setAccessibleName("Message text")
+        self.browser.anchorClicked.connect(self._anchor)
+        outer.addWidget(self.browser)
+        self.editor: QPlainTextEdit | None = None
+
+        row = QHBoxLayout()
+        row.setSpacing(2)
+        self.footer = QLabel("")
+        self.footer.setObjectName("footer")
+        self.footer.setAccessibleName("Generation statistics")
+        row.addWidget(self.footer, 1)
+        self.copy_button = self._action("Copy", "Copy this message", self.copy_to_clipboard)
+        row.addWidget(self.copy_button)
+        self.edit_button = self._action("Edit", "Edit this message and send it again", self.start_edit)
+        self.edit_button.setVisible(role == "user")
+        row.addWidget(self.edit_button)
+        self.regenerate_button = self._action("Regenerate", "Write this answer again", self.regenerateRequested.emit)
+        self.regenerate_button.setVisible(False)
+        row.addWidget(self.regenerate_button)
+        outer.addLayout(row)
+
+    def _action(self, text: str, accessible: str, slot) -> QToolButton:
+        button = QToolButton(self)
+        button.setObjectName("msgAction")
+        button.setText(text)
+        button.setAccessibleName(accessible)
+        button.setToolTip(accessible)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        button.clicked.connect(slot)
+        return button
+
+    # -- content ------------------------------------------------------------------------------------
+    def set_content(self, text: str, spans: list | None = None) -> None:
+        self.text, self.spans = text, [list(s) for s in spans or []]
+        self._render()
+
+    def append_spans(self, spans: list) -> None:
+        for text, drafted in spans:
+            self.text += text
+            if self.spans and self.spans[-1][1] == drafted:
+                self.spans[-1][0] += text
+            else:
+                self.spans.append([text, drafted])
+        self._render()
+
+    def set_highlight(self, on: bool) -> None:
+        if on != self.highlight:
+            self.highlight = on
+            self._render()
+
+    def _render(self) -> None:
+        self.code_blocks = markdown.render(self.browser.document(), self.text, self.spans,
+                                           self.highlight and self.role == "assistant")
+
+    def set_footer(self, stats: dict | None, stop_reason: str | None) -> None:
+        self.footer.setText(footer_text(stats, stop_reason))
+
+    def set_last_answer(self, last: bool) -> None:
+        self.regenerate_button.setVisible(last and self.role == "assistant")
+
+    # -- actions ------------------------------------------------------------------------------------
+    def copy_to_clipboard(self) -> None:
+        QGuiApplication.clipboard().setText(self.text)
+
+    def _anchor(self, url: QUrl) -> None:
+        name = url.toString()
+        if name.startswith("copy:"):
+            index = int(name.split(":", 1)[1])
+            if 0 <= index < len(self.code_blocks):
+                QGuiApplication.clipboard().setText(self.code_blocks[index])
+
+    def start_edit(self) -> None:
+        """Swap the text for an editor with Send / Cancel; sending drops every later message."""
+        if self.editor is not None:
+            return
+        self.editor = QPlainTextEdit(self.text, self)
+        self.editor.setAccessibleName("Edit message")
+        self.editor.setMinimumHeight(80)
+        layout: QVBoxLayout = self.layout()
+        layout.insertWidget(2, self.editor)
+        self.browser.hide()
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        cancel, send = QPushButton("Cancel"), QPushButton("Send")
+        cancel.setAccessibleName("Cancel editing")
+        send.setAccessibleName("Send edited message")
+        send.setObjectName("primary")
+        buttons.addWidget(cancel)
+        buttons.addWidget(send)
+        self._edit_row = QWidget(self)
+        self._edit_row.setLayout(buttons)
+        layout.insertWidget(3, self._edit_row)
+        cancel.clicked.connect(self._end_edit)
+        send.clicked.connect(self._submit_edit)
+        self.editor.setFocus()
+
+    def _submit_edit(self) -> None:
+        text = self.editor.toPlainText().strip() if self.editor else ""
+        self._end_edit()
+        if text and self.message_id is not None:
+            self.editSubmitted.emit(self.message_id, text)
+
+    def _end_edit(self) -> None:
+        if self.editor is not None:
+            self.editor.deleteLater()
+            self._edit_row.deleteLater()
+            self.editor = None
+        self.browser.show()

@@ -1,0 +1,124 @@
+"""Light and dark palettes plus one small style sheet, applied app-wide.
+
+We use the Fusion style everywhere so the app looks the same on every platform and both themes are
+under our control; "system" follows the platform's colour scheme when Qt can tell.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication
+
+
+@dataclass(frozen=True)
+class Colors:
+    name: str
+    window: str
+    base: str
+    alt: str
+    text: str
+    muted: str
+    border: str
+    accent: str
+    accent_text: str
+    user_bubble: str
+    assistant_bubble: str
+    code_bg: str
+    drafted: str       # background tint for tokens that came from the drafter
+    error_bg: str
+    error_border: str
+    good: str
+    warn: str
+
+
+LIGHT = Colors("light", window="#f4f5f7", base="#ffffff", alt="#eef0f3", text="#1d2025", muted="#6b7280",
+               border="#d9dce1", accent="#3b6fe0", accent_text="#ffffff", user_bubble="#e8effd",
+               assistant_bubble="#ffffff", code_bg="#f3f4f6", drafted="#d8f3dc", error_bg="#fdecec",
+               error_border="#e5a3a3", good="#1f9d55", warn="#b7791f")
+DARK = Colors("dark", window="#1c1e22", base="#24272c", alt="#2b2f35", text="#e6e8eb", muted="#9aa1ab",
+              border="#3a3f47", accent="#6b96f5", accent_text="#0e1116", user_bubble="#2c3a55",
+              assistant_bubble="#262a30", code_bg="#1a1c20", drafted="#1f4a2e", error_bg="#4a2326",
+              error_border="#8c3b40", good="#4cc38a", warn="#e0a84c")
+
+_current = LIGHT
+
+
+def current() -> Colors:
+    return _current
+
+
+def resolve(choice: str) -> Colors:
+    if choice == "dark":
+        return DARK
+    if choice == "light":
+        return LIGHT
+    hints = QGuiApplication.styleHints()
+    return DARK if hints.colorScheme() == Qt.ColorScheme.Dark else LIGHT
+
+
+def palette(c: Colors) -> QPalette:
+    p = QPalette()
+    roles = {QPalette.ColorRole.Window: c.window, QPalette.ColorRole.WindowText: c.text,
+             QPalette.ColorRole.Base: c.base, QPalette.ColorRole.AlternateBase: c.alt,
+             QPalette.ColorRole.Text: c.text, QPalette.ColorRole.Button: c.alt,
+             QPalette.ColorRole.ButtonText: c.text, QPalette.ColorRole.Highlight: c.accent,
+             QPalette.ColorRole.HighlightedText: c.accent_text, QPalette.ColorRole.ToolTipBase: c.base,
+             QPalette.ColorRole.ToolTipText: c.text, QPalette.ColorRole.PlaceholderText: c.muted,
+             QPalette.ColorRole.Link: c.accent, QPalette.ColorRole.Mid: c.border}
+    for role, value in roles.items():
+        p.setColor(role, QColor(value))
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(c.muted))
+    return p
+
+
+def style_sheet(c: Colors) -> str:
+    return f"""
+    QToolBar {{ border: none; border-bottom: 1px solid {c.border}; spacing: 4px; padding: 4px 6px; }}
+    QToolBar QToolButton {{ padding: 4px 8px; border-radius: 6px; }}
+    QToolBar QToolButton:checked {{ background: {c.alt}; }}
+    QToolBar QToolButton:hover {{ background: {c.alt}; }}
+    QStatusBar {{ border-top: 1px solid {c.border}; }}
+    QListView#conversationList {{ border: none; background: {c.alt}; padding: 6px; }}
+    QListView#conversationList::item {{ padding: 8px 10px; border-radius: 6px; margin: 1px 0; }}
+    QListView#conversationList::item:selected {{ background: {c.base}; color: {c.text}; }}
+    QWidget#sidebar {{ background: {c.alt}; border-right: 1px solid {c.border}; }}
+    QScrollArea#chatScroll, QWidget#chatColumn {{ background: {c.window}; border: none; }}
+    QFrame#bubble_user {{ background: {c.user_bubble}; border-radius: 12px; }}
+    QFrame#bubble_assistant {{ background: {c.assistant_bubble}; border: 1px solid {c.border}; border-radius: 12px; }}
+    QFrame#bubble_error {{ background: {c.error_bg}; border: 1px solid {c.error_border}; border-radius: 12px; }}
+    QTextBrowser {{ background: transparent; border: none; }}
+    QLabel#role {{ color: {c.muted}; font-weight: 600; }}
+    QLabel#footer, QLabel#muted, QLabel#hint {{ color: {c.muted}; }}
+    QLabel#emptyTitle {{ font-size: 18pt; font-weight: 600; }}
+    QFrame#composer {{ background: {c.base}; border: 1px solid {c.border}; border-radius: 12px; }}
+    QPlainTextEdit#input {{ background: transparent; border: none; }}
+    QLineEdit#systemPrompt {{ border: 1px solid {c.border}; border-radius: 6px; padding: 4px 8px; background: {c.base}; }}
+    QPushButton#primary {{ background: {c.accent}; color: {c.accent_text}; border: none; border-radius: 8px;
+                           padding: 6px 16px; font-weight: 600; }}
+    QPushButton#primary:disabled {{ background: {c.border}; color: {c.muted}; }}
+    QPushButton#example {{ text-align: left; padding: 10px 14px; border: 1px solid {c.border}; border-radius: 10px;
+                           background: {c.base}; }}
+    QPushButton#example:hover {{ border-color: {c.accent}; }}
+    QToolButton#msgAction {{ border: none; color: {c.muted}; padding: 2px 6px; border-radius: 4px; }}
+    QToolButton#msgAction:hover {{ background: {c.alt}; color: {c.text}; }}
+    QDockWidget > QWidget {{ background: {c.window}; }}
+    QLabel#bigNumber {{ font-size: 20pt; font-weight: 600; }}
+    QLabel#warning {{ color: {c.warn}; }}
+    """
+
+
+def apply(app: QApplication, choice: str = "system", font_size: int | None = None) -> Colors:
+    """Apply a theme (and base font size) to the whole application; returns the colours in use."""
+    global _current
+    _current = resolve(choice)
+    app.setStyle("Fusion")
+    app.setPalette(palette(_current))
+    if font_size:
+        font = QFont(app.font())
+        font.setPointSize(font_size)
+        app.setFont(font)
+    app.setStyleSheet(style_sheet(_current))
+    return _current
