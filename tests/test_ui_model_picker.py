@@ -1,0 +1,139 @@
+"""The model picker on recorded hardware: catalog rows with fit badges, the demo pair first and
+loadable, clear reasons when a pair cannot run, and a real download from the local fake hub."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from dflash_desktop.catalog import bundled_path, parse_catalog
+from dflash_desktop.hardware import HardwareProbe, detect
+from tests.hub_server import hub, make_repo  # noqa: F401  (fixture)
+from tests.ui_fixtures import random_pair  # noqa: F401  (fixture)
+from ui.model_picker import ModelPicker
+from ui.pair_list_model import PairListModel, Roles, build_rows
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hardware"
+WAIT_MS = 30_000
+
+
+def rtx3060():
+    """12 GB card: the demo fits, Qwen3 4B is tight, Qwen3.5 4B runs target-only, Qwen3 8B won't fit."""
+    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / "nvidia_rtx3060_smi.json").read_text())))
+
+
+@pytest.fixture
+def catalog(random_pair):
+    """The bundled catalog with the demo pair pointing at a random pair and Qwen3 4B at the fake hub."""
+    data = json.loads(bundled_path().read_text())
+    pairs = {p["id"]: p for p in data["pairs"]}
+    pairs["demo"]["target"]["path"], pairs["demo"]["drafter"]["path"] = map(str, random_pair)
+    pairs["qwen3-4b"]["target"]["repo_id"] = "org/target"
+    pairs["qwen3-4b"]["drafter"]["repo_id"] = "org/draft"
+    data["pairs"] = [pairs[k] for k in ("qwen3-4b", "qwen3-8b", "demo", "qwen3.5-4b")]  # demo not first on purpose
+    return parse_catalog(copy.deepcopy(data), "test")
+
+
+@pytest.fixture
+def picker(qtbot, catalog, tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    dialog = ModelPicker(catalog=catalog, hardware=rtx3060())
+    qtbot.addWidget(dialog)
+    with qtbot.waitSignal(dialog.ready, timeout=WAIT_MS):
+        pass
+    return dialog
+
+
+def rows(p: ModelPicker) -> dict[str, int]:
+    return {p.model.index(i).data(Roles.Id): i for i in range(p.model.rowCount())}
+
+
+def select(p: ModelPicker, pair_id: str):
+    p.list.setCurrentIndex(p.model.index(rows(p)[pair_id]))
+    return p.list.currentIndex()
+
+
+def test_rows_badges_and_demo_first(picker):
+    assert list(rows(picker)) == ["demo", "qwen3-4b", "qwen3-8b", "qwen3.5-4b"]
+    verdicts = {pid: picker.model.index(i).data(Roles.Verdict) for pid, i in rows(picker).items()}
+    assert verdicts == {"demo": "fits", "qwen3-4b": "tight", "qwen3-8b": "wont_fit", "qwen3.5-4b": "target_only"}
+    demo = picker.model.index(0)
+    assert demo.data(Roles.DownloadText) == "Embedded · ready" and demo.data(Roles.CanLoad)
+    q4 = picker.model.index(rows(picker)["qwen3-4b"])
+    assert q4.data(Roles.DownloadState) == "not_downloaded" and q4.data(Roles.Reason) == "Download it first."
+    assert "GB" in q4.data(Roles.SizeText) and q4.data(Roles.License) == "apache-2.0/mit"
+    assert q4.data(Roles.ChatMode) == "non-thinking"
+    assert "Total with DFlash" in q4.data(Qt.ItemDataRole.ToolTipRole) and "free VRAM" in q4.data(Roles.FitDetails)
+    assert "RTX 3060" in picker.hardware_label.text()
+
+
+def test_demo_pair_loads_and_emits_its_folders(qtbot, picker, random_pair):
+    assert picker.list.currentIndex().row() == 0  # preselected
+    assert picker.load_button.isEnabled()
+    with qtbot.waitSignal(picker.pairChosen, timeout=WAIT_MS) as chosen:
+        picker.load_button.click()
+    assert chosen.args[0] == {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(random_pair[0]),
+                              "draft_dir": str(random_pair[1])}
+
+
+def test_wont_fit_pair_cannot_be_loaded_or_downloaded_and_says_why(picker):
+    idx = select(picker, "qwen3-8b")
+    assert not picker.load_button.isEnabled() and not picker.download_button.isEnabled()
+    assert not idx.data(Roles.CanLoad)
+    assert "won't fit" in picker.reason.text() and "won't fit" in picker.fit_sentence.text()
+    assert "Won't fit" in picker.badge.text()
+
+
+def test_offline_mode_is_shown_and_disables_downloads(picker):
+    select(picker, "qwen3-4b")  # conftest runs tests with HF_HUB_OFFLINE=1
+    assert "Offline" in picker.offline_label.text()
+    assert not picker.download_button.isEnabled()
+
+
+def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    hub.repos["org/target"] = make_repo(1, shards=2, shard_size=400_000)
+    hub.repos["org/draft"] = make_repo(2, shards=1, shard_size=400_000)
+    hub.slow_bps = 4_000_000  # about 0.3 s in all: progress is visible on the way
+    idx = select(picker, "qwen3-4b")
+    picker._refresh_offline()
+    assert "Online" in picker.offline_label.text()
+    assert picker.download_button.isEnabled() and not picker.load_button.isEnabled()
+    fractions = []
+    picker.model.dataChanged.connect(lambda *_: fractions.append(idx.data(Roles.DownloadFraction)))
+    picker.download_button.click()
+    assert idx.data(Roles.DownloadState) == "downloading" and picker.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: idx.data(Roles.DownloadState) != "downloading", timeout=WAIT_MS)
+    assert idx.data(Roles.DownloadState) == "ready", idx.data(Roles.DownloadText)
+    assert any(0 < f < 1 for f in fractions), fractions
+    assert picker.load_button.isEnabled()
+    with qtbot.waitSignal(picker.pairChosen, timeout=WAIT_MS) as chosen:
+        picker.load_button.click()
+    got = chosen.args[0]
+    assert got["id"] == "qwen3-4b"
+    assert (Path(got["target_dir"]) / "config.json").read_bytes() == hub.repos["org/target"].files["config.json"]
+    assert (Path(got["draft_dir"]) / "config.json").read_bytes() == hub.repos["org/draft"].files["config.json"]
+
+
+def test_target_only_pair_loads_without_its_drafter(catalog, random_pair):
+    local = {"qwen3.5-4b": {"target": Path("/t"), "drafter": Path("/d")}}
+    model = PairListModel()
+    model.set_rows(build_rows(catalog, rtx3060(), local))
+    i = next(r for r in range(model.rowCount()) if model.index(r).data(Roles.Id) == "qwen3.5-4b")
+    assert model.index(i).data(Roles.CanLoad) and model.index(i).data(Roles.DraftDir) is None
+    assert model.index(i).data(Roles.TargetDir) == "/t"
+
+
+def test_pair_list_model_passes_qt_model_tester(qtmodeltester, catalog):
+    model = PairListModel()
+    model.set_rows(build_rows(catalog, rtx3060(), {}))
+    qtmodeltester.check(model)
+    model.set_download("qwen3-4b", "downloading", 0.5, "Downloading 50%")
+    qtmodeltester.check(model)

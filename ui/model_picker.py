@@ -1,0 +1,395 @@
+"""Choose, download and load a DFlash pair, with an honest answer to "will it run on this computer?".
+
+Catalog loading, the hardware probe and the disk scan for finished downloads run on a background
+thread; downloads run on DownloadJob's own thread and reach the widgets only through queued signals.
+"""
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QModelIndex, QObject, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtWidgets import (QApplication, QDialog, QFrame, QHBoxLayout, QLabel, QLineEdit, QListView,
+                               QProgressBar, QPushButton, QSplitter, QStyle, QStyledItemDelegate,
+                               QStyleOptionViewItem, QVBoxLayout, QWidget)
+
+from dflash_desktop import downloads
+from dflash_desktop.catalog import Catalog, load_catalog
+from dflash_desktop.hardware import HardwareReport, detect_live
+
+from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
+
+BADGE_COLORS = {"fits": QColor(46, 160, 67), "tight": QColor(191, 135, 0), "target_only": QColor(56, 139, 253),
+                "wont_fit": QColor(218, 54, 51), "unsupported": QColor(128, 128, 128), "unknown": QColor(128, 128, 128)}
+
+
+def describe_progress(p: downloads.Progress) -> str:
+    """'42% · 12.3 MB/s · 1 min 20 s left' for the list and the detail pane."""
+    parts = [f"{p.fraction:.0%}"]
+    if p.speed_bps > 0:
+        parts.append(f"{p.speed_bps / 1e6:.1f} MB/s")
+    if p.eta_s is not None:
+        m, s = divmod(int(p.eta_s), 60)
+        parts.append(f"{m} min {s} s left" if m else f"{s} s left")
+    if p.state == "verifying":
+        parts.append("verifying")
+    return "Downloading " + " · ".join(parts)
+
+
+class _Bridge(QObject):
+    """Carries DownloadJob callbacks (download thread) to the GUI thread as queued signals."""
+
+    progress = Signal(object)
+    finished = Signal(object)
+
+
+class _Loader(QObject):
+    ready = Signal(object, object, object)  # catalog, hardware report, {pair id: {role: folder}}
+    failed = Signal(str)
+
+
+class _TokenCheck(QObject):
+    answered = Signal(str)  # "" when the token was stored, else the problem
+
+
+class _PairDelegate(QStyledItemDelegate):
+    """Two lines per pair (name; size, licence, mode) with a fit badge and the download state."""
+
+    def sizeHint(self, option, index) -> QSize:
+        return QSize(360, option.fontMetrics.height() * 3 + 14)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        painter.save()
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = ""
+        style = opt.widget.style() if opt.widget else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, opt.widget)
+        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
+        pal = opt.palette
+        fg = pal.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        dim = QColor(fg)
+        dim.setAlphaF(0.65)
+        r = opt.rect.adjusted(10, 6, -10, -6)
+        fm = opt.fontMetrics
+        line = fm.height()
+
+        verdict, label = index.data(Roles.Verdict), index.data(Roles.VerdictLabel)
+        badge_w = fm.horizontalAdvance(label) + 16
+        badge = QRect(r.right() - badge_w, r.top(), badge_w, line + 2)
+        color = BADGE_COLORS.get(verdict, BADGE_COLORS["unknown"])
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(color)
+        painter.drawRoundedRect(badge, badge.height() / 2, badge.height() / 2)
+        painter.setPen(QColor("white"))
+        painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, label)
+
+        bold = QFont(opt.font)
+        bold.setBold(True)
+        painter.setFont(bold)
+        painter.setPen(fg)
+        name_rect = QRect(r.left(), r.top(), r.width() - badge_w - 8, line + 2)
+        painter.drawText(name_rect, Qt.AlignmentFlag.AlignVCenter, fm.elidedText(index.data(Roles.Name),
+                                                                               Qt.TextElideMode.ElideRight, name_rect.width()))
+        painter.setFont(opt.font)
+        painter.setPen(dim)
+        sub = QRect(r.left(), r.top() + line + 4, r.width(), line)
+        painter.drawText(sub, Qt.AlignmentFlag.AlignVCenter, fm.elidedText(index.data(Roles.Subtitle),
+                                                                         Qt.TextElideMode.ElideRight, sub.width()))
+        state = index.data(Roles.DownloadState)
+        third = QRect(r.left(), r.top() + 2 * line + 6, r.width(), line)
+        if state == "downloading":
+            bar = QRect(third.left(), third.center().y() - 2, third.width() // 2, 4)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(dim.red(), dim.green(), dim.blue(), 60))
+            painter.drawRoundedRect(bar, 2, 2)
+            painter.setBrush(pal.color(QPalette.ColorRole.Highlight) if not selected else fg)
+            painter.drawRoundedRect(QRect(bar.left(), bar.top(), int(bar.width() * index.data(Roles.DownloadFraction)),
+                                          bar.height()), 2, 2)
+            third.setLeft(bar.right() + 8)
+        painter.setPen(BADGE_COLORS["wont_fit"] if state == "error" and not selected else dim)
+        painter.drawText(third, Qt.AlignmentFlag.AlignVCenter, fm.elidedText(index.data(Roles.DownloadText),
+                                                                           Qt.TextElideMode.ElideRight, third.width()))
+        painter.restore()
+
+
+class ModelPicker(QDialog):
+    """Lists the catalog pairs with fit and download state; emits `pairChosen` for the pair to load."""
+
+    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits)
+    ready = Signal()           # catalog, hardware and disk scan are in
+
+    def __init__(self, parent: QWidget | None = None, catalog: Catalog | None = None,
+                 hardware: HardwareReport | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.resize(980, 620)
+        self.catalog, self.hardware = catalog, hardware
+        self.model = PairListModel(self)
+        self._jobs: dict[str, downloads.DownloadJob] = {}
+        self._build()
+        self._load_in_background()
+
+    # -- layout -----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.hardware_label = QLabel("Checking this computer…")
+        self.hardware_label.setWordWrap(True)
+        self.offline_label = QLabel()
+        self.offline_label.setTextFormat(Qt.TextFormat.RichText)
+        top = QHBoxLayout()
+        top.addWidget(self.hardware_label, 1)
+        top.addWidget(self.offline_label)
+
+        self.list = QListView()
+        self.list.setModel(self.model)
+        self.list.setItemDelegate(_PairDelegate(self.list))
+        self.list.setUniformItemSizes(True)
+        self.list.setMinimumWidth(380)
+        self.list.selectionModel().currentChanged.connect(lambda *_: self._refresh_detail())
+        self.list.doubleClicked.connect(lambda *_: self.load_selected())
+        self.model.dataChanged.connect(lambda *_: self._refresh_detail())
+
+        self.title = QLabel()
+        big = self.title.font()
+        big.setPointSizeF(big.pointSizeF() * 1.4)
+        big.setBold(True)
+        self.title.setFont(big)
+        self.badge = QLabel()
+        self.facts = QLabel()
+        self.fit_sentence = QLabel()
+        self.fit_numbers = QLabel()
+        self.fit_numbers.setStyleSheet("color: palette(placeholder-text);")
+        self.notes = QLabel()
+        self.reason = QLabel()
+        self.reason.setObjectName("pickerReason")
+        self.reason.setStyleSheet("QLabel#pickerReason { color: rgb(218,54,51); font-weight: bold; }")
+        for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.reason):
+            w.setWordWrap(True)
+            w.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress_text = QLabel()
+        self.token_box = self._token_box()
+
+        self.download_button = QPushButton("Download")
+        self.download_button.clicked.connect(self.download_selected)
+        self.cancel_button = QPushButton("Cancel download")
+        self.cancel_button.clicked.connect(self.cancel_selected)
+        self.load_button = QPushButton("Load")
+        self.load_button.setDefault(True)
+        self.load_button.clicked.connect(self.load_selected)
+        close = QPushButton("Close")
+        close.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        buttons.addWidget(close)
+        buttons.addWidget(self.load_button)
+
+        detail = QWidget()
+        d = QVBoxLayout(detail)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        head.addWidget(self.badge)
+        d.addLayout(head)
+        for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes):
+            d.addWidget(w)
+        d.addStretch(1)
+        d.addWidget(self.token_box)
+        d.addWidget(self.progress_text)
+        d.addWidget(self.progress)
+        d.addWidget(self.reason)
+        d.addLayout(buttons)
+
+        split = QSplitter()
+        split.addWidget(self.list)
+        split.addWidget(detail)
+        split.setStretchFactor(1, 1)
+        split.setSizes([420, 560])
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(split, 1)
+        self._refresh_offline()
+        self._refresh_detail()
+
+    def _token_box(self) -> QFrame:
+        box = QFrame()
+        box.setFrameShape(QFrame.Shape.StyledPanel)
+        self.token_help = QLabel()
+        self.token_help.setWordWrap(True)
+        self.token_help.setOpenExternalLinks(True)
+        self.token_edit = QLineEdit()
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("hf_… (read access is enough)")
+        self.token_save = QPushButton("Save token")
+        self.token_save.clicked.connect(self.save_token)
+        self.token_status = QLabel()
+        self.token_status.setWordWrap(True)
+        row = QHBoxLayout()
+        row.addWidget(self.token_edit, 1)
+        row.addWidget(self.token_save)
+        lay = QVBoxLayout(box)
+        lay.addWidget(self.token_help)
+        lay.addLayout(row)
+        lay.addWidget(self.token_status)
+        return box
+
+    # -- loading ----------------------------------------------------------------------------------
+    def _load_in_background(self) -> None:
+        self._loader = _Loader(self)
+        self._loader.ready.connect(self._on_loaded)
+        self._loader.failed.connect(lambda msg: self.hardware_label.setText(msg))
+        catalog, hardware, loader = self.catalog, self.hardware, self._loader
+
+        def work():
+            try:
+                cat = catalog or load_catalog()
+                report = hardware or detect_live()
+                loader.ready.emit(cat, report, local_dirs_for(cat, downloads.find_cached))
+            except Exception as exc:  # a broken catalog or probe must not leave the dialog spinning
+                loader.failed.emit(f"Could not read the model catalog or this computer's hardware: {exc}")
+
+        threading.Thread(target=work, name="model-picker-load", daemon=True).start()
+
+    def _on_loaded(self, catalog: Catalog, report: HardwareReport, local: dict) -> None:
+        self.catalog, self.hardware = catalog, report
+        self.model.set_rows(build_rows(catalog, report, local))
+        self.hardware_label.setText(report.reason[:1].upper() + report.reason[1:])
+        self.list.setCurrentIndex(self.model.index(0))
+        self.ready.emit()
+
+    def _refresh_offline(self) -> None:
+        if downloads.offline_mode():
+            self.offline_label.setText('<span style="color:#bf8700">●</span> Offline: downloads are off, '
+                                       "downloaded models still load")
+        else:
+            self.offline_label.setText('<span style="color:#2ea043">●</span> Online')
+
+    # -- detail pane ------------------------------------------------------------------------------
+    def current_row(self) -> int:
+        return self.list.currentIndex().row()
+
+    def _refresh_detail(self) -> None:
+        idx = self.list.currentIndex()
+        has = idx.isValid()
+        for w in (self.download_button, self.load_button, self.cancel_button):
+            w.setEnabled(False)
+        self.token_box.setVisible(False)
+        self.progress.setVisible(False)
+        self.progress_text.setVisible(False)
+        if not has:
+            self.title.setText("Models")
+            self.badge.clear()
+            for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.reason):
+                w.clear()
+            return
+        row = self.model.pair_row(idx.row())
+        verdict, state = idx.data(Roles.Verdict), idx.data(Roles.DownloadState)
+        self.title.setText(idx.data(Roles.Name))
+        color = BADGE_COLORS.get(verdict, BADGE_COLORS["unknown"]).name()
+        self.badge.setText(f'<span style="background:{color}; color:white; border-radius:8px">'
+                           f"&nbsp;{idx.data(Roles.VerdictLabel)}&nbsp;</span>")
+        gated = " · gated: needs a Hugging Face token and accepted licence" if idx.data(Roles.Gated) else ""
+        self.facts.setText(f"{idx.data(Roles.SizeText)} download · licence {idx.data(Roles.License)} · "
+                           f"drafter block {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}{gated}\n"
+                           f"{idx.data(Roles.DownloadText)}")
+        self.fit_sentence.setText(idx.data(Roles.FitSentence))
+        self.fit_numbers.setText(idx.data(Roles.FitDetails))
+        self.notes.setText(idx.data(Roles.Notes))
+        self.reason.setText(idx.data(Roles.Reason) if state in ("ready", "error") or verdict in
+                            ("wont_fit", "unsupported") else "")
+        downloading = state == "downloading"
+        self.progress.setVisible(downloading)
+        self.progress_text.setVisible(downloading)
+        if downloading:
+            self.progress.setValue(int(1000 * idx.data(Roles.DownloadFraction)))
+            self.progress_text.setText(idx.data(Roles.DownloadText) +
+                                       "\nClosing this window pauses the download; it resumes where it stopped.")
+        can_download = (row.pair.needs_download and state in ("not_downloaded", "error")
+                        and verdict not in ("wont_fit", "unsupported", "unknown"))
+        self.download_button.setEnabled(can_download and not downloads.offline_mode())
+        self.download_button.setToolTip("Offline mode: downloads are off." if downloads.offline_mode() else "")
+        self.cancel_button.setEnabled(downloading)
+        self.load_button.setEnabled(bool(idx.data(Roles.CanLoad)))
+        if idx.data(Roles.Gated) and state != "ready":
+            repo = row.pair.target.repo_id if row.pair.target.gated else row.pair.drafter.repo_id
+            self.token_help.setText(f'This model is gated. Accept its licence on <a href="https://huggingface.co/{repo}">'
+                                    f"huggingface.co/{repo}</a>, then paste an access token.")
+            if downloads.current_token() and not self.token_status.text():
+                self.token_status.setText("A Hugging Face token is already set on this computer.")
+            self.token_box.setVisible(True)
+
+    # -- actions ----------------------------------------------------------------------------------
+    def load_selected(self) -> None:
+        idx = self.list.currentIndex()
+        if not idx.isValid() or not idx.data(Roles.CanLoad):
+            return
+        self.pairChosen.emit({"id": idx.data(Roles.Id), "name": idx.data(Roles.Name),
+                              "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir)})
+        self.accept()
+
+    def download_selected(self) -> None:
+        idx = self.list.currentIndex()
+        if not idx.isValid() or not self.download_button.isEnabled():
+            return
+        pair = self.model.pair_row(idx.row()).pair
+        bridge = _Bridge(self)
+        bridge.progress.connect(lambda p, pid=pair.id: self._on_progress(pid, p))
+        bridge.finished.connect(lambda job, pid=pair.id: self._on_finished(pid, job))
+        job = downloads.DownloadJob.for_pair(pair, on_progress=bridge.progress.emit, on_finished=bridge.finished.emit)
+        self._jobs[pair.id] = job
+        self.model.set_download(pair.id, "downloading", 0.0, "Starting download…")
+        job.start()
+
+    def cancel_selected(self) -> None:
+        idx = self.list.currentIndex()
+        job = self._jobs.get(idx.data(Roles.Id)) if idx.isValid() else None
+        if job:
+            job.cancel()
+
+    def _on_progress(self, pair_id: str, p: downloads.Progress) -> None:
+        if pair_id in self._jobs and not self._jobs[pair_id].finished:
+            self.model.set_download(pair_id, "downloading", p.fraction, describe_progress(p))
+
+    def _on_finished(self, pair_id: str, job: downloads.DownloadJob) -> None:
+        self._jobs.pop(pair_id, None)
+        row = self.model.pair_row(self.model.row_of(pair_id))
+        if job.state == "done":
+            dirs = {"target": job.result[row.pair.target.repo_id], "drafter": job.result[row.pair.drafter.repo_id]}
+            self.model.set_download(pair_id, "ready", 1.0, dirs=dirs)
+        elif job.state == "cancelled":
+            self.model.set_download(pair_id, "not_downloaded", 0.0)
+        else:
+            self.model.set_download(pair_id, "error", 0.0, error=job.error.message if job.error else "unknown error")
+
+    def save_token(self) -> None:
+        """Store the token where huggingface_hub keeps it (checked online, on a thread; never logged)."""
+        token = self.token_edit.text().strip()
+        if not token:
+            return
+        self.token_save.setEnabled(False)
+        self.token_status.setText("Checking the token…")
+        check = _TokenCheck(self)
+        check.answered.connect(self._token_saved)
+
+        def work():
+            try:
+                downloads.save_token(token)
+                check.answered.emit("")
+            except Exception as exc:
+                check.answered.emit(f"The token was not accepted: {str(exc).replace(token, '…')}")
+
+        threading.Thread(target=work, name="hf-token", daemon=True).start()
+
+    def _token_saved(self, problem: str) -> None:
+        self.token_save.setEnabled(True)
+        self.token_edit.clear()
+        self.token_status.setText(problem or "Token saved. Downloads of gated models will use it.")
+
+    def done(self, result: int) -> None:
+        for job in self._jobs.values():  # partial files are kept: the next Download resumes
+            job.cancel()
+        super().done(result)

@@ -1,0 +1,241 @@
+"""The catalog pairs as a Qt list model: one row per pair, every fact the picker shows in a named role.
+
+The demo pair is always the first row. Facts that take disk or hardware work (fit estimate, which
+files are already downloaded) are computed by the caller, off the GUI thread, and handed in with
+`set_rows`; live download progress comes in through `set_download`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
+
+from dflash_desktop.catalog import Catalog, Pair
+from dflash_desktop.fit import FitEstimate, estimate_fit, Budget
+from dflash_desktop.hardware import HardwareReport, gib
+
+VERDICT_LABELS = {"fits": "Fits", "tight": "Tight fit", "target_only": "Target only", "wont_fit": "Won't fit",
+                  "unsupported": "Not for this device", "unknown": "Checking…"}
+TERM_LABELS = {"target_weights": "Target weights", "drafter_weights": "Drafter weights",
+               "kv_cache": "Target KV cache", "drafter_kv_cache": "Drafter KV cache",
+               "captured_features": "Captured features", "recurrent_state": "Recurrent state",
+               "runtime_margin": "Runtime margin"}
+
+
+class Roles(IntEnum):
+    Id = Qt.ItemDataRole.UserRole + 1
+    Name = Qt.ItemDataRole.UserRole + 2
+    Kind = Qt.ItemDataRole.UserRole + 3
+    Verdict = Qt.ItemDataRole.UserRole + 4        # fits, tight, target_only, wont_fit, unsupported, unknown
+    VerdictLabel = Qt.ItemDataRole.UserRole + 5
+    FitSentence = Qt.ItemDataRole.UserRole + 6
+    FitDetails = Qt.ItemDataRole.UserRole + 7     # the memory breakdown, one term per line
+    DownloadState = Qt.ItemDataRole.UserRole + 8  # not_downloaded, downloading, ready, error
+    DownloadFraction = Qt.ItemDataRole.UserRole + 9
+    DownloadText = Qt.ItemDataRole.UserRole + 10
+    SizeBytes = Qt.ItemDataRole.UserRole + 11
+    SizeText = Qt.ItemDataRole.UserRole + 12
+    License = Qt.ItemDataRole.UserRole + 13
+    Gated = Qt.ItemDataRole.UserRole + 14
+    ChatMode = Qt.ItemDataRole.UserRole + 15
+    Notes = Qt.ItemDataRole.UserRole + 16
+    CanLoad = Qt.ItemDataRole.UserRole + 17
+    Reason = Qt.ItemDataRole.UserRole + 18        # why it cannot be loaded here ("" when it can)
+    TargetDir = Qt.ItemDataRole.UserRole + 19
+    DraftDir = Qt.ItemDataRole.UserRole + 20      # None when only the target will run
+    Subtitle = Qt.ItemDataRole.UserRole + 21      # one line under the name: size, licence, mode
+
+
+@dataclass
+class PairRow:
+    """Everything known about one pair on this machine."""
+
+    pair: Pair
+    size_bytes: int
+    fit: FitEstimate | None = None
+    supported: bool = True
+    download_state: str = "not_downloaded"
+    download_fraction: float = 0.0
+    download_text: str = ""
+    error: str = ""
+    dirs: dict = field(default_factory=dict)  # role ("target", "drafter") -> folder, when on disk
+
+    @property
+    def verdict(self) -> str:
+        if not self.supported:
+            return "unsupported"
+        return self.fit.verdict if self.fit else "unknown"
+
+    @property
+    def reason(self) -> str:
+        """Plain words for why Load is off; empty when the pair can be loaded."""
+        if not self.supported:
+            return "This pair has no build for this device's backend."
+        if self.verdict == "wont_fit":
+            return self.fit.sentence
+        if self.verdict == "unknown":
+            return "Checking this computer's memory…"
+        if self.download_state == "downloading":
+            return "Downloading…"
+        if self.download_state == "error":
+            return self.error
+        if self.download_state != "ready":
+            return "Download it first."
+        return ""
+
+    @property
+    def draft_dir(self) -> str | None:
+        if self.verdict == "target_only":
+            return None
+        return str(self.dirs["drafter"]) if self.dirs.get("drafter") else None
+
+
+def pair_size(pair: Pair, catalog: Catalog) -> int:
+    """Bytes of weights on disk (target in its native dtype plus the drafter)."""
+    b = catalog.dtype_bytes
+    return int(pair.target.params * b[pair.target["native_dtype"]] + pair.drafter.params * b[pair.drafter["dtype"]])
+
+
+def human_size(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def licence(pair: Pair) -> str:
+    """Target and drafter licences, once each ("apache-2.0/mit")."""
+    return "/".join(dict.fromkeys(str(m.get("license", "unknown")) for m in (pair.target, pair.drafter)))
+
+
+def fit_details(row: PairRow) -> str:
+    """The numbers behind the verdict, one term per line."""
+    if row.fit is None:
+        return VERDICT_LABELS[row.verdict]
+    e = row.fit
+    lines = [f"{TERM_LABELS.get(k, k)}: {gib(v)}" for k, v in e.breakdown.items() if v]
+    lines += [f"Total with DFlash: {gib(e.total_bytes)}", f"Target alone: {gib(e.target_only_bytes)}",
+              f"Available: {gib(e.budget_bytes)} ({e.budget_source})",
+              f"At {e.context_tokens:,} tokens of context ({e.weight_dtype} weights, {e.kv_dtype} cache)"]
+    return "\n".join(lines)
+
+
+def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict[str, dict]) -> list[PairRow]:
+    """One row per pair, demo first. `local_dirs` maps pair id -> {role: folder} for pairs fully on disk."""
+    budget = Budget.from_report(report) if report else None
+    pairs = sorted(catalog.pairs, key=lambda p: p.kind != "embedded")  # stable: catalog order otherwise
+    rows = []
+    for pair in pairs:
+        row = PairRow(pair, pair_size(pair, catalog))
+        if budget is not None:
+            row.supported = budget.backend in pair.backends
+            if row.supported:
+                row.fit = estimate_fit(pair, budget, dtype_bytes=catalog.dtype_bytes)
+        if pair.id in local_dirs:
+            row.download_state, row.dirs = "ready", local_dirs[pair.id]
+        elif not pair.needs_download:
+            row.download_state = "error"
+            row.error = f"The built-in model files are missing ({pair.local_path('drafter')}). Reinstall the app."
+        rows.append(row)
+    return rows
+
+
+class PairListModel(QAbstractListModel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._rows: list[PairRow] = []
+
+    def set_rows(self, rows: list[PairRow]) -> None:
+        self.beginResetModel()
+        self._rows = list(rows)
+        self.endResetModel()
+
+    def row_of(self, pair_id: str) -> int:
+        return next((i for i, r in enumerate(self._rows) if r.pair.id == pair_id), -1)
+
+    def pair_row(self, row: int) -> PairRow:
+        return self._rows[row]
+
+    def set_download(self, pair_id: str, state: str, fraction: float = 0.0, text: str = "", error: str = "",
+                     dirs: dict | None = None) -> None:
+        i = self.row_of(pair_id)
+        if i < 0:
+            return
+        r = self._rows[i]
+        r.download_state, r.download_fraction, r.download_text, r.error = state, fraction, text, error
+        if dirs is not None:
+            r.dirs = dirs
+        self.dataChanged.emit(self.index(i), self.index(i))
+
+    # -- Qt interface -----------------------------------------------------------------------------
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self._rows)
+
+    def roleNames(self) -> dict[int, bytes]:
+        names = {int(r): (r.name[0].lower() + r.name[1:]).encode() for r in Roles}
+        names[int(Qt.ItemDataRole.DisplayRole)] = b"display"
+        return names
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+            return None
+        r = self._rows[index.row()]
+        p = r.pair
+        if role in (Qt.ItemDataRole.DisplayRole, Roles.Name):
+            return p.name
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{VERDICT_LABELS[r.verdict]}\n{fit_details(r)}"
+        getters = {
+            Roles.Id: lambda: p.id,
+            Roles.Kind: lambda: p.kind,
+            Roles.Verdict: lambda: r.verdict,
+            Roles.VerdictLabel: lambda: VERDICT_LABELS[r.verdict],
+            Roles.FitSentence: lambda: r.fit.sentence if r.fit else r.reason,
+            Roles.FitDetails: lambda: fit_details(r),
+            Roles.DownloadState: lambda: r.download_state,
+            Roles.DownloadFraction: lambda: r.download_fraction,
+            Roles.DownloadText: lambda: self._download_text(r),
+            Roles.SizeBytes: lambda: r.size_bytes,
+            Roles.SizeText: lambda: human_size(r.size_bytes),
+            Roles.License: lambda: licence(p),
+            Roles.Gated: lambda: p.target.gated or p.drafter.gated,
+            Roles.ChatMode: lambda: p.chat_mode,
+            Roles.Notes: lambda: p.notes,
+            Roles.CanLoad: lambda: not r.reason,
+            Roles.Reason: lambda: r.reason,
+            Roles.TargetDir: lambda: str(r.dirs["target"]) if r.dirs.get("target") else None,
+            Roles.DraftDir: lambda: r.draft_dir,
+            Roles.Subtitle: lambda: self._subtitle(r),
+        }
+        getter = getters.get(role)
+        return getter() if getter else None
+
+    @staticmethod
+    def _download_text(r: PairRow) -> str:
+        if r.pair.kind == "embedded":
+            return "Embedded · ready" if r.download_state == "ready" else "Embedded · missing"
+        return {"ready": "Downloaded · ready", "not_downloaded": "Not downloaded",
+                "downloading": r.download_text or "Downloading…",
+                "error": f"Download failed: {r.error}"}[r.download_state]
+
+    @staticmethod
+    def _subtitle(r: PairRow) -> str:
+        p = r.pair
+        parts = [human_size(r.size_bytes), licence(p), f"{p.chat_mode} chat" if p.chat_mode != "any" else "any chat mode"]
+        if p.target.gated or p.drafter.gated:
+            parts.append("gated 🔒")
+        return " · ".join(parts)
+
+
+def local_dirs_for(catalog: Catalog, find_cached) -> dict[str, dict]:
+    """Which pairs are complete on disk (disk only, no network); slow-ish, so call it off the GUI thread."""
+    found = {}
+    for pair in catalog.pairs:
+        if pair.kind == "embedded":
+            t, d = pair.local_path("target"), pair.local_path("drafter")
+            if (t / "config.json").is_file() and (d / "config.json").is_file() and any(Path(d).glob("*.safetensors")):
+                found[pair.id] = {"target": t, "drafter": d}
+            continue
+        dirs = {spec.role: find_cached(spec.repo_id, spec.revision) for spec in (pair.target, pair.drafter)}
+        if all(dirs.values()):  # a half-downloaded pair is not ready; Download resumes it
+            found[pair.id] = dirs
+    return found
