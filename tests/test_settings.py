@@ -1,0 +1,75 @@
+"""Settings: defaults, validation messages that name the field, atomic save/load, and a damaged file
+that falls back field by field instead of stopping the app."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dflash_desktop import settings as S
+from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedup, title_from
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("temperature", 50.0, "Temperature must be between 0 and 2"),
+    ("temperature", -1, "Temperature"),
+    ("top_p", 0.0, "Top-p must be greater than 0"),
+    ("top_p", 1.5, "Top-p"),
+    ("top_k", -3, "Top-k must be a whole number"),
+    ("top_k", 2.5, "Top-k"),
+    ("max_new_tokens", 0, "Max new tokens must be between 1 and 32768"),
+    ("max_new_tokens", 10**6, "Max new tokens"),
+    ("block_size", 17, "Block size must be between 1 and 16"),
+    ("theme", "neon", "Theme must be one of system, light, dark"),
+    ("font_size", 2, "Font size must be between 7 and 32"),
+    ("font_size", True, "Font size"),
+])
+def test_absurd_values_are_refused_with_a_clear_message(field, value, message):
+    s = S.Settings(**{field: value})
+    with pytest.raises(S.SettingsError, match=message):
+        s.validate(max_block_size=16)
+
+
+def test_defaults_are_valid_and_generation_dict():
+    s = S.Settings().validate(16)
+    assert s.generation(16) == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256}
+    assert S.Settings(block_size=12).generation(8)["block_size"] == 8
+
+
+def test_save_load_round_trip_and_damaged_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
+    s = S.Settings(temperature=0.7, theme="dark", last_pair={"id": "demo", "target_dir": "/x"},
+                   baselines={"demo|/x": {"tok_s": 40.0, "tokens": 64, "measured_at": 1.0, "device": "cpu"}})
+    S.save(s)
+    assert S.load() == s
+    path = tmp_path / "config" / "settings.json"
+    raw = json.loads(path.read_text())
+    raw.update(temperature=99, font_size="big", unknown_key=1)
+    path.write_text(json.dumps(raw))
+    loaded = S.load()
+    assert loaded.temperature == 0.0 and loaded.font_size == 11 and loaded.theme == "dark"  # bad fields only
+    path.write_text("{not json")
+    assert S.load() == S.Settings()
+
+
+def test_baseline_record_speedup_and_diagnosis():
+    rec = BaselineRecord(tok_s=40.0, tokens=64, measured_at=__import__("time").time(), device="cpu")
+    text = rec.describe()
+    assert text.startswith("Baseline 40 tok/s — plain decoding of the same target, measured today")
+    assert "on this CPU, 64 tokens." in text
+    assert BaselineRecord.from_dict(rec.to_dict()) == rec and BaselineRecord.from_dict({"tok_s": 1}) is None
+    good = {"generated_tokens": 64, "tau": 4.0, "decode_tok_s": 120.0}
+    assert speedup(good, rec) == 3.0 and diagnose(good, rec) is None
+    assert "Acceptance collapsed" in diagnose({**good, "tau": 1.1}, rec)
+    assert "slower than plain decoding" in diagnose({**good, "decode_tok_s": 30.0}, rec)
+    assert "No drafter" in diagnose(good, rec, has_drafter=False)
+    assert diagnose({"generated_tokens": 2, "tau": 1.0}, rec) is None   # too little to judge
+
+
+def test_request_for_chat_and_raw_models():
+    history = [{"role": "user", "content": "def f("}, {"role": "assistant", "content": "x):"},
+               {"role": "user", "content": "\n"}]
+    assert request_for(history, "sys", True) == {"messages": [{"role": "system", "content": "sys"}, *history]}
+    assert request_for(history, "", True) == {"messages": history}
+    assert request_for(history, "", False) == {"prompt": "def f(x):\n"}
+    assert title_from("  a   long\ntitle ") == "a long title" and len(title_from("x" * 100)) == 48

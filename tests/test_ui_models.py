@@ -1,0 +1,47 @@
+"""Qt item models pass pytest-qt's model tester, and the markdown renderer keeps text and provenance."""
+from __future__ import annotations
+
+import time
+
+from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
+
+from dflash_desktop.chat_store import Conversation
+from ui import markdown
+from ui.models import ConversationListModel, relative_time
+
+
+def test_conversation_model_passes_modeltester(qtmodeltester):
+    model = ConversationListModel()
+    now = time.time()
+    model.set_conversations([Conversation(i, f"chat {i}", "", now - i, now - i * 100) for i in range(5)])
+    qtmodeltester.check(model, force_py=True)
+    index = model.index(2)
+    assert index.data() == "chat 2" and index.data(ConversationListModel.IdRole) == 2
+    assert model.roleNames()[ConversationListModel.TitleRole] == b"title"
+    assert model.row_of(4) == 4 and model.row_of(99) == -1
+    model.set_conversations([])
+    qtmodeltester.check(model, force_py=True)
+
+
+def test_relative_time():
+    now = time.time()
+    assert relative_time(now - 5, now) == "just now" and relative_time(now - 300, now) == "5 min ago"
+
+
+def test_markdown_code_blocks_inline_and_drafted_ranges(qapp):
+    text = "Use `len`:\n```python\nx = len(a)\n```\n**done**"
+    spans = [["Use `len`:\n```python\nx = ", False], ["len(a)", True], ["\n```\n**done**", False]]
+    doc = QTextDocument()
+    blocks = markdown.render(doc, text, spans, highlight=True)
+    assert blocks == ["x = len(a)"]
+    plain = doc.toPlainText()
+    assert "```" not in plain and "**" not in plain and "x = len(a)" in plain and "Copy code" in plain
+    cursor, tinted = QTextCursor(doc), ""
+    for pos in range(1, doc.characterCount()):
+        cursor.setPosition(pos)
+        if cursor.charFormat().property(QTextCharFormat.Property.UserProperty):
+            tinted += plain[pos - 1]
+    assert tinted == "len(a)"
+    assert markdown.drafted_intervals([["ab", True], ["c", True], ["d", False], ["e", True]]) == [(0, 3), (4, 5)]
+    markdown.render(doc, "```\nunterminated", None)   # mid-stream fence renders as code already
+    assert doc.toPlainText().endswith("unterminated")
