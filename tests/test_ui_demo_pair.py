@@ -1,0 +1,59 @@
+"""End to end with the embedded demo pair (assets/demo): the window opens, loads the demo pair by
+itself in a real worker, and the first example prompt streams an answer whose numbers reach the
+stats panel and the chat database. Until the demo pair is committed, a random pair stands in."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from dflash_desktop import settings as settings_mod
+from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.qt_worker import QtWorker
+from ui.main_window import MainWindow, demo_pair
+
+from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, home  # noqa: F401
+
+
+@pytest.fixture
+def worker(qapp, home):
+    w = QtWorker()
+    yield w
+    w.shutdown(10)
+
+
+def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
+    pair = demo_pair()
+    if pair is None:   # assets/demo not committed yet: same path with a random pair
+        from engine.tiny import save_random_pair
+        target, draft = save_random_pair(tmp_path / "pair", block_size=8)
+        pair = {"id": "random", "name": "Random pair", "target_dir": str(target), "draft_dir": str(draft)}
+    window = MainWindow(worker=worker, store=ChatStore(), settings=settings_mod.Settings(max_new_tokens=48),
+                        pair=None if pair["id"] == "demo" else pair)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.progress.isVisibleTo(window), timeout=5000)   # loading shows in the status bar
+    assert "Loading" in window.status_label.text() or "Reading" in window.status_label.text()
+    qtbot.waitUntil(lambda: window.controller.ready, timeout=LOAD_TIMEOUT_MS)
+    assert window.controller.pair["id"] == pair["id"] and settings_mod.load().last_pair == window.controller.pair
+    assert window.stats_panel.values["baseline_tok_s"] > 0
+    assert window.chat_view.hint.isVisibleTo(window) and "def fibonacci(n):" in window.chat_view.hint.text()
+
+    streamed: list[str] = []
+    worker.tokens.connect(lambda ev: streamed.append("".join(s[0] for s in ev["spans"])))
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
+        qtbot.mouseClick(window.chat_view.example_buttons[0], Qt.MouseButton.LeftButton)
+    done = blocker.args[0]
+    assert done["event"] == "done" and done["stats"]["generated_tokens"] > 0
+    assert "".join(streamed) == done["text"]
+    answer = window.chat_view.messages[-1]
+    assert answer.text == done["text"] and "tok/s" in answer.footer.text()
+    values, stats = window.stats_panel.values, done["stats"]
+    assert (values["dflash_tok_s"], values["tau"], values["acceptance_rate"]) == (
+        stats["decode_tok_s"], stats["tau"], stats["acceptance_rate"])
+    assert values["histogram"] == stats["histogram"] and values["position_rates"] == stats["position_rates"]
+    conv = window.store.conversations()[0]
+    stored = window.store.messages(conv.id)
+    assert [(m.role, m.content) for m in stored] == [("user", "def fibonacci(n):"), ("assistant", done["text"])]
+    assert stored[1].stats == stats
+    if pair["id"] == "demo":
+        assert stats["tau"] > 1.5, "the trained demo drafter should be accepted on stdlib-like code"
