@@ -15,6 +15,7 @@ CODE_EXAMPLES = ("def fibonacci(n):", "class LRUCache:\n    \"\"\"A least-recent
                  "import os\n\ndef walk_python_files(root):")
 CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
                  "linked list.", "What is the difference between a list and a tuple in Python?")
+MAX_COLUMN = 920
 DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library — start typing Python, "
              "e.g. <code>def fibonacci(n):</code>")
 
@@ -239,6 +240,12 @@ class ChatView(QWidget):
 
     def user_widget(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self.messages if isinstance(w, MessageWidget) and w.message_id == message_id), None)
+
+    def resizeEvent(self, event) -> None:
+        """Keep a readable line length: the message column is at most MAX_COLUMN pixels wide, centred."""
+        super().resizeEvent(event)
+        side = max(24, (self.scroll.viewport().width() - MAX_COLUMN) // 2)
+        self.column_layout.setContentsMargins(side, 8, side, 8)
 
     # -- scrolling ----------------------------------------------------------------------------------
     def _follow(self, _min: int, maximum: int) -> None:

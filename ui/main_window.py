@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_status_bar()
         self._wire()
+        self.resizeDocks([self.stats_panel], [360], Qt.Orientation.Horizontal)
         self.refresh_conversations()
         pair = pair or startup_pair(self.settings)
         if autoload and pair:

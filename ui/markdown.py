@@ -83,7 +83,10 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
 
     plain, code = QTextCharFormat(), QTextCharFormat()
     plain.setForeground(QColor(colors.text))
-    code.setFont(mono_font())
+    base_pt = doc.defaultFont().pointSizeF() if doc.defaultFont().pointSizeF() > 0 else 10.0
+    mono = mono_font()
+    mono.setPointSizeF(base_pt * 0.95)
+    code.setFont(mono)
     code.setForeground(QColor(colors.text))
     para = QTextBlockFormat()
     para.setBottomMargin(2)
@@ -95,7 +98,6 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
     header.setTopMargin(6)
     link = QTextCharFormat()
     link.setForeground(QColor(colors.accent))
-    base_pt = doc.defaultFont().pointSizeF() if doc.defaultFont().pointSizeF() > 0 else 10.0
     link.setFontPointSize(max(7.0, base_pt - 1))
     link.setAnchor(True)
 
@@ -114,6 +116,10 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
                 first = False
                 link.setAnchorHref(f"copy:{len(blocks) - 1}")
                 cursor.insertText(f"{lang + '  ·  ' if lang else ''}Copy code", link)
+            else:   # closing fence: a little air under the code
+                closing = cursor.blockFormat()
+                closing.setBottomMargin(8)
+                cursor.setBlockFormat(closing)
             in_code = not in_code
             continue
         _new_block(cursor, code_block if in_code else para, first)

@@ -80,6 +80,8 @@ class MessageWidget(QFrame):
         row.setSpacing(2)
         self.footer = QLabel("")
         self.footer.setObjectName("footer")
+        self.footer.setWordWrap(True)
+        self.footer.setMinimumWidth(1)
         self.footer.setAccessibleName("Generation statistics")
         row.addWidget(self.footer, 1)
         self.copy_button = self._action("Copy", "Copy this message", self.copy_to_clipboard)

@@ -62,7 +62,7 @@ class Sparkline(QWidget):
         super().__init__(parent)
         self.points: list[float] = []
         self.setAccessibleName("Tokens per second over the current answer")
-        self.setMinimumHeight(60)
+        self.setMinimumHeight(70)
 
     def set_points(self, points: list[float]) -> None:
         self.points = list(points)
@@ -72,7 +72,7 @@ class Sparkline(QWidget):
         c = theme.current()
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        rect = QRectF(self.rect()).adjusted(2, 4, -2, -4)
+        rect = QRectF(self.rect()).adjusted(2, 4, -2, -18)
         if len(self.points) < 2:
             p.setPen(QColor(c.muted))
             p.drawText(rect, Qt.AlignmentFlag.AlignCenter, "no data yet")
@@ -86,7 +86,8 @@ class Sparkline(QWidget):
         p.setPen(QPen(QColor(c.accent), 2))
         p.drawPath(path)
         p.setPen(QColor(c.muted))
-        p.drawText(rect, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop, f"max {top:.0f}")
+        p.drawText(QRectF(self.rect()).adjusted(2, 0, -2, 0), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignBottom,
+                   f"peak {top:.0f} tok/s")
 
 
 def _big(accessible: str) -> QLabel:
@@ -99,6 +100,12 @@ def _big(accessible: str) -> QLabel:
 def _caption(text: str) -> QLabel:
     label = QLabel(text)
     label.setObjectName("muted")
+    return label
+
+
+def _section(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("section")
     return label
 
 
@@ -119,9 +126,9 @@ class StatsPanel(QDockWidget):
         body = QWidget()
         layout = QVBoxLayout(body)
         layout.setContentsMargins(12, 10, 12, 12)
-        layout.setSpacing(8)
+        layout.setSpacing(6)
         grid = QGridLayout()
-        grid.setHorizontalSpacing(16)
+        grid.setHorizontalSpacing(10)
         self.dflash_label, self.baseline_label, self.speedup_label = (
             _big("DFlash tokens per second"), _big("Baseline tokens per second"), _big("Speedup over baseline"))
         for col, (label, caption) in enumerate(((self.dflash_label, "DFlash tok/s"),
@@ -138,9 +145,10 @@ class StatsPanel(QDockWidget):
         self.remeasure_button = QPushButton("Re-measure")
         self.remeasure_button.setAccessibleName("Measure the baseline again")
         self.remeasure_button.clicked.connect(self.remeasureRequested)
+        layout.addWidget(self.baseline_note)
         row = QHBoxLayout()
-        row.addWidget(self.baseline_note, 1)
-        row.addWidget(self.remeasure_button, 0, Qt.AlignmentFlag.AlignTop)
+        row.addWidget(self.remeasure_button)
+        row.addStretch(1)
         layout.addLayout(row)
 
         self.warning = QLabel("")
@@ -155,16 +163,19 @@ class StatsPanel(QDockWidget):
         grid2.addWidget(self.acceptance_label, 0, 0)
         grid2.addWidget(self.tau_label, 0, 1)
         grid2.addWidget(_caption("draft tokens accepted"), 1, 0)
-        grid2.addWidget(_caption("τ, tokens per target pass"), 1, 1)
+        grid2.addWidget(_caption("τ, tokens per pass"), 1, 1)
         layout.addLayout(grid2)
 
-        layout.addWidget(_caption("Acceptance by draft position"))
+        layout.addSpacing(8)
+        layout.addWidget(_section("Acceptance by draft position"))
         self.position_bars = BarChart("Acceptance rate by draft position", maximum=1.0)
         layout.addWidget(self.position_bars)
-        layout.addWidget(_caption("Tokens committed per target pass"))
+        layout.addSpacing(8)
+        layout.addWidget(_section("Tokens committed per target pass"))
         self.histogram = BarChart("Acceptance length histogram")
         layout.addWidget(self.histogram)
-        layout.addWidget(_caption("tok/s over this answer"))
+        layout.addSpacing(8)
+        layout.addWidget(_section("tok/s over this answer"))
         self.sparkline = Sparkline()
         layout.addWidget(self.sparkline)
         layout.addLayout(self._legend())
@@ -173,6 +184,7 @@ class StatsPanel(QDockWidget):
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(body)
         self.setWidget(scroll)
         self.setMinimumWidth(300)
@@ -180,10 +192,11 @@ class StatsPanel(QDockWidget):
     def _legend(self) -> QHBoxLayout:
         c = theme.current()
         row = QHBoxLayout()
-        self.legend = QLabel(f'<span style="background:{c.drafted}">&nbsp;drafted&nbsp;</span> accepted from '
-                             f'the drafter &nbsp; <span style="border:1px solid {c.border}">&nbsp;target&nbsp;</span>'
-                             " the target's own token")
+        self.legend = QLabel(f'<span style="background:{c.drafted}">&nbsp;tinted&nbsp;</span> text was proposed '
+                             "by the drafter and accepted by the target; untinted text is the target's own token "
+                             "(toggle: Highlight drafted).")
         self.legend.setObjectName("muted")
+        self.legend.setWordWrap(True)
         self.legend.setAccessibleName("Highlight legend")
         row.addWidget(self.legend)
         return row

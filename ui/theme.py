@@ -105,7 +105,9 @@ def style_sheet(c: Colors) -> str:
     QToolButton#msgAction {{ border: none; color: {c.muted}; padding: 2px 6px; border-radius: 4px; }}
     QToolButton#msgAction:hover {{ background: {c.alt}; color: {c.text}; }}
     QDockWidget > QWidget {{ background: {c.window}; }}
-    QLabel#bigNumber {{ font-size: 20pt; font-weight: 600; }}
+    QLabel#section {{ font-weight: 600; }}
+    QDockWidget::title {{ padding: 6px 10px; font-weight: 600; }}
+    QLabel#bigNumber {{ font-size: 18pt; font-weight: 600; }}
     QLabel#warning {{ color: {c.warn}; }}
     """
 
