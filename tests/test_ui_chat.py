@@ -217,6 +217,21 @@ def test_shortcuts_trigger_their_actions(qtbot, home, chat_worker, echo_pair):
     qtbot.waitUntil(lambda: window.controller.ready, timeout=60_000)
 
 
+def test_models_action_opens_picker_and_loads_the_chosen_pair(qtbot, home, chat_worker, echo_pair):
+    from ui.model_picker import ModelPicker
+    window = make_window(qtbot, chat_worker, echo_pair)
+    qtbot.keyClick(window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
+    pickers = window.findChildren(ModelPicker)
+    assert len(pickers) == 1 and pickers[0].isVisible()
+    chosen = {**echo_pair, "id": "echo-again", "name": "Echo again"}
+    with qtbot.waitSignal(window.controller.pairLoaded, timeout=60_000):
+        pickers[0].pairChosen.emit(chosen)
+    qtbot.waitUntil(lambda: window.controller.ready, timeout=60_000)
+    assert window.controller.pair == chosen and settings_mod.load().last_pair == chosen
+    assert window.controller.baseline() is not None   # a new pair gets its own baseline
+    pickers[0].reject()
+
+
 def test_worker_killed_mid_answer_shows_error_and_keeps_conversation(qtbot, home, chat_worker, echo_pair):
     """Runs last in this module: it kills the shared worker."""
     window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=1500, block_size=2))

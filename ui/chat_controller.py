@@ -42,6 +42,9 @@ class ChatController(QObject):
         worker.done.connect(self._on_done)
         worker.error.connect(self._on_error)
         worker.warning.connect(lambda ev: self.statusMessage.emit(ev.get("message", "")))
+        # an answer queued behind someone else's generation (the speedup demo) starts when it ends
+        worker.done.connect(lambda _ev: self._run_waiting())
+        worker.error.connect(lambda _ev: self._run_waiting())
         view.sendRequested.connect(self.send)
         view.stopRequested.connect(self.stop)
         view.regenerateRequested.connect(self.regenerate)
@@ -52,7 +55,9 @@ class ChatController(QObject):
     # -- model --------------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        return self.pair_info is not None and self._load_id is None and self._calib_id is None
+        """A pair is loaded and the worker is free (no load, calibration or demo run in flight)."""
+        return (self.pair_info is not None and self._load_id is None and self._calib_id is None
+                and not self.worker.busy)
 
     @property
     def generating(self) -> bool:
