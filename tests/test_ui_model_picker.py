@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from dflash_desktop.catalog import bundled_path, parse_catalog
 from dflash_desktop.hardware import HardwareProbe, detect
 from tests.hub_server import hub, make_repo  # noqa: F401  (fixture)
 from tests.ui_fixtures import random_pair  # noqa: F401  (fixture)
-from ui.model_picker import ModelPicker
+from ui.model_picker import ModelPicker, hub_reachable
 from ui.pair_list_model import PairListModel, Roles, build_rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hardware"
@@ -104,7 +105,7 @@ def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub
     hub.slow_bps = 4_000_000  # about 0.3 s in all: progress is visible on the way
     idx = select(picker, "qwen3-4b")
     picker._refresh_offline()
-    assert "Online" in picker.offline_label.text()
+    qtbot.waitUntil(lambda: "Online (127.0.0.1" in picker.offline_label.text(), timeout=WAIT_MS)
     assert picker.download_button.isEnabled() and not picker.load_button.isEnabled()
     fractions = []
     picker.model.dataChanged.connect(lambda *_: fractions.append(idx.data(Roles.DownloadFraction)))
@@ -137,3 +138,11 @@ def test_pair_list_model_passes_qt_model_tester(qtmodeltester, catalog):
     qtmodeltester.check(model)
     model.set_download("qwen3-4b", "downloading", 0.5, "Downloading 50%")
     qtmodeltester.check(model)
+
+
+def test_hub_reachability_is_checked_not_assumed(hub):
+    assert hub_reachable(hub.url)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert not hub_reachable(f"http://127.0.0.1:{port}", timeout=2)

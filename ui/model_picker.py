@@ -5,7 +5,10 @@ thread; downloads run on DownloadJob's own thread and reach the widgets only thr
 """
 from __future__ import annotations
 
+import os
 import threading
+import urllib.error
+import urllib.request
 
 from PySide6.QtCore import QModelIndex, QObject, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette
@@ -50,6 +53,21 @@ class _Loader(QObject):
 
 class _TokenCheck(QObject):
     answered = Signal(str)  # "" when the token was stored, else the problem
+
+
+class _HubCheck(QObject):
+    answered = Signal(str, bool)  # endpoint, reachable
+
+
+def hub_reachable(endpoint: str, timeout: float = 5.0) -> bool:
+    """Any HTTP answer from the hub counts (even an error status); no answer at all does not."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class _PairDelegate(QStyledItemDelegate):
@@ -127,6 +145,7 @@ class ModelPicker(QDialog):
         self.resize(980, 620)
         self.catalog, self.hardware = catalog, hardware
         self.model = PairListModel(self)
+        self.online = False
         self._jobs: dict[str, downloads.DownloadJob] = {}
         self._build()
         self._load_in_background()
@@ -137,8 +156,8 @@ class ModelPicker(QDialog):
         self.hardware_label.setWordWrap(True)
         self.offline_label = QLabel()
         self.offline_label.setTextFormat(Qt.TextFormat.RichText)
-        top = QHBoxLayout()
-        top.addWidget(self.hardware_label, 1)
+        top = QVBoxLayout()
+        top.addWidget(self.hardware_label)
         top.addWidget(self.offline_label)
 
         self.list = QListView()
@@ -262,11 +281,27 @@ class ModelPicker(QDialog):
         self.ready.emit()
 
     def _refresh_offline(self) -> None:
+        """Offline mode is a setting; being online is a fact, so it is checked (on a thread)."""
         if downloads.offline_mode():
-            self.offline_label.setText('<span style="color:#bf8700">●</span> Offline: downloads are off, '
-                                       "downloaded models still load")
+            self._show_online(None, False)
+            return
+        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")  # as DownloadJob
+        self.offline_label.setText('<span style="color:gray">●</span> Checking the connection…')
+        check = _HubCheck(self)
+        check.answered.connect(self._show_online)
+        threading.Thread(target=lambda: check.answered.emit(endpoint, hub_reachable(endpoint)),
+                         name="hub-check", daemon=True).start()
+
+    def _show_online(self, endpoint: str | None, reachable: bool) -> None:
+        self.online = reachable
+        if endpoint is None:
+            text = '<span style="color:#bf8700">●</span> Offline mode: no downloads; downloaded models still load'
+        elif reachable:
+            text = f'<span style="color:#2ea043">●</span> Online ({endpoint.split("//")[-1]})'
         else:
-            self.offline_label.setText('<span style="color:#2ea043">●</span> Online')
+            text = (f'<span style="color:#d1242f">●</span> Can\'t reach {endpoint.split("//")[-1]}: '
+                    "downloaded models still load")
+        self.offline_label.setText(text)
 
     # -- detail pane ------------------------------------------------------------------------------
     def current_row(self) -> int:
@@ -283,6 +318,7 @@ class ModelPicker(QDialog):
         if not has:
             self.title.setText("Models")
             self.badge.clear()
+            self.badge.setStyleSheet("")
             for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.reason):
                 w.clear()
             return
@@ -290,11 +326,11 @@ class ModelPicker(QDialog):
         verdict, state = idx.data(Roles.Verdict), idx.data(Roles.DownloadState)
         self.title.setText(idx.data(Roles.Name))
         color = BADGE_COLORS.get(verdict, BADGE_COLORS["unknown"]).name()
-        self.badge.setText(f'<span style="background:{color}; color:white; border-radius:8px">'
-                           f"&nbsp;{idx.data(Roles.VerdictLabel)}&nbsp;</span>")
+        self.badge.setStyleSheet(f"background: {color}; color: white; border-radius: 10px; padding: 3px 12px;")
+        self.badge.setText(idx.data(Roles.VerdictLabel))
         gated = " · gated: needs a Hugging Face token and accepted licence" if idx.data(Roles.Gated) else ""
-        self.facts.setText(f"{idx.data(Roles.SizeText)} download · licence {idx.data(Roles.License)} · "
-                           f"drafter block {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}{gated}\n"
+        self.facts.setText(f"{idx.data(Roles.SizeText)} · licence {idx.data(Roles.License)}{gated}\n"
+                           f"Drafter block size {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}\n"
                            f"{idx.data(Roles.DownloadText)}")
         self.fit_sentence.setText(idx.data(Roles.FitSentence))
         self.fit_numbers.setText(idx.data(Roles.FitDetails))
@@ -310,8 +346,10 @@ class ModelPicker(QDialog):
                                        "\nClosing this window pauses the download; it resumes where it stopped.")
         can_download = (row.pair.needs_download and state in ("not_downloaded", "error")
                         and verdict not in ("wont_fit", "unsupported", "unknown"))
+        self.download_button.setVisible(row.pair.needs_download and not downloading)
         self.download_button.setEnabled(can_download and not downloads.offline_mode())
         self.download_button.setToolTip("Offline mode: downloads are off." if downloads.offline_mode() else "")
+        self.cancel_button.setVisible(downloading)
         self.cancel_button.setEnabled(downloading)
         self.load_button.setEnabled(bool(idx.data(Roles.CanLoad)))
         if idx.data(Roles.Gated) and state != "ready":

@@ -102,6 +102,11 @@ def human_size(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def memory(n: int) -> str:
+    """Like hardware.gib, but small terms in MB instead of a misleading '0.0 GB'."""
+    return gib(n) if n >= 2**30 else f"{n / 2**20:.0f} MB"
+
+
 def licence(pair: Pair) -> str:
     """Target and drafter licences, once each ("apache-2.0/mit")."""
     return "/".join(dict.fromkeys(str(m.get("license", "unknown")) for m in (pair.target, pair.drafter)))
@@ -112,7 +117,7 @@ def fit_details(row: PairRow) -> str:
     if row.fit is None:
         return VERDICT_LABELS[row.verdict]
     e = row.fit
-    lines = [f"{TERM_LABELS.get(k, k)}: {gib(v)}" for k, v in e.breakdown.items() if v]
+    lines = [f"{TERM_LABELS.get(k, k)}: {memory(v)}" for k, v in e.breakdown.items() if v]
     lines += [f"Total with DFlash: {gib(e.total_bytes)}", f"Target alone: {gib(e.target_only_bytes)}",
               f"Available: {gib(e.budget_bytes)} ({e.budget_source})",
               f"At {e.context_tokens:,} tokens of context ({e.weight_dtype} weights, {e.kv_dtype} cache)"]
@@ -220,9 +225,9 @@ class PairListModel(QAbstractListModel):
     @staticmethod
     def _subtitle(r: PairRow) -> str:
         p = r.pair
-        parts = [human_size(r.size_bytes), licence(p), f"{p.chat_mode} chat" if p.chat_mode != "any" else "any chat mode"]
+        parts = [human_size(r.size_bytes), licence(p), "any chat mode" if p.chat_mode == "any" else p.chat_mode]
         if p.target.gated or p.drafter.gated:
-            parts.append("gated 🔒")
+            parts.append("gated")
         return " · ".join(parts)
 
 

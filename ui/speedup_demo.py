@@ -18,13 +18,15 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPro
 
 from dflash_desktop.qt_worker import QtWorker
 
+from . import theme
+
 DEFAULT_PROMPT = (
     "import os\n\n\n"
     "def find_python_files(root):\n"
     '    """Return the paths of all .py files under root, sorted."""\n'
 )
 DEFAULT_SETTINGS = {"max_new_tokens": 200, "temperature": 0.0, "seed": 0}
-DRAFTED_COLOR = QColor(46, 160, 67, 80)   # translucent green: readable on light and dark themes
+BAD_COLOR = "#d1242f"  # readable on both themes; the theme has no text colour for "bad"
 REPLAY_NOTE = "Replay at measured speed — runs were measured one after the other"
 PLAIN_TITLE, DFLASH_TITLE = "Plain decoding (baseline)", "DFlash"
 
@@ -80,6 +82,7 @@ class _Pane(QFrame):
         self.text.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
         self.stats = QLabel("—")
         self.stats.setWordWrap(True)
+        self.stats.setMinimumHeight(self.stats.fontMetrics().lineSpacing() * 2 + 4)  # both panes stay level
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
@@ -96,7 +99,7 @@ class _Pane(QFrame):
         for text, drafted in spans:
             fmt = QTextCharFormat()
             if highlight and drafted:
-                fmt.setBackground(DRAFTED_COLOR)
+                fmt.setBackground(QColor(theme.current().drafted))
             cursor.insertText(text, fmt)
         self.text.setTextCursor(cursor)
         self.text.ensureCursorVisible()
@@ -136,7 +139,7 @@ class SpeedupDemo(QWidget):
         self.prompt_edit = QPlainTextEdit(DEFAULT_PROMPT)
         self.prompt_edit.setFont(QFont("monospace"))
         self.prompt_edit.setPlaceholderText("Prompt for both runs (code prompts show DFlash best)")
-        self.prompt_edit.setFixedHeight(self.prompt_edit.fontMetrics().lineSpacing() * 6 + 16)
+        self.prompt_edit.setFixedHeight(self.prompt_edit.fontMetrics().lineSpacing() * 5 + 16)
         self.run_button = QPushButton("Run comparison")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(lambda: self.start(self.prompt_edit.toPlainText(), self.settings))
@@ -161,8 +164,9 @@ class SpeedupDemo(QWidget):
         self.error_label.setObjectName("speedupError")
         self.error_label.setWordWrap(True)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.error_label.setStyleSheet("QLabel#speedupError { background: rgba(218, 54, 51, 40); "
-                                       "border: 1px solid rgba(218, 54, 51, 160); border-radius: 6px; padding: 8px; }")
+        c = theme.current()
+        self.error_label.setStyleSheet(f"QLabel#speedupError {{ background: {c.error_bg}; border: 1px solid "
+                                       f"{c.error_border}; border-radius: 6px; padding: 8px; }}")
         self.error_label.hide()
         self.replay_label = QLabel(REPLAY_NOTE)
         self.replay_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -185,7 +189,7 @@ class SpeedupDemo(QWidget):
         self.identical_label = QLabel("")
         self.identical_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.identical_label.setWordWrap(True)
-        legend = QLabel(f'<span style="background: rgba(46,160,67,0.4)">&nbsp;&nbsp;&nbsp;&nbsp;</span>'
+        legend = QLabel(f'<span style="background: {theme.current().drafted}">&nbsp;&nbsp;&nbsp;&nbsp;</span>'
                         "&nbsp; text drafted by DFlash and accepted by the target model")
         legend.setAlignment(Qt.AlignmentFlag.AlignRight)
         for w in (self.speedup_label, self.speedup_detail, self.identical_label):
@@ -330,18 +334,18 @@ class SpeedupDemo(QWidget):
         return first_difference(self.plain.token_ids, self.dflash.token_ids) is None
 
     def _final_stats(self, m: Measurement) -> str:
-        text = f"<b>{m.tok_s:.1f} tok/s</b> · {m.seconds:.2f} s · {m.tokens} tokens"
+        text = f"<b>{m.tok_s:.1f} tok/s</b> · {m.seconds:.2f} s · {m.tokens} tokens<br>"
         if m is self.dflash:
             tau, rate = m.stats.get("tau", 0.0), m.stats.get("acceptance_rate", 0.0)
-            text += f" · τ {tau:.2f} tokens per target pass · {rate:.0%} of drafts accepted"
-        return text
+            return text + f"τ {tau:.2f} tokens per target pass · {rate:.0%} of drafted tokens accepted"
+        return text + "one token per target pass"
 
     def _show_results(self) -> None:
         s = self.speedup or 0.0
         info = self.worker.pair_info or {}
         where = f" on {info.get('device', 'this device')}" if info else ""
         self.speedup_label.setText(f"{s:.2f}× faster" if s >= 1 else f"{s:.2f}× — slower than plain decoding")
-        color = "rgb(46,160,67)" if s >= 1 else "rgb(218,54,51)"
+        color = theme.current().good if s >= 1 else BAD_COLOR
         self.speedup_label.setStyleSheet(f"color: {color};")
         detail = (f"DFlash {self.dflash.tok_s:.1f} tok/s vs plain {self.plain.tok_s:.1f} tok/s{where}, "
                   "each measured alone.")
@@ -355,13 +359,13 @@ class SpeedupDemo(QWidget):
             self.identical_label.setStyleSheet("")
         elif self.identical:
             self.identical_label.setText(f"Outputs identical ✓  (all {self.plain.tokens} tokens, greedy decoding)")
-            self.identical_label.setStyleSheet("color: rgb(46,160,67); font-weight: bold;")
+            self.identical_label.setStyleSheet(f"color: {theme.current().good}; font-weight: bold;")
         else:
             i = first_difference(self.plain.token_ids, self.dflash.token_ids)
             self.identical_label.setText(f"Outputs differ ✗  first difference at token {i} of "
                                          f"{max(self.plain.tokens, self.dflash.tokens)}. Greedy DFlash should "
                                          "match plain decoding exactly; please report this.")
-            self.identical_label.setStyleSheet("color: rgb(218,54,51); font-weight: bold;")
+            self.identical_label.setStyleSheet(f"color: {BAD_COLOR}; font-weight: bold;")
 
     # -- replay -----------------------------------------------------------------------------------
     def replay(self) -> None:

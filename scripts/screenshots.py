@@ -1,0 +1,161 @@
+"""Render the app's main states in a real window into docs/screenshots/*.png.
+
+Run under a virtual X server so real windows (not offscreen surfaces) are composed:
+    xvfb-run -a -s "-screen 0 1440x900x24" python scripts/screenshots.py
+It drives ui.main_window.MainWindow through its public actions with a real worker: the embedded demo
+pair when it is built (assets/demo/draft/model.safetensors), else a random pair made in a subprocess
+(the GUI process never imports torch). The app's files go to a throwaway DFLASH_DESKTOP_HOME.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CHAT_PROMPT = "def fibonacci(n):\n"
+DEMO_PROMPT = "import os\n\n\ndef find_python_files(root):\n"
+
+
+def wait_until(app, condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Timed out after {timeout:.0f} s waiting for {what}")
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def settle(app, seconds: float = 0.4) -> None:
+    """Let layouts and repaints finish before a grab."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def pick_pair(home: Path) -> dict:
+    draft = ROOT / "assets" / "demo" / "draft"
+    if (draft / "model.safetensors").is_file():
+        return {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(ROOT / "assets/demo/target"),
+                "draft_dir": str(draft)}
+    code = ("import sys; from engine.tiny import save_random_pair; "
+            "t, d = save_random_pair(sys.argv[1], hidden=64, layers=4, block_size=8); print(t); print(d)")
+    out = subprocess.run([sys.executable, "-c", code, str(home / "pair")], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    target, draft_dir = out.stdout.split()[-2:]
+    return {"id": "random", "name": "Random test pair", "target_dir": target, "draft_dir": draft_dir}
+
+
+class Shooter:
+    def __init__(self, app, window, out: Path):
+        self.app, self.window, self.out = app, window, out
+        self.saved: list[Path] = []
+
+    def shoot(self, name: str, widget=None) -> None:
+        """Grab the screen area of a real window (the main window unless another is given)."""
+        settle(self.app)
+        widget = widget or self.window
+        geo = widget.frameGeometry()
+        screen = widget.screen()
+        pixmap = screen.grabWindow(0, geo.x(), geo.y(), geo.width(), geo.height())
+        path = self.out / f"{name}.png"
+        pixmap.save(str(path), "PNG", 0)
+        self.saved.append(path)
+        print(f"{path.relative_to(ROOT)}  {path.stat().st_size // 1024} KB", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--theme", default="light", choices=("light", "dark"))
+    args = parser.parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
+    os.environ["DFLASH_DESKTOP_HOME"] = str(home)
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    args.out.mkdir(parents=True, exist_ok=True)
+    pair = pick_pair(home)
+
+    from PySide6.QtWidgets import QApplication
+
+    from dflash_desktop import settings as settings_mod
+    from ui import theme
+    from ui.main_window import MainWindow
+
+    app = QApplication([sys.argv[0]])
+    app.setApplicationName("DFlash Desktop")
+    settings = settings_mod.load()
+    settings.theme, settings.max_new_tokens = args.theme, 160
+    theme.apply(app, settings.theme, settings.font_size)
+    window = MainWindow(settings=settings, pair=pair)
+    window.move(0, 0)
+    window.resize(1400, 860)
+    window.show()
+    shots = Shooter(app, window, args.out)
+    c = window.controller
+    try:
+        # 1. first run: model loaded (and the baseline calibrated), empty chat ready for a prompt
+        window.show_stats(False)
+        wait_until(app, lambda: c.ready, 240, "the model to load and calibrate")
+        shots.shoot("01-first-run")
+
+        # 2. a chat answer with drafted text highlighted
+        window.highlight_action.setChecked(True)
+        finished: list[dict] = []
+        c.answerFinished.connect(finished.append)
+        window.chat_view.input.setPlainText(CHAT_PROMPT)
+        window.chat_view.submit()
+        wait_until(app, lambda: bool(finished), 240, "the chat answer")
+        shots.shoot("02-chat-highlighting")
+
+        # 3. the stats panel next to that answer
+        window.show_stats(True)
+        shots.shoot("03-stats-panel")
+
+        # 4. side-by-side demo after a real measurement and a full replay
+        window.show_stats(False)
+        window.toggle_demo(True)
+        demo = window.demo
+        states: list[str] = []
+        demo.stateChanged.connect(states.append)
+        if not demo.start(DEMO_PROMPT, {"max_new_tokens": 160, "temperature": 0.0}):
+            raise RuntimeError(f"The demo did not start: {demo.error_label.text()}")
+        wait_until(app, lambda: "replaying" in states and demo.state == "finished", 600, "the demo run and replay")
+        shots.shoot("04-speedup-demo")
+
+        # 5. the model picker over the main window
+        window.toggle_demo(False)
+        picker = window.open_model_picker()
+        ready: list[bool] = []
+        picker.ready.connect(lambda: ready.append(True))
+        wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
+        shots.shoot("05-model-picker", picker)
+        picker.reject()
+
+        # 6. an error: the engine killed in the middle of an answer
+        finished.clear()
+        window.settings.max_new_tokens = 2000
+        window.chat_view.input.setPlainText("class Stack:\n")
+        window.chat_view.submit()
+        chunks: list[dict] = []
+        window.worker.tokens.connect(chunks.append)
+        wait_until(app, lambda: len(chunks) >= 3, 120, "the answer to start")
+        os.kill(window.worker.client.pid, signal.SIGKILL)
+        wait_until(app, lambda: bool(finished), 60, "the crash report")
+        shots.shoot("06-error-worker-killed")
+    finally:
+        window.close()
+    too_big = [p.name for p in shots.saved if p.stat().st_size > 300 * 1024]
+    if too_big:
+        print(f"Over 300 KB: {', '.join(too_big)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
