@@ -21,7 +21,7 @@ class ChatController(QObject):
     loadingChanged = Signal(bool, str)    # busy loading or measuring?, what is happening
     conversationsChanged = Signal()
     currentConversationChanged = Signal(int)   # -1: a new chat not saved yet
-    pairLoaded = Signal(dict)
+    pairLoaded = Signal(dict)             # the loaded event (+ the pair's display name as "display_name")
     answerFinished = Signal(dict)         # the done or error event that ended an answer
 
     def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
@@ -96,12 +96,12 @@ class ChatController(QObject):
         self.settings.last_pair = self.pair
         self.save_settings()
         self.view.thinking.setVisible(bool(ev.get("supports_thinking")))
-        self.view.set_examples(bool(ev.get("chat_template")))
+        self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
         self.panel.has_drafter = bool(ev.get("has_drafter"))
         self.loadingChanged.emit(False, "")
         self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready on {ev.get('device')} "
                                 f"(block size {ev.get('block_size')}, loaded in {ev.get('load_s', 0):.1f} s)")
-        self.pairLoaded.emit(ev)
+        self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
         if self.baseline() is None:
             self.calibrate()
         self._run_waiting()

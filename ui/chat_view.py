@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit
                                QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
 from .errors import ErrorBubble
+from .markdown import mono_font
 from .message_widget import MessageWidget
 
 CODE_EXAMPLES = ("def fibonacci(n):", "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n",
@@ -18,6 +19,7 @@ CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Pyth
 MAX_COLUMN = 920
 DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library — start typing Python, "
              "e.g. <code>def fibonacci(n):</code>")
+RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
 
 
 class Composer(QPlainTextEdit):
@@ -131,12 +133,15 @@ class ChatView(QWidget):
         self.set_examples(False)
         return box
 
-    def set_examples(self, chat_model: bool) -> None:
+    def set_examples(self, chat_model: bool, demo: bool = True) -> None:
         """Code openers for a code-continuation model, questions for a chat model."""
         examples = CHAT_EXAMPLES if chat_model else CODE_EXAMPLES
-        self.hint.setText("" if chat_model else DEMO_HINT)
+        self.hint.setText("" if chat_model else DEMO_HINT if demo else RAW_HINT)
         self.hint.setVisible(not chat_model)
+        font = mono_font() if not chat_model else self.font()
+        font.setPointSizeF(self.font().pointSizeF())
         for button, text in zip(self.example_buttons, examples):
+            button.setFont(font)
             button.setProperty("prompt", text)
             button.setText(text.splitlines()[0])
             button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")

@@ -148,13 +148,20 @@ class MainWindow(QMainWindow):
         self.progress.setTextVisible(False)
         self.progress.setAccessibleName("Model loading progress")
         self.progress.hide()
+        self.pair_label = QLabel("No model")
+        self.pair_label.setObjectName("muted")
+        self.pair_label.setAccessibleName("Loaded model")
         bar.addWidget(self.status_label, 1)
         bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.pair_label)
 
     def _wire(self) -> None:
         c = self.controller
         c.statusMessage.connect(self.status_label.setText)
         c.loadingChanged.connect(self._loading)
+        c.pairLoaded.connect(lambda ev: self.pair_label.setText(
+            f"{ev['display_name']}  ·  {ev.get('device')}  ·  block {ev.get('block_size')}"
+            + ("" if ev.get("has_drafter") else "  ·  no drafter")))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
         self.sidebar.conversationChosen.connect(c.open_conversation)
