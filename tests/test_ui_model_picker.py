@@ -146,3 +146,20 @@ def test_hub_reachability_is_checked_not_assumed(hub):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert not hub_reachable(f"http://127.0.0.1:{port}", timeout=2)
+
+
+def test_cancel_download_returns_to_not_downloaded(qtbot, picker, hub, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    hub.repos["org/target"] = make_repo(1, shards=2, shard_size=2_000_000)
+    hub.repos["org/draft"] = make_repo(2, shards=1, shard_size=400_000)
+    hub.slow_bps = 500_000  # several seconds: time to cancel mid-file
+    idx = select(picker, "qwen3-4b")
+    picker.download_button.click()
+    qtbot.waitUntil(lambda: 0 < idx.data(Roles.DownloadFraction) < 1, timeout=WAIT_MS)
+    assert not picker.cancel_button.isHidden() and picker.download_button.isHidden()
+    picker.cancel_button.click()
+    qtbot.waitUntil(lambda: idx.data(Roles.DownloadState) == "not_downloaded", timeout=WAIT_MS)
+    assert picker.download_button.isEnabled() and not picker.load_button.isEnabled()

@@ -32,7 +32,8 @@ def test_run_measures_plain_then_dflash_and_replays_at_measured_speed(qtbot, loa
     demo.stateChanged.connect(lambda s: states.append((s, time.perf_counter())))
 
     assert demo.start("def add(a, b):\n", {"max_new_tokens": 48})
-    assert "Measuring plain decoding" in demo.status.text()
+    assert "Warming up" in demo.status.text()
+    qtbot.waitUntil(lambda: "Measuring plain decoding… " in demo.status.text(), timeout=RUN_TIMEOUT_MS)
     qtbot.waitUntil(lambda: demo.state == "finished", timeout=RUN_TIMEOUT_MS)
 
     # one after the other: the plain run finished before the DFlash run produced anything
@@ -78,6 +79,17 @@ def test_refuses_without_a_model_and_says_why(qtbot):
     assert not demo.start("def f():\n", {})
     assert demo.state == "idle" and "No model is loaded" in demo.error_label.text()
     assert demo.run_button.isEnabled()
+
+
+def test_stop_while_measuring_cancels_and_allows_a_new_run(qtbot, loaded_worker):
+    demo = SpeedupDemo(loaded_worker)
+    qtbot.addWidget(demo)
+    assert demo.start("def f(x):\n", {"max_new_tokens": 1800})
+    qtbot.waitUntil(lambda: demo.plain is not None and demo.plain.generated > 0, timeout=RUN_TIMEOUT_MS)
+    demo.stop_button.click()
+    qtbot.waitUntil(lambda: demo.state == "idle", timeout=30_000)
+    assert "Stopped" in demo.status.text() and not loaded_worker.busy
+    assert demo.run_button.isEnabled() and not demo.replay_button.isEnabled() and demo.speedup is None
 
 
 def test_worker_killed_mid_run_shows_the_error_and_stays_usable(qtbot, loaded_worker):

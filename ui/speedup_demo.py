@@ -26,6 +26,7 @@ DEFAULT_PROMPT = (
     '    """Return the paths of all .py files under root, sorted."""\n'
 )
 DEFAULT_SETTINGS = {"max_new_tokens": 200, "temperature": 0.0, "seed": 0}
+WARMUP_TOKENS = 8
 BAD_COLOR = "#d1242f"  # readable on both themes; the theme has no text colour for "bad"
 REPLAY_NOTE = "Replay at measured speed — runs were measured one after the other"
 PLAIN_TITLE, DFLASH_TITLE = "Plain decoding (baseline)", "DFlash"
@@ -36,6 +37,7 @@ class Measurement:
     """One measured run: its token chunks stamped with engine time, and the final result."""
 
     mode: str
+    warmup: bool = False  # a short untimed run, so the timed runs pay no first-call costs
     chunks: list[tuple[float, list]] = field(default_factory=list)  # (elapsed_s, [[text, drafted], ...])
     generated: int = 0
     token_ids: list[int] = field(default_factory=list)
@@ -121,6 +123,7 @@ class SpeedupDemo(QWidget):
         self.plain: Measurement | None = None
         self.dflash: Measurement | None = None
         self._current: Measurement | None = None
+        self._queue: list[Measurement] = []
         self._rid: str | None = None
         self._prompt = ""
         self._replay_t0 = 0.0
@@ -250,7 +253,8 @@ class SpeedupDemo(QWidget):
         self.identical_label.clear()
         self.progress.setRange(0, int(self.settings.get("max_new_tokens", 256)))
         self._set_state("measuring")
-        self._measure(self.plain)
+        self._queue = [Measurement("baseline", warmup=True), Measurement("dflash", warmup=True), self.plain, self.dflash]
+        self._measure(self._queue.pop(0))
         return True
 
     def _refuse(self, message: str) -> bool:
@@ -261,9 +265,13 @@ class SpeedupDemo(QWidget):
         self._current = m
         self.progress.setValue(0)
         self._show_progress(0)
-        self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=m.mode, settings=dict(self.settings))
+        settings = {**self.settings, "max_new_tokens": WARMUP_TOKENS} if m.warmup else dict(self.settings)
+        self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=m.mode, settings=settings)
 
     def _show_progress(self, tokens: int) -> None:
+        if self._current.warmup:
+            self.status.setText("Warming up: a short untimed run of each method, so neither pays first-call costs…")
+            return
         what = "plain decoding" if self._current is self.plain else "DFlash"
         step = "1 of 2" if self._current is self.plain else "2 of 2"
         self.status.setText(f"Measuring {what}… {tokens} tokens  ({step}, each run alone on this device)")
@@ -274,7 +282,7 @@ class SpeedupDemo(QWidget):
 
     def _on_tokens(self, ev: dict) -> None:
         m = self._current
-        if m is None or ev.get("id") != self._rid:
+        if m is None or m.warmup or ev.get("id") != self._rid:
             return
         m.chunks.append((float(ev["elapsed_s"]), [list(s) for s in ev["spans"]]))
         m.generated = int(ev.get("generated", m.generated))
@@ -288,10 +296,11 @@ class SpeedupDemo(QWidget):
         m.token_ids, m.stats, m.stop_reason = list(ev.get("token_ids") or []), ev.get("stats") or {}, ev["stop_reason"]
         self._current, self._rid = None, None
         if m.stop_reason == "cancelled":
+            self._queue, self.plain, self.dflash = [], None, None
             self.status.setText("Stopped. Run again to measure both methods.")
             self._set_state("idle")
-        elif m is self.plain:
-            self._measure(self.dflash)
+        elif self._queue:
+            self._measure(self._queue.pop(0))
         else:
             self._set_state("finished")
             self._show_results()
@@ -300,7 +309,7 @@ class SpeedupDemo(QWidget):
     def _on_error(self, ev: dict) -> None:
         if self._current is None or ev.get("id") not in (self._rid, None):
             return
-        self._current, self._rid = None, None
+        self._current, self._rid, self._queue = None, None, []
         self.plain = self.dflash = None
         self._show_error(ev.get("message") or "The engine reported an error.")
         self.status.setText("The comparison did not finish. Fix the problem above and run it again.")
