@@ -256,3 +256,22 @@ def test_target_stage_needs_the_tokenizer(tmp_path, script, capsys):
     rc = script.main(["--tiny", "--out", str(tmp_path / "fresh"), "--stage", "target"])
     assert rc == 2
     assert "--stage tokenizer" in capsys.readouterr().err
+
+
+def test_cpu_governor_drops_to_one_thread_under_load_and_waits_before_going_back(keep_threads):
+    class Fake(target_lm.CpuGovernor):
+        loads: list = []
+
+        def others_load(self):
+            return self.loads.pop(0)
+
+    msgs = []
+    g = Fake(2, True, msgs.append)
+    g.adaptive, g.min_interval_s, g._last = True, 0.0, (0.0, 0.0, 0.0)
+    g.loads = [1.0, 0.0, 0.0]
+    g.up_delay_s = 3600.0
+    assert g.update() and g.threads == 1 and torch.get_num_threads() == 1
+    assert not g.update() and g.threads == 1  # one quiet reading is not enough
+    g.up_delay_s = 0.0
+    assert g.update() and g.threads == 2 and g.switches == 2
+    assert not target_lm.CpuGovernor(2, False, msgs.append).update()  # fixed thread count

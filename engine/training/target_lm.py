@@ -95,7 +95,7 @@ class TrainConfig:
     adaptive_threads: bool = True  # drop to one thread while other processes load the CPU
     replan_every: int = 20  # steps between checks of the plan against the measured speed
     replan_tolerance: float = 0.03  # re-plan when the remaining steps are off by more than this
-    speed_window: int = 60  # recent steps averaged for re-planning
+    speed_window: int = 200  # recent steps averaged for re-planning (a mix of load phases)
 
 
 class CpuGovernor:
@@ -114,6 +114,8 @@ class CpuGovernor:
         self.log = log
         self.busy, self.idle = busy, idle
         self.min_interval_s = 2.0  # shorter windows make the /proc/stat tick counts too coarse
+        self.up_delay_s = 15.0
+        self._quiet_since = None
         self.switches = 0
         self.threads = self.max_threads
         torch.set_num_threads(self.threads)
@@ -122,7 +124,8 @@ class CpuGovernor:
 
     def _sample(self):
         with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
+            # user nice system idle iowait irq softirq steal (guest time is already in user/nice)
+            fields = [int(v) for v in f.readline().split()[1:9]]
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
         t = os.times()
         return time.monotonic(), (sum(fields) - idle) / self._hz, t.user + t.system
@@ -142,11 +145,18 @@ class CpuGovernor:
         if time.monotonic() - self._last[0] < self.min_interval_s:
             return False
         load = self.others_load()
+        now = time.monotonic()
         want = self.threads
         if load > self.busy:
             want = 1
-        elif load < self.idle:
-            want = self.max_threads
+        if load < self.idle:
+            # Test suites start and stop processes all the time: go back up only after the machine
+            # has stayed quiet for a while, go down at once.
+            self._quiet_since = self._quiet_since or now
+            if now - self._quiet_since >= self.up_delay_s:
+                want = self.max_threads
+        else:
+            self._quiet_since = None
         if want != self.threads:
             self.log(f"  other processes use {load:.1f} cores: torch threads {self.threads} -> {want}")
             self.threads = want
@@ -399,7 +409,8 @@ def train_target(
 
     # Steps timed in this run (evaluations and checkpoints excluded) for the speed estimates.
     timed_steps, timed_s = 0, 0.0
-    recent: deque[float] = deque(maxlen=cfg.speed_window)
+    recent: deque[float] = deque(maxlen=cfg.speed_window)  # not cleared on thread switches
+    since_switch: list[float] = []  # step times at the current thread count (initial sizing)
     last_ckpt = time.monotonic()
     loss_ema = None
     last_log_t, last_log_step = time.monotonic(), state.step
@@ -446,8 +457,9 @@ def train_target(
             timed_steps += 1
             timed_s += dt
             recent.append(dt)
+            since_switch.append(dt)
         if governor.update():
-            recent.clear()  # speed estimates must come from the current thread count
+            since_switch.clear()  # the first plan must come from the current thread count
 
         state.progress = (
             advance_progress(state.progress, step, state.total_steps, cfg.warmup_steps)
@@ -457,8 +469,8 @@ def train_target(
         state.step = step + 1
 
         # Size the schedule once the speed is known (first run, or a resume before sizing).
-        if state.total_steps is None and len(recent) >= cfg.measure_steps:
-            state.sec_per_step = sum(recent) / len(recent)
+        if state.total_steps is None and len(since_switch) >= cfg.measure_steps:
+            state.sec_per_step = sum(since_switch) / len(since_switch)
             state.total_steps = plan(state.step, state.sec_per_step)
             log(
                 f"measured {state.sec_per_step:.3f} s/step ({tokens_per_step / state.sec_per_step:.0f} tokens/s):"
