@@ -156,6 +156,8 @@ class Build:
             parts += ["--tiny", "--out", str(self.out)]
         if self.args.seed != DEFAULT_SEED:
             parts += ["--seed", str(self.args.seed)]
+        if stage == "tokenizer" and self.args.isolate_newlines:
+            parts += ["--isolate-newlines"]
         if stage == "target" and self.args.target_budget_min != DEFAULT_TARGET_BUDGET_MIN:
             parts += ["--target-budget-min", str(self.args.target_budget_min)]
         if stage == "drafter" and self.args.drafter_budget_min != DEFAULT_DRAFTER_BUDGET_MIN:
@@ -173,7 +175,9 @@ class Build:
             f" from {corpus.root} (Python {corpus.python_version})"
         )
         texts = corpus.read_train()  # the tokenizer never sees held-out files
-        tok = tok_mod.train_bpe(texts, vocab_size=self.sizes["vocab_size"])
+        tok = tok_mod.train_bpe(
+            texts, vocab_size=self.sizes["vocab_size"], isolate_newlines=self.args.isolate_newlines
+        )
         ids = tok_mod.save_hf_tokenizer(tok, self.tokenizer_dir)
         sample = tok.encode(texts[0][:4000]).ids
         chars_per_token = len(texts[0][:4000]) / max(1, len(sample))
@@ -187,6 +191,7 @@ class Build:
                         "command": self.command("tokenizer"),
                         "library": "tokenizers",
                         "model": "byte-level BPE (GPT-2 style pre-tokenizer, no prefix space)",
+                        "isolate_newlines": self.args.isolate_newlines,
                         "trained_on": "train files only",
                         "vocab_size_requested": self.sizes["vocab_size"],
                         "min_frequency": 2,
@@ -379,6 +384,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--drafter-budget-min", type=float, default=DEFAULT_DRAFTER_BUDGET_MIN,
                    help="wall-clock budget of the drafter training, minutes")
+    p.add_argument(
+        "--isolate-newlines",
+        action="store_true",
+        help="tokenizer: every newline is its own token (prompts ending in a newline stay in distribution)",
+    )
     p.add_argument("--tiny", action="store_true", help="a few steps of each stage on a few files (CI)")
     p.add_argument("--overwrite", action="store_true", help="replace existing stage outputs")
     args = p.parse_args(argv)

@@ -275,3 +275,13 @@ def test_cpu_governor_drops_to_one_thread_under_load_and_waits_before_going_back
     g.up_delay_s = 0.0
     assert g.update() and g.threads == 2 and g.switches == 2
     assert not target_lm.CpuGovernor(2, False, msgs.append).update()  # fixed thread count
+
+
+def test_isolated_newlines_keep_prompt_tokens_a_prefix_of_the_text():
+    texts = ["def f(x):\n    if x:\n        return x\n    return 0\n\n\nclass A:\n    pass\n"] * 50
+    tok = tok_mod.train_bpe(texts, vocab_size=300, isolate_newlines=True)
+    full = "def g(y):\n    return y\n"
+    for cut in range(1, len(full)):
+        if full[cut - 1] == "\n":  # a prompt that stops at a line break
+            assert tok.encode(full).ids[: len(tok.encode(full[:cut]).ids)] == tok.encode(full[:cut]).ids
+    assert tok.decode(tok.encode(full).ids) == full

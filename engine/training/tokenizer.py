@@ -26,13 +26,31 @@ DEFAULT_VOCAB_SIZE = 4096
 MODEL_MAX_LENGTH = 2048
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, min_frequency: int = 2):
-    """Train a byte-level BPE ``tokenizers.Tokenizer`` on ``texts`` (deterministic for fixed input)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    min_frequency: int = 2,
+    isolate_newlines: bool = False,
+):
+    """Train a byte-level BPE ``tokenizers.Tokenizer`` on ``texts`` (deterministic for fixed input).
+
+    With the plain GPT-2 split a newline is merged with the indentation that follows it
+    ("\n" + "    return" -> "\n   ", " return"), so a prompt that ends with "\n" is tokenized as no
+    training text ever was before an indented line. ``isolate_newlines`` makes every "\n" its own
+    pre-token, so the tokens of a prefix that ends at a line break are a prefix of the tokens of the
+    whole text (about 7% more tokens on the stdlib).
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
     # GPT-2 style byte-level split: runs of spaces (indentation) stay together, so BPE learns them.
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if isolate_newlines:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex("\n"), behavior="isolated"), byte_level]
+        )
+    else:
+        tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
