@@ -12,8 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, QSplitter, QStackedWidget, QToolBar,
-                               QWidget)
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QProgressBar, QSplitter, QStackedWidget, QToolBar
 
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import load_catalog
