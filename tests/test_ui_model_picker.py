@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from dflash_desktop.catalog import bundled_path, parse_catalog
+from dflash_desktop.catalog import bundled_path, load_file, parse_catalog
 from dflash_desktop.hardware import HardwareProbe, detect
 from tests.hub_server import hub, make_repo  # noqa: F401  (fixture)
 from tests.ui_fixtures import random_pair  # noqa: F401  (fixture)
@@ -121,6 +121,16 @@ def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub
     assert got["id"] == "qwen3-4b"
     assert (Path(got["target_dir"]) / "config.json").read_bytes() == hub.repos["org/target"].files["config.json"]
     assert (Path(got["draft_dir"]) / "config.json").read_bytes() == hub.repos["org/draft"].files["config.json"]
+
+
+def test_pair_without_a_build_for_this_backend_says_where_it_runs():
+    cpu = detect(HardwareProbe.from_dict(json.loads((FIXTURES / "cpu_only_i5.json").read_text())))
+    model = PairListModel()
+    model.set_rows(build_rows(load_file(bundled_path()), cpu, {}))
+    idx = next(model.index(r) for r in range(model.rowCount()) if model.index(r).data(Roles.Id) == "qwen3.5-27b")
+    assert idx.data(Roles.Verdict) == "unsupported" and not idx.data(Roles.CanLoad)
+    assert idx.data(Roles.Reason) == ("Qwen3.5 27B runs only on NVIDIA GPUs (CUDA) or Apple Silicon (MLX); "
+                                      "this computer uses the CPU.")
 
 
 def test_target_only_pair_loads_without_its_drafter(catalog, random_pair):

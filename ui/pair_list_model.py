@@ -56,6 +56,7 @@ class PairRow:
     size_bytes: int
     fit: FitEstimate | None = None
     supported: bool = True
+    backend: str = ""  # this computer's backend (cuda, mlx, cpu), once known
     download_state: str = "not_downloaded"
     download_fraction: float = 0.0
     download_text: str = ""
@@ -72,7 +73,9 @@ class PairRow:
     def reason(self) -> str:
         """Plain words for why Load is off; empty when the pair can be loaded."""
         if not self.supported:
-            return "This pair has no build for this device's backend."
+            names = {"cuda": "NVIDIA GPUs (CUDA)", "mlx": "Apple Silicon (MLX)", "cpu": "the CPU"}
+            runs_on = " or ".join(names[b] for b in self.pair.backends)
+            return f"{self.pair.name} runs only on {runs_on}; this computer uses {names.get(self.backend, self.backend)}."
         if self.verdict == "wont_fit":
             return self.fit.sentence
         if self.verdict == "unknown":
@@ -132,7 +135,7 @@ def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict
     for pair in pairs:
         row = PairRow(pair, pair_size(pair, catalog))
         if budget is not None:
-            row.supported = budget.backend in pair.backends
+            row.supported, row.backend = budget.backend in pair.backends, budget.backend
             if row.supported:
                 row.fit = estimate_fit(pair, budget, dtype_bytes=catalog.dtype_bytes)
         if pair.id in local_dirs:
