@@ -45,3 +45,20 @@ def test_markdown_code_blocks_inline_and_drafted_ranges(qapp):
     assert markdown.drafted_intervals([["ab", True], ["c", True], ["d", False], ["e", True]]) == [(0, 3), (4, 5)]
     markdown.render(doc, "```\nunterminated", None)   # mid-stream fence renders as code already
     assert doc.toPlainText().endswith("unterminated")
+
+
+def test_none_guard_keeps_streaming_renders_from_exhausting_none(qapp):
+    """With the guard, re-rendering a long answer many times (as streaming does) leaves None's count
+    high; see ui/none_guard.py for the PySide6 6.12 leak it works around."""
+    import sys
+
+    from ui import none_guard
+    if not none_guard.needed():
+        return
+    none_guard.install()
+    text = "x = 1\n" * 200 + "```python\n" + "y = 2\n" * 200 + "```\n"
+    spans = [[text[i:i + 3], i % 2 == 0] for i in range(0, len(text), 3)]
+    doc = QTextDocument()
+    for _ in range(100):
+        markdown.render(doc, text, spans, highlight=True)
+    assert sys.getrefcount(None) > none_guard.FLOOR // 2

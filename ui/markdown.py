@@ -13,7 +13,7 @@ import re
 from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor,
                            QTextDocument)
 
-from . import theme
+from . import none_guard, theme
 
 _INLINE = re.compile(r"`([^`\n]+)`|\*\*([^*\n]+)\*\*")
 _HEADING = re.compile(r"(#{1,6})\s+")
@@ -73,6 +73,7 @@ class _Writer:
 
 def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: bool = False) -> list[str]:
     """Fill `doc` with the rendered text; returns the code blocks' contents (for their Copy links)."""
+    none_guard.top_up()   # this function makes hundreds of void Qt calls (see none_guard)
     colors = theme.current()
     doc.clear()
     doc.setDocumentMargin(2)
