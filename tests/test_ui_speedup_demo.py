@@ -8,7 +8,7 @@ import time
 
 from dflash_desktop.qt_worker import QtWorker
 from tests.ui_fixtures import loaded_worker, random_pair  # noqa: F401  (fixtures)
-from ui.speedup_demo import REPLAY_NOTE, SpeedupDemo, first_difference
+from ui.speedup_demo import DEFAULT_CHAT_PROMPT, DEFAULT_PROMPT, REPLAY_NOTE, SpeedupDemo, first_difference
 
 RUN_TIMEOUT_MS = 90_000
 
@@ -90,6 +90,17 @@ def test_stop_while_measuring_cancels_and_allows_a_new_run(qtbot, loaded_worker)
     qtbot.waitUntil(lambda: demo.state == "idle", timeout=30_000)
     assert "Stopped" in demo.status.text() and not loaded_worker.busy
     assert demo.run_button.isEnabled() and not demo.replay_button.isEnabled() and demo.speedup is None
+
+
+def test_prompt_follows_the_loaded_model_unless_the_user_wrote_one(qtbot):
+    demo = SpeedupDemo(QtWorker())
+    qtbot.addWidget(demo)
+    assert demo.prompt_edit.toPlainText() == DEFAULT_PROMPT
+    demo._suggest_prompt({"chat_template": True})
+    assert demo.prompt_edit.toPlainText() == DEFAULT_CHAT_PROMPT
+    demo.prompt_edit.setPlainText("my own prompt")
+    demo._suggest_prompt({"chat_template": False})
+    assert demo.prompt_edit.toPlainText() == "my own prompt"
 
 
 def test_worker_killed_mid_run_shows_the_error_and_stays_usable(qtbot, loaded_worker):

@@ -20,11 +20,13 @@ from dflash_desktop.qt_worker import QtWorker
 
 from . import theme
 
-DEFAULT_PROMPT = (
+DEFAULT_PROMPT = (  # a code model without a chat template continues this text
     "import os\n\n\n"
     "def find_python_files(root):\n"
     '    """Return the paths of all .py files under root, sorted."""\n'
 )
+DEFAULT_CHAT_PROMPT = ("Write a Python function that returns the paths of all .py files under a folder, sorted, "
+                       "with a docstring and two pytest tests.")  # chat drafters accept code answers best
 DEFAULT_SETTINGS = {"max_new_tokens": 200, "temperature": 0.0, "seed": 0}
 WARMUP_TOKENS = 8
 BAD_COLOR = "#d1242f"  # readable on both themes; the theme has no text colour for "bad"
@@ -132,6 +134,7 @@ class SpeedupDemo(QWidget):
         self._queue: list[Measurement] = []
         self._rid: str | None = None
         self._prompt = ""
+        self._chat = False
         self._replay_t0 = 0.0
         self._replay_pos = {"baseline": 0, "dflash": 0}
         self._replay_timer = QTimer(self, interval=16)
@@ -141,6 +144,8 @@ class SpeedupDemo(QWidget):
         worker.done.connect(self._on_done)
         worker.error.connect(self._on_error)
         worker.warning.connect(self._on_warning)
+        worker.loaded.connect(self._suggest_prompt)
+        self._suggest_prompt(worker.pair_info)
         self._set_state("idle")
 
     # -- layout -----------------------------------------------------------------------------------
@@ -216,6 +221,11 @@ class SpeedupDemo(QWidget):
         layout.addWidget(self.speedup_detail)
         layout.addWidget(self.identical_label)
 
+    def _suggest_prompt(self, info: dict | None) -> None:
+        """Swap in the default prompt that suits the loaded model, unless the user wrote their own."""
+        if info and self.prompt_edit.toPlainText() in (DEFAULT_PROMPT, DEFAULT_CHAT_PROMPT):
+            self.prompt_edit.setPlainText(DEFAULT_CHAT_PROMPT if info.get("chat_template") else DEFAULT_PROMPT)
+
     def _set_state(self, state: str) -> None:
         self.state = state
         busy = state in ("measuring", "replaying")
@@ -249,7 +259,7 @@ class SpeedupDemo(QWidget):
                                 "so there is nothing to compare. Load a pair whose drafter fits.")
         if self.worker.busy:
             return self._refuse("The model is busy with another answer. Wait for it or stop it, then run again.")
-        self._prompt = prompt
+        self._prompt, self._chat = prompt, bool(info.get("chat_template"))
         self.error_label.hide()
         self.plain, self.dflash = Measurement("baseline"), Measurement("dflash")
         for pane in (self.plain_pane, self.dflash_pane):
@@ -272,7 +282,11 @@ class SpeedupDemo(QWidget):
         self.progress.setValue(0)
         self._show_progress(0)
         settings = {**self.settings, "max_new_tokens": WARMUP_TOKENS} if m.warmup else dict(self.settings)
-        self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=m.mode, settings=settings)
+        if self._chat:  # chat models answer through their template, thinking off as the drafters were trained
+            self._rid = self.worker.generate(messages=[{"role": "user", "content": self._prompt}], mode=m.mode,
+                                             settings=settings, enable_thinking=False)
+        else:
+            self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=m.mode, settings=settings)
 
     def _show_progress(self, tokens: int) -> None:
         if self._current.warmup:
