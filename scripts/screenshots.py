@@ -20,7 +20,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CHAT_PROMPT = "def fibonacci(n):\n"
-DEMO_PROMPT = "import os\n\n\ndef find_python_files(root):\n"
 
 
 def wait_until(app, condition, timeout: float, what: str) -> None:
@@ -68,7 +67,7 @@ class Shooter:
         path = self.out / f"{name}.png"
         pixmap.save(str(path), "PNG", 0)
         self.saved.append(path)
-        print(f"{path.relative_to(ROOT)}  {path.stat().st_size // 1024} KB", flush=True)
+        print(f"{path}  {path.stat().st_size // 1024} KB", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         demo = window.demo
         states: list[str] = []
         demo.stateChanged.connect(states.append)
-        if not demo.start(DEMO_PROMPT, {"max_new_tokens": 160, "temperature": 0.0}):
+        if not demo.start(demo.prompt_edit.toPlainText(), {"max_new_tokens": 160, "temperature": 0.0}):
             raise RuntimeError(f"The demo did not start: {demo.error_label.text()}")
         wait_until(app, lambda: "replaying" in states and demo.state == "finished", 600, "the demo run and replay")
         shots.shoot("04-speedup-demo")
