@@ -173,3 +173,18 @@ def test_cancel_download_returns_to_not_downloaded(qtbot, picker, hub, monkeypat
     picker.cancel_button.click()
     qtbot.waitUntil(lambda: idx.data(Roles.DownloadState) == "not_downloaded", timeout=WAIT_MS)
     assert picker.download_button.isEnabled() and not picker.load_button.isEnabled()
+
+
+def test_gated_pair_asks_for_a_token_without_showing_it(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    dialog = ModelPicker(catalog=load_file(bundled_path()), hardware=rtx3060())
+    qtbot.addWidget(dialog)
+    with qtbot.waitSignal(dialog.ready, timeout=WAIT_MS):
+        pass
+    select(dialog, "llama3.1-8b-instruct")
+    assert not dialog.token_box.isHidden()
+    assert "huggingface.co/meta-llama/Llama-3.1-8B-Instruct" in dialog.token_help.text()
+    assert dialog.token_edit.echoMode() == dialog.token_edit.EchoMode.Password
+    select(dialog, "qwen3-4b")
+    assert dialog.token_box.isHidden()
