@@ -165,6 +165,7 @@ class ModelPicker(QDialog):
         self.list.setItemDelegate(_PairDelegate(self.list))
         self.list.setUniformItemSizes(True)
         self.list.setMinimumWidth(380)
+        self.list.setAccessibleName("Model pairs")
         self.list.selectionModel().currentChanged.connect(lambda *_: self._refresh_detail())
         self.list.doubleClicked.connect(lambda *_: self.load_selected())
         self.model.dataChanged.connect(lambda *_: self._refresh_detail())
@@ -304,9 +305,6 @@ class ModelPicker(QDialog):
         self.offline_label.setText(text)
 
     # -- detail pane ------------------------------------------------------------------------------
-    def current_row(self) -> int:
-        return self.list.currentIndex().row()
-
     def _refresh_detail(self) -> None:
         idx = self.list.currentIndex()
         has = idx.isValid()
