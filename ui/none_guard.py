@@ -1,10 +1,12 @@
-"""Work around a reference leak in PySide6 6.12.0 on Python 3.11: every call to a void Qt method
-(QLabel.setText, QTextCursor.insertText…) returns None without taking a reference to it. None is not
-immortal before Python 3.12, so its count falls by hundreds per rendered answer and the app aborts
-with "deallocating None" after a few seconds of streaming (tests/test_qt_binding.py shows the leak).
+"""Work around a reference leak in PySide6 6.12.0 on Python 3.11: void Qt methods (QLabel.setText,
+QTextCursor.insertText…) return None, and bool methods return True/False, without taking a reference.
+These singletons are not immortal before Python 3.12, so their counts fall by hundreds per rendered
+answer and the app aborts ("deallocating None", "deallocating True or False") after seconds of
+streaming (tests/test_qt_binding.py shows the leak).
 
-None is a static object that is never freed, so raising its reference count is harmless; we keep it
-far above anything the leak can consume between two checks. Nothing happens on Python 3.12+.
+The singletons are static objects that are never freed, so raising their reference counts is
+harmless; we keep them far above anything the leak can consume between two checks. Nothing happens
+on Python 3.12+, where they are immortal.
 """
 from __future__ import annotations
 
@@ -20,10 +22,16 @@ def needed() -> bool:
     return sys.version_info < (3, 12)
 
 
+SINGLETONS = (None, True, False)
+
+
 def top_up() -> None:
-    """Cheap (one getrefcount) unless the count is low; call it before bursts of Qt calls."""
-    if needed() and sys.getrefcount(None) < FLOOR:
-        ctypes.c_ssize_t.from_address(id(None)).value += BOOST
+    """Cheap (three getrefcounts) unless a count is low; call it before bursts of Qt calls."""
+    if not needed():
+        return
+    for obj in SINGLETONS:
+        if sys.getrefcount(obj) < FLOOR:
+            ctypes.c_ssize_t.from_address(id(obj)).value += BOOST
 
 
 def install() -> None:
