@@ -45,11 +45,13 @@ def test_send_streams_answer_with_footer_stats_and_calibrated_baseline(qtbot, ho
     assert done["event"] == "done" and done["stop_reason"] == "length"
     assert streamed and "".join(streamed) == done["text"]
     answer = answers(window)[-1]
-    assert answer.browser.toPlainText() == done["text"] != ""
+    assert answer.text == done["text"] != ""
+    # a model without a chat template continues code: the answer renders as one code block with Copy
+    assert answer.code_blocks == [done["text"]] and answer.browser.toPlainText() == "Copy code\n" + done["text"]
     stats = done["stats"]
     footer = answer.footer.text()
     assert f"{stats['decode_tok_s']:.1f} tok/s" in footer and f"{stats['generated_tokens']} tokens" in footer
-    assert f"τ {stats['tau']:.2f}" in footer and "reached max tokens" in footer
+    assert f"τ {stats['tau']:.2f}" in footer and "max tokens" in footer
     # the stats panel shows exactly the done event's numbers
     values = window.stats_panel.values
     assert values["dflash_tok_s"] == stats["decode_tok_s"] and values["tau"] == stats["tau"]

@@ -45,6 +45,7 @@ def test_markdown_code_blocks_inline_and_drafted_ranges(qapp):
     assert markdown.drafted_intervals([["ab", True], ["c", True], ["d", False], ["e", True]]) == [(0, 3), (4, 5)]
     markdown.render(doc, "```\nunterminated", None)   # mid-stream fence renders as code already
     assert doc.toPlainText().endswith("unterminated")
+    assert markdown.render(doc, "# not a heading\n```", None, code_only=True) == ["# not a heading\n```"]
 
 
 def test_none_guard_keeps_streaming_renders_from_exhausting_none(qapp):

@@ -44,6 +44,7 @@ class ChatView(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.highlight = False
+        self.code_mode = False   # the model continues code: messages render as code
         self.busy = False
         self.messages: list[QFrame] = []
         root = QVBoxLayout(self)
@@ -135,6 +136,7 @@ class ChatView(QWidget):
 
     def set_examples(self, chat_model: bool, demo: bool = True) -> None:
         """Code openers for a code-continuation model, questions for a chat model."""
+        self.code_mode = not chat_model
         examples = CHAT_EXAMPLES if chat_model else CODE_EXAMPLES
         self.hint.setText("" if chat_model else DEMO_HINT if demo else RAW_HINT)
         self.hint.setVisible(not chat_model)
@@ -203,14 +205,15 @@ class ChatView(QWidget):
         self.messages.append(widget)
 
     def add_user(self, message_id: int | None, text: str) -> MessageWidget:
-        w = MessageWidget("user", message_id, parent=self.column)
+        w = MessageWidget("user", message_id, code_only=self.code_mode, parent=self.column)
         w.set_content(text)
         w.editSubmitted.connect(self.editSubmitted)
         self._add(w)
         return w
 
     def add_assistant(self, message_id: int | None = None) -> MessageWidget:
-        w = MessageWidget("assistant", message_id, highlight=self.highlight, parent=self.column)
+        w = MessageWidget("assistant", message_id, highlight=self.highlight, code_only=self.code_mode,
+                          parent=self.column)
         w.regenerateRequested.connect(self.regenerateRequested)
         self._add(w)
         return w

@@ -71,8 +71,11 @@ class _Writer:
                 i += 1
 
 
-def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: bool = False) -> list[str]:
-    """Fill `doc` with the rendered text; returns the code blocks' contents (for their Copy links)."""
+def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: bool = False,
+           code_only: bool = False, copy_link: bool = True) -> list[str]:
+    """Fill `doc` with the rendered text; returns the code blocks' contents (for their Copy links).
+    code_only renders everything as one code block (models that continue code instead of chatting);
+    copy_link=False leaves out its "Copy code" line (the user's own prompt)."""
     none_guard.top_up()   # this function makes hundreds of void Qt calls (see none_guard)
     colors = theme.current()
     doc.clear()
@@ -104,12 +107,20 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
 
     blocks: list[list[str]] = []
     in_code, first = False, True
+    if code_only:
+        blocks.append([])
+        in_code = True
+        if copy_link:
+            _new_block(cursor, header, True)
+            link.setAnchorHref("copy:0")
+            cursor.insertText("Copy code", link)
+            first = False
     pos = 0
     for line in text.split("\n"):
         start, end = pos, pos + len(line)
         pos = end + 1
         stripped = line.lstrip()
-        if stripped.startswith("```"):
+        if stripped.startswith("```") and not code_only:
             if not in_code:
                 blocks.append([])
                 lang = stripped[3:].strip()

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPus
 
 from . import markdown
 
-STOP_WORDS = {"length": "reached max tokens", "eos": "end of text", "stop_string": "stop string",
+STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop string",
               "context_full": "context full", "cancelled": "stopped", "error": "error"}
 
 
@@ -58,9 +58,10 @@ class MessageWidget(QFrame):
     regenerateRequested = Signal()
 
     def __init__(self, role: str, message_id: int | None = None, highlight: bool = False,
-                 parent: QWidget | None = None):
+                 code_only: bool = False, parent: QWidget | None = None):
         super().__init__(parent)
         self.role, self.message_id, self.highlight = role, message_id, highlight
+        self.code_only = code_only   # a code-continuation model: the whole text is code
         self.text, self.spans, self.code_blocks = "", [], []
         self.setObjectName(f"bubble_{role}")
         self.setAccessibleName("Your message" if role == "user" else "Answer")
@@ -125,7 +126,8 @@ class MessageWidget(QFrame):
 
     def _render(self) -> None:
         self.code_blocks = markdown.render(self.browser.document(), self.text, self.spans,
-                                           self.highlight and self.role == "assistant")
+                                           self.highlight and self.role == "assistant", self.code_only,
+                                           copy_link=self.role == "assistant")
 
     def set_footer(self, stats: dict | None, stop_reason: str | None) -> None:
         self.footer.setText(footer_text(stats, stop_reason))

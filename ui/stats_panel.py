@@ -121,7 +121,7 @@ class StatsPanel(QDockWidget):
         self.values: dict = {}   # what is shown, in numbers (tests and the screenshot script read it)
         self._live_steps: list[list[int]] = []
         self._live_rates: list[float] = []
-        self._last_point = (0.0, 0)
+        self._last_point: tuple[float, int] | None = None
 
         body = QWidget()
         layout = QVBoxLayout(body)
@@ -213,13 +213,15 @@ class StatsPanel(QDockWidget):
         self.values["baseline_tok_s"] = record.tok_s if record else None
 
     def start_answer(self) -> None:
-        self._live_steps, self._live_rates, self._last_point = [], [], (0.0, 0)
+        self._live_steps, self._live_rates, self._last_point = [], [], None
         self.sparkline.set_points([])
 
     def update_live(self, event: dict) -> None:
         """A (coalesced) tokens event: running tok/s, acceptance and the sparkline."""
         self._live_steps += [s for s in event.get("steps", []) if s[0] > 0]
         generated, elapsed = int(event.get("generated") or 0), float(event.get("elapsed_s") or 0.0)
+        if self._last_point is None:   # rates start after the first token (prefill is not decoding)
+            self._last_point = (elapsed, generated)
         t0, g0 = self._last_point
         if elapsed - t0 >= 0.05 and generated > g0:
             self._live_rates.append((generated - g0) / (elapsed - t0))
@@ -243,7 +245,8 @@ class StatsPanel(QDockWidget):
         self.set_diagnosis(diagnose(stats, self.baseline, self.has_drafter))
 
     def _show(self, tok_s: float, acceptance: float, tau: float) -> None:
-        ratio = speedup({"decode_tok_s": tok_s}, self.baseline)
+        # without a drafter both numbers measure the same plain decoding: a ratio would only show noise
+        ratio = speedup({"decode_tok_s": tok_s}, self.baseline) if self.has_drafter else None
         self.dflash_label.setText(f"{tok_s:.1f}")
         self.speedup_label.setText(f"{ratio:.2f}×" if ratio else "—")
         self.acceptance_label.setText(f"{acceptance * 100:.0f}%")
