@@ -201,6 +201,14 @@ def test_shortcuts_trigger_their_actions(qtbot, home, chat_worker, echo_pair):
                 "settings_action": "Ctrl+,", "stop_action": "Esc", "send_action": "Ctrl+Return"}
     for name, keys in expected.items():
         assert getattr(window, name).shortcut().toString() == keys, name
+    # Shift+Enter adds a line; it does not send
+    sent = []
+    window.chat_view.sendRequested.connect(sent.append)
+    qtbot.keyClicks(window.chat_view.input, "a")
+    qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(window.chat_view.input, "b")
+    assert window.chat_view.input.toPlainText() == "a\nb" and sent == []
+    window.chat_view.input.clear()
     fired = []
     window.demo_action.toggled.connect(lambda on: fired.append(on))
     qtbot.keyClick(window, Qt.Key.Key_D, Qt.KeyboardModifier.ControlModifier)
