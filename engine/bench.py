@@ -27,8 +27,10 @@ def demo_prompts(limit: int | None = None, chars: int = 1200) -> list[tuple[str,
             continue  # another Python version may lack the file
         text = path.read_text(encoding="utf-8", errors="replace")
         cut = text[:chars]
-        if len(text) > chars and "\n" in cut:
-            cut = cut[: cut.rindex("\n") + 1]
+        if "\n" in cut:
+            # end at a line's end, before its newline: the BPE merges a newline with the next line's
+            # indentation, so a prompt ending in a bare newline would not look like training text
+            cut = cut[: cut.rindex("\n")]
         if cut.strip():
             prompts.append((rel, cut))
     return prompts[:limit] if limit else prompts
