@@ -271,12 +271,15 @@ class Worker:
         pair = eng.pair.load_pair(target, draft, device=device, dtype=dtype)
         self._progress(rid, "ready", "Model ready")
         t = pair.target
+        template = str(getattr(pair.tokenizer, "chat_template", None) or "")
         self.pair = pair
         self.pair_info = {"name": pair.name, "target": target, "draft": draft, "device": str(t.device),
                           "dtype": str(t.embedding.weight.dtype).removeprefix("torch."),
                           "block_size": pair.block_size, "has_drafter": pair.drafter is not None,
                           "has_tokenizer": pair.tokenizer is not None,
-                          "chat_template": bool(getattr(pair.tokenizer, "chat_template", None)),
+                          "chat_template": bool(template),
+                          # templates that read enable_thinking (Qwen3 and later) can switch thinking off
+                          "supports_thinking": "enable_thinking" in template,
                           "vocab_size": t.vocab_rows, "max_positions": t.max_positions, "layers": t.num_layers}
         return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0}
 

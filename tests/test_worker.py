@@ -308,3 +308,15 @@ def test_describe_exit_in_plain_language():
     assert "crashed" in describe_exit(-11, True) and "SIGSEGV" in describe_exit(-11, True)
     assert "exit code 3" in describe_exit(3, True)
     assert "could not start" in describe_exit(1, False)
+
+
+def test_loaded_event_says_whether_thinking_can_be_switched(client, pair_dirs, tmp_path):
+    from engine.tiny import save_random_pair
+    plain = client.wait(client.load_pair(*pair_dirs), T)
+    assert plain["chat_template"] is False and plain["supports_thinking"] is False
+    template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                "{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}")
+    target, draft = save_random_pair(tmp_path, block_size=8, chat_template=template)
+    thinking = client.wait(client.load_pair(str(target), str(draft)), T)
+    assert thinking["chat_template"] is True and thinking["supports_thinking"] is True
+    assert client.wait(client.load_pair(*pair_dirs), T)["event"] == "loaded"  # leave the module's pair loaded
