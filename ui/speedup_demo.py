@@ -153,7 +153,7 @@ class SpeedupDemo(QWidget):
         self.prompt_edit = QPlainTextEdit(DEFAULT_PROMPT)
         self.prompt_edit.setFont(QFont("monospace"))
         self.prompt_edit.setPlaceholderText("Prompt for both runs (code prompts show DFlash best)")
-        self.prompt_edit.setFixedHeight(self.prompt_edit.fontMetrics().lineSpacing() * 5 + 16)
+        self.prompt_edit.setFixedHeight(self.prompt_edit.fontMetrics().lineSpacing() * 6 + 16)
         self.run_button = QPushButton("Run comparison")
         self.run_button.setDefault(True)
         self.run_button.clicked.connect(lambda: self.start(self.prompt_edit.toPlainText(), self.settings))
