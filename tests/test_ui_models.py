@@ -48,19 +48,19 @@ def test_markdown_code_blocks_inline_and_drafted_ranges(qapp):
     assert markdown.render(doc, "# not a heading\n```", None, code_only=True) == ["# not a heading\n```"]
 
 
-def test_none_guard_keeps_streaming_renders_from_exhausting_none(qapp):
-    """With the guard, re-rendering a long answer many times (as streaming does) leaves None's count
-    high; see ui/none_guard.py for the PySide6 6.12 leak it works around."""
+def test_streaming_renders_keep_none_alive(qapp):
+    """Re-rendering a long answer many times (as streaming does) must not drain None/True/False.
+    PySide6 6.12.0 on Python 3.11 drops a reference on every void or bool Qt call and aborts the app
+    after seconds of streaming; pyproject pins PySide6-Essentials below 6.12 for that reason."""
     import sys
 
-    from ui import none_guard
-    if not none_guard.needed():
-        return
-    none_guard.install()
     text = "x = 1\n" * 200 + "```python\n" + "y = 2\n" * 200 + "```\n"
     spans = [[text[i:i + 3], i % 2 == 0] for i in range(0, len(text), 3)]
     doc = QTextDocument()
-    for _ in range(100):
+    markdown.render(doc, text, spans, highlight=True)
+    before = [sys.getrefcount(obj) for obj in (None, True, False)]
+    for _ in range(20):
         markdown.render(doc, text, spans, highlight=True)
-    for obj in none_guard.SINGLETONS:
-        assert sys.getrefcount(obj) > none_guard.FLOOR // 2
+    after = [sys.getrefcount(obj) for obj in (None, True, False)]
+    lost = [b - a for b, a in zip(before, after)]
+    assert max(lost) < 200, f"references lost to None/True/False over 20 renders: {lost} (broken Qt binding?)"

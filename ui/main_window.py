@@ -19,7 +19,7 @@ from dflash_desktop.catalog import load_catalog
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.qt_worker import QtWorker
 
-from . import none_guard, theme
+from . import theme
 from .chat_controller import ChatController
 from .chat_view import ChatView
 from .conversation_list import ConversationList
@@ -52,7 +52,6 @@ class MainWindow(QMainWindow):
     def __init__(self, worker: QtWorker | None = None, store: ChatStore | None = None,
                  settings: settings_mod.Settings | None = None, pair: dict | None = None, autoload: bool = True):
         super().__init__()
-        none_guard.install()
         self.setWindowTitle("DFlash Desktop")
         self.setObjectName("mainWindow")
         self.resize(1280, 820)

@@ -13,7 +13,7 @@ import re
 from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor,
                            QTextDocument)
 
-from . import none_guard, theme
+from . import theme
 
 _INLINE = re.compile(r"`([^`\n]+)`|\*\*([^*\n]+)\*\*")
 _HEADING = re.compile(r"(#{1,6})\s+")
@@ -76,7 +76,6 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
     """Fill `doc` with the rendered text; returns the code blocks' contents (for their Copy links).
     code_only renders everything as one code block (models that continue code instead of chatting);
     copy_link=False leaves out its "Copy code" line (the user's own prompt)."""
-    none_guard.top_up()   # this function makes hundreds of void Qt calls (see none_guard)
     colors = theme.current()
     doc.clear()
     doc.setDocumentMargin(2)
