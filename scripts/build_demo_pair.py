@@ -50,8 +50,9 @@ REAL = {
     "model": {"hidden_size": 256, "num_hidden_layers": 6, "head_dim": 64, "num_key_value_heads": 2},
     "train": {"seq_len": 256, "batch_size": 16, "warmup_steps": 80, "eval_every": 200},
     # prompts up to ~1200 characters (~390 tokens) then 256 regenerated tokens, as the benchmark uses
-    "drafter": {"block_size": 16, "layers": 2, "sequences": 1400, "prompt_lengths": (96, 192, 288, 384),
-                "response_length": 256, "anchors_per_sequence": 32, "batch_sequences": 8, "eval_every": 150},
+    "drafter": {"block_size": 16, "layers": 2, "sequences": 640, "prompt_lengths": (96, 192, 288, 384),
+                "response_length": 256, "anchors_per_sequence": 32, "batch_sequences": 8, "eval_every": 150,
+                "lr": 2e-3},
 }
 TINY = {
     "max_files": 10,
