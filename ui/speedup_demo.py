@@ -20,10 +20,10 @@ from dflash_desktop.qt_worker import QtWorker
 
 from . import theme
 
-DEFAULT_PROMPT = (  # a code model without a chat template continues this text
-    "import os\n\n\n"
+DEFAULT_PROMPT = (  # a code model without a chat template continues this text; no final newline: the
+    "import os\n\n\n"  # tokenizer merges a newline with the next line's indent, so leave both to the model
     "def find_python_files(root):\n"
-    '    """Return the paths of all .py files under root, sorted."""\n'
+    '    """Return the paths of all .py files under root, sorted."""'
 )
 DEFAULT_CHAT_PROMPT = ("Write a Python function that returns the paths of all .py files under a folder, sorted, "
                        "with a docstring and two pytest tests.")  # chat drafters accept code answers best
