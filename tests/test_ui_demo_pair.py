@@ -61,4 +61,6 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     assert [(m.role, m.content) for m in stored] == [("user", "def fibonacci(n):"), ("assistant", done["text"])]
     assert stored[1].stats == stats
     if pair["id"] == "demo" and pair["draft_dir"]:
-        assert stats["tau"] > 1.5, "the trained demo drafter should be accepted on stdlib-like code"
+        # drafter quality is tests/test_demo_pair.py's job; here: drafted tokens reach the window as such
+        assert stats["accepted"] > 0, "no drafted token was accepted through the window"
+        assert any(drafted for _, drafted in stored[1].spans), "drafted spans were not stored"
