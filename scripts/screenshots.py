@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CHAT_PROMPT = "def fibonacci(n):\n"
+CHAT_PROMPT = "import sys\n\n\ndef main(argv=None):"  # no final newline (see ui/chat_view.CODE_EXAMPLES)
 
 
 def wait_until(app, condition, timeout: float, what: str) -> None:

@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.qt_worker import QtWorker
+from ui.chat_view import CODE_EXAMPLES
 from ui.main_window import MainWindow, demo_pair
 
 from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, home  # noqa: F401
@@ -40,7 +41,8 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     assert window.chat_view.hint.isVisibleTo(window)
     expected = "Demo pair: a tiny code model" if pair["id"] == "demo" else "no chat template"
     assert expected in hint
-    assert window.chat_view.example_buttons[0].text() == "def fibonacci(n):"
+    assert window.chat_view.example_buttons[0].property("prompt") == CODE_EXAMPLES[0]
+    assert window.chat_view.example_buttons[0].text() == CODE_EXAMPLES[0].splitlines()[0]
     assert window.pair_label.text().startswith(pair["name"])
 
     streamed: list[str] = []
@@ -58,7 +60,7 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     assert values["histogram"] == stats["histogram"] and values["position_rates"] == stats["position_rates"]
     conv = window.store.conversations()[0]
     stored = window.store.messages(conv.id)
-    assert [(m.role, m.content) for m in stored] == [("user", "def fibonacci(n):"), ("assistant", done["text"])]
+    assert [(m.role, m.content) for m in stored] == [("user", CODE_EXAMPLES[0]), ("assistant", done["text"])]
     assert stored[1].stats == stats
     if pair["id"] == "demo" and pair["draft_dir"]:
         # drafter quality is tests/test_demo_pair.py's job; here: drafted tokens reach the window as such

@@ -12,13 +12,15 @@ from .errors import ErrorBubble
 from .markdown import mono_font
 from .message_widget import MessageWidget
 
-CODE_EXAMPLES = ("def fibonacci(n):", "class LRUCache:\n    \"\"\"A least-recently-used cache.\"\"\"\n",
-                 "import os\n\ndef walk_python_files(root):")
+# no example ends with a newline: the demo tokenizer merges a newline with the next line's indentation
+CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
+                 'def read_config(path):\n    """Read a configuration file and return a dict."""',
+                 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):')
 CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
                  "linked list.", "What is the difference between a list and a tuple in Python?")
 MAX_COLUMN = 920
 DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library — start typing Python, "
-             "e.g. <code>def fibonacci(n):</code>")
+             "e.g. <code>def main(argv=None):</code>")
 RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
 
 
