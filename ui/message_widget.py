@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPus
 from . import markdown
 
 STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop string",
-              "context_full": "context full", "cancelled": "stopped", "error": "error"}
+              "context_full": "context full", "cancelled": "stopped", "error": "interrupted by an engine error"}
 
 
 def footer_text(stats: dict | None, stop_reason: str | None) -> str:
