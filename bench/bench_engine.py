@@ -30,13 +30,12 @@ SIZES = {
 class Timer:
     """Wraps a callable and adds up the seconds spent in it."""
     def __init__(self, fn):
-        self.fn, self.total, self.calls = fn, 0.0, 0
+        self.fn, self.total = fn, 0.0
 
     def __call__(self, *a, **kw):
         start = time.perf_counter()
         out = self.fn(*a, **kw)
         self.total += time.perf_counter() - start
-        self.calls += 1
         return out
 
 
@@ -56,7 +55,6 @@ _PAIRS: dict = {}
 def measure_once(size: str, tokens: int) -> dict:
     spec = dict(SIZES[size])
     draft_layers = spec.pop("draft_layers")
-    heads = spec["heads"]
     if size not in _PAIRS:
         _PAIRS[size] = random_pair("qwen3", seed=0, draft_layers=draft_layers, block_size=16, **spec)
     pair = _PAIRS[size]
@@ -87,7 +85,7 @@ def measure_once(size: str, tokens: int) -> dict:
         "baseline_step_ms": base_step * 1000, "draft_pass_ms": draft * 1000, "verify_pass_ms": verify * 1000,
         "dflash_step_ms": step * 1000, "host_overhead_ms": overhead * 1000,
         "overhead_share": overhead / step, "draft_to_verify": draft / verify,
-        "verify_to_baseline_step": verify / base_step, "heads": heads,
+        "verify_to_baseline_step": verify / base_step,
     }
 
 

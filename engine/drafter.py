@@ -11,23 +11,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as RMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotate_half
 
 from .config import DraftConfig
 from .errors import CheckpointError
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

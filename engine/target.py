@@ -101,5 +101,9 @@ class TargetModel:
         out = self.decoder(input_ids=ids, position_ids=pos, past_key_values=self.cache, use_cache=True)
         hidden = out.last_hidden_state[0]
         logits = self.logits(hidden[-1:] if last_only else hidden)
-        feats = torch.cat(self._captured, dim=-1)[0] if features and self._captured else None
+        feats = self.captured_features()[0] if features and self._captured else None
         return logits, feats
+
+    def captured_features(self) -> torch.Tensor:
+        """The last forward's captured layer outputs, concatenated: [batch, n, k*H]."""
+        return torch.cat(self._captured, dim=-1)

@@ -113,7 +113,7 @@ def target_features(pair: Pair, seqs: list[tuple[int, list[int]]], batch: int = 
         for idx in by_len.values():
             ids = torch.tensor([group[j][1] for j in idx], device=pair.target.device)
             pair.target.decoder(input_ids=ids, use_cache=False)
-            f = torch.cat(pair.target._captured, dim=-1).to(torch.float16)
+            f = pair.target.captured_features().to(torch.float16)
             for k, j in enumerate(idx):
                 row[j] = f[k].cpu()
         feats.extend(row)
