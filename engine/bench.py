@@ -25,15 +25,18 @@ def demo_prompts(limit: int | None = None, chars: int = 1200) -> list[tuple[str,
         path = root / rel
         if not path.is_file():
             continue  # another Python version may lack the file
-        text = path.read_text(encoding="utf-8", errors="replace")
-        cut = text[:chars]
-        if "\n" in cut:
-            # end at a line's end, before its newline: the BPE merges a newline with the next line's
-            # indentation, so a prompt ending in a bare newline would not look like training text
-            cut = cut[: cut.rindex("\n")]
+        cut = file_opening(path.read_text(encoding="utf-8", errors="replace"), chars)
         if cut.strip():
             prompts.append((rel, cut))
     return prompts[:limit] if limit else prompts
+
+
+def file_opening(text: str, chars: int = 1200) -> str:
+    """The first ``chars`` characters of a file, ending at a line's end, before its newline: the BPE
+    merges a newline with the next line's indentation, so a prompt ending in a bare newline would
+    not look like training text."""
+    cut = text[:chars]
+    return cut[: cut.rindex("\n")] if "\n" in cut else cut
 
 
 def load_prompts(path: Path) -> list[tuple[str, str]]:
@@ -74,11 +77,13 @@ def _hf_generate(pair: Pair, ids: list[int], n: int, **kwargs) -> tuple[list[int
 
 
 def run_bench(pair: Pair, prompts: list[tuple[str, str]], max_new_tokens: int = 256, raw: bool = True,
-              peers: bool = False, block_size: int | None = None, progress=print) -> dict:
-    settings = GenerationSettings(max_new_tokens=max_new_tokens, block_size=block_size)
+              peers: bool = False, block_size: int | None = None, draft_cutoff: float | None = None,
+              progress=print) -> dict:
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, block_size=block_size, draft_cutoff=draft_cutoff)
     warm = pair.encode_prompt(prompts[0][1], raw=raw)
     Generation(pair, warm, GenerationSettings(max_new_tokens=8), baseline=True).run()   # warm-up, not timed
-    Generation(pair, warm, GenerationSettings(max_new_tokens=8, block_size=block_size)).run()
+    fast_warm = Generation(pair, warm, GenerationSettings(max_new_tokens=8, block_size=block_size,
+                                                          draft_cutoff=draft_cutoff)).run()
     results = []
     for name, text in prompts:
         ids = pair.encode_prompt(text, raw=raw)
@@ -98,10 +103,10 @@ def run_bench(pair: Pair, prompts: list[tuple[str, str]], max_new_tokens: int = 
         results.append(r)
         progress(f"{name}: baseline {r.tok_s['baseline']:.1f} tok/s, DFlash {r.tok_s['dflash']:.1f} tok/s, "
                  f"tau {r.tau:.2f}, identical {r.identical}")
-    return summarize(results, pair, max_new_tokens)
+    return summarize(results, pair, max_new_tokens, fast_warm.draft_cutoff)
 
 
-def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int) -> dict:
+def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int, draft_cutoff: float) -> dict:
     methods = list(results[0].tok_s)
     # aggregate throughput: total tokens over total time, so long prompts are not under-weighted
     total = {}
@@ -112,7 +117,7 @@ def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int) -> d
     steps = sum(hist)
     return {
         "pair": pair.name, "block_size": pair.block_size, "prompts": len(results),
-        "max_new_tokens": max_new_tokens, "tok_s": total,
+        "max_new_tokens": max_new_tokens, "draft_cutoff": draft_cutoff, "tok_s": total,
         "speedup": {m: total["dflash"] / total[m] for m in methods if m != "dflash" and total[m]},
         "tau": sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else 0.0,
         "histogram": hist, "all_identical": all(r.identical for r in results),
@@ -142,7 +147,8 @@ def format_table(summary: dict) -> str:
         sp = "" if m == "dflash" else f"{summary['speedup'].get(m, 0):.2f}x"
         lines.append(f"{m:<18}{summary['tok_s'][m]:>10.1f}{sp:>16}")
     lines.append(f"prompts {summary['prompts']}, max new tokens {summary['max_new_tokens']}, "
-                 f"block size {summary['block_size']}, tau {summary['tau']:.2f}, "
+                 f"block size {summary['block_size']}, draft cutoff {summary['draft_cutoff']:g}, "
+                 f"tau {summary['tau']:.2f}, "
                  f"greedy outputs identical: {'yes' if summary['all_identical'] else 'NO'}")
     hist = summary["histogram"]
     peak = max(hist) or 1

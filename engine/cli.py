@@ -20,6 +20,9 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", action="store_true", help="skip the tokenizer's chat template")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--block-size", type=int, help="draft block size (default: the drafter's own)")
+    p.add_argument("--draft-cutoff", type=float,
+                   help="verify drafts only while the drafter's running confidence stays >= this "
+                        "(0: the whole block; default: automatic, by device)")
     p.add_argument("--json", type=Path, help="also write the results as JSON to this file")
 
 
@@ -107,7 +110,8 @@ def cmd_generate(args) -> int:
     pair = resolve_pair(args)
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                   top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                                  block_size=args.block_size, stop_strings=tuple(args.stop))
+                                  block_size=args.block_size, stop_strings=tuple(args.stop),
+                                  draft_cutoff=args.draft_cutoff)
     ids = pair.encode_prompt(args.prompt, raw=args.raw)
     run = Generation(pair, ids, settings, baseline=args.baseline or pair.drafter is None)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
@@ -148,7 +152,7 @@ def cmd_bench(args) -> int:
     if not prompts:
         raise EngineError("The prompt set is empty.")
     summary = run_bench(pair, prompts, args.max_new_tokens, raw=args.raw or pair.name == "demo",
-                        peers=args.peers, block_size=args.block_size,
+                        peers=args.peers, block_size=args.block_size, draft_cutoff=args.draft_cutoff,
                         progress=lambda line: print(line, file=sys.stderr))
     print(format_table(summary))
     if args.json:

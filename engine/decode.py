@@ -16,6 +16,8 @@ from .sampling import SamplingSettings, draw, probabilities, propose, verify
 from .stats import Stats, peak_memory_bytes
 from .text import TextStream
 
+CPU_DRAFT_CUTOFF = 0.1   # measured on the demo pair: see docs/BENCHMARKS.md, "Draft cutoff"
+
 
 @dataclass(frozen=True)
 class GenerationSettings:
@@ -27,12 +29,19 @@ class GenerationSettings:
     block_size: int | None = None      # None: the drafter's own; 1: plain decoding
     stop_strings: tuple[str, ...] = ()
     rule: str = "residual"
+    # Verify drafts only while the drafter's running confidence (product of the probabilities it gave
+    # its own drafts) stays at or above this. None: automatic (CPU_DRAFT_CUTOFF on a CPU, where each
+    # verified token costs compute; 0.0, the whole block, on a GPU, where verifying 16 tokens costs
+    # about as much as one). Lossless at any value: it only decides how many drafts are checked.
+    draft_cutoff: float | None = None
 
     def __post_init__(self):
         if not 1 <= self.max_new_tokens <= 1_000_000:
             raise SettingsError(f"max_new_tokens must be between 1 and 1,000,000, got {self.max_new_tokens}.")
         if self.block_size is not None and not 1 <= self.block_size <= 64:
             raise SettingsError(f"block_size must be between 1 and 64, got {self.block_size}.")
+        if self.draft_cutoff is not None and not 0.0 <= self.draft_cutoff < 1.0:
+            raise SettingsError(f"draft_cutoff must be at least 0 and below 1, got {self.draft_cutoff}.")
         self.sampling  # validates temperature, top-p, top-k
 
     @property
@@ -75,6 +84,8 @@ class Generation:
         if wanted > drafter_block:
             raise SettingsError(f"block_size {wanted} exceeds the drafter's block size {drafter_block}.")
         self.block_size = wanted
+        cutoff = settings.draft_cutoff
+        self.draft_cutoff = (CPU_DRAFT_CUTOFF if pair.target.device.type == "cpu" else 0.0) if cutoff is None else cutoff
         self.stats = Stats(block_size=wanted, prompt_tokens=len(self.prompt))
         self.tokens: list[int] = []
         self.stop_reason: str | None = None
@@ -158,7 +169,12 @@ class Generation:
         masks = sliding_masks(cfg, cache.length + ctx_feats.shape[0], block_pos[0], device)
         hidden = drafter(self.pair.target.embed(block), block_pos, ctx_feats.unsqueeze(0), ctx_pos,
                          masks=masks, cache=cache)
-        return propose(self.pair.target.logits(hidden[0, 1:]), sampling, gen)
+        logits = self.pair.target.logits(hidden[0, 1:])
+        drafts, q = propose(logits, sampling, gen)
+        if self.draft_cutoff > 0:
+            keep = confident_prefix(logits, q, self.draft_cutoff)
+            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
+        return drafts, q
 
     def _commit(self, tokens, drafted, proposed, accepted) -> Step:
         """Apply EOS, max-tokens and stop strings token by token, so nothing past a stop is emitted."""
@@ -185,6 +201,14 @@ class Generation:
 
     def _take(self, final: bool):
         return self.stream.take(final) if self.stream else []
+
+
+def confident_prefix(logits: torch.Tensor | None, q: torch.Tensor | None, cutoff: float) -> int:
+    """How many leading drafts to verify: those where the running product of the drafter's top
+    probability per slot (a rough chance that all of them are accepted) is >= cutoff. It reads the
+    drafter's distributions only, never the tokens drawn from them, so speculative sampling stays exact."""
+    probs = torch.softmax(logits.float(), dim=-1) if q is None else q
+    return int((torch.cumprod(probs.max(-1).values, 0) >= cutoff).sum())
 
 
 def sliding_masks(cfg, ctx_len: int, block_pos: torch.Tensor, device) -> dict | None:

@@ -34,7 +34,7 @@ EVENTS = TERMINAL_EVENTS | PROGRESS_EVENTS
 
 MODES = ("dflash", "baseline")
 DTYPES = ("float32", "bfloat16", "float16")
-SETTINGS_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "block_size", "stop_strings", "rule")
+SETTINGS_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "block_size", "stop_strings", "rule", "draft_cutoff")
 
 # Error codes: a stable, machine-readable reason next to a plain-language message.
 ERROR_CODES = {

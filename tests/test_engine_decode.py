@@ -28,10 +28,39 @@ def test_random_drafter_matches_baseline_for_every_block_size(pair, prompt_len):
     ref = baseline(pair, prompt, 20)
     assert len(ref.tokens) == 20 and ref.stats.tau == 1.0
     for block in range(2, 17):
-        run = Generation(pair, prompt, GenerationSettings(max_new_tokens=20, block_size=block)).run()
+        settings = GenerationSettings(max_new_tokens=20, block_size=block, draft_cutoff=0.0)
+        run = Generation(pair, prompt, settings).run()
         assert run.tokens == ref.tokens, f"block size {block} diverged from plain decoding"
         assert run.stop_reason == "length"
         assert run.stats.drafted == run.stats.steps * (block - 1)
+
+
+@pytest.mark.parametrize("cutoff", [1e-6, 0.05, 0.5, 0.99])
+def test_draft_cutoff_trims_drafts_but_never_changes_the_output(pair, cutoff):
+    prompt = prompt_of(40, seed=5)
+    ref = baseline(pair, prompt, 30)
+    run = Generation(pair, prompt, GenerationSettings(max_new_tokens=30, draft_cutoff=cutoff)).run()
+    assert run.tokens == ref.tokens
+    # a random drafter is unsure: the higher the cutoff, the fewer of its 15 drafts get verified
+    per_step = run.stats.drafted / run.stats.steps
+    assert per_step < 15 if cutoff >= 0.05 else per_step > 0
+    if cutoff == 0.99:
+        assert run.stats.drafted == 0
+
+
+def test_confident_prefix_stops_where_the_running_confidence_drops():
+    from engine.decode import confident_prefix
+    q = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.8, 0.0], [1.0, 0.0, 0.0]])
+    # running product of the top probabilities: 1, 1, 0.5, 0.4, 0.4
+    assert [confident_prefix(None, q, c) for c in (0.0, 0.4, 0.45, 0.6)] == [5, 5, 3, 2]
+    assert confident_prefix(torch.zeros(3, 4), None, 0.3) == 0      # greedy: softmax of the logits, 0.25 each
+    assert confident_prefix(torch.tensor([[9.0, 0, 0, 0]] * 3), None, 0.99) == 3
+
+
+def test_draft_cutoff_is_automatic_on_a_cpu(pair):
+    from engine.decode import CPU_DRAFT_CUTOFF
+    assert Generation(pair, [1, 2], GenerationSettings()).draft_cutoff == CPU_DRAFT_CUTOFF > 0
+    assert Generation(pair, [1, 2], GenerationSettings(draft_cutoff=0.0)).draft_cutoff == 0.0
 
 
 @pytest.mark.parametrize("block", [2, 5, 16])

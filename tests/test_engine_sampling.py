@@ -49,9 +49,12 @@ def sample_many(pair, settings: GenerationSettings, n: int):
     return counts, accepted / drafted
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 4, 0.9)])
-def test_dflash_samples_follow_the_target_distribution(tiny_vocab_pair, temperature, top_k, top_p):
-    settings = GenerationSettings(max_new_tokens=3, temperature=temperature, top_k=top_k, top_p=top_p, block_size=4)
+@pytest.mark.parametrize("temperature, top_k, top_p, cutoff", [(1.0, 0, 1.0, 0.0), (0.7, 4, 0.9, 0.0),
+                                                               (1.0, 0, 1.0, 0.3)])
+def test_dflash_samples_follow_the_target_distribution(tiny_vocab_pair, temperature, top_k, top_p, cutoff):
+    """Also with a draft cutoff, which must decide how many drafts to verify without looking at them."""
+    settings = GenerationSettings(max_new_tokens=3, temperature=temperature, top_k=top_k, top_p=top_p, block_size=4,
+                                  draft_cutoff=cutoff)
     n = 2500
     counts, _ = sample_many(tiny_vocab_pair, settings, n)
     exact = exact_distribution(tiny_vocab_pair, settings.sampling, 3)

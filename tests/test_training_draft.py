@@ -123,3 +123,17 @@ def test_cli_reports_bad_corpus(tmp_path, target_dir):
                            "--corpus", str(tmp_path / "missing"), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Corpus" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_regeneration_resumes_where_it_was_interrupted(target_dir):
+    """An interrupted regeneration (saved after every batch) resumes with the same responses."""
+    from engine.training.draft_trainer import regenerate
+    pair = load_pair(target_dir)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (8, 12, 8, 12, 8)]
+    saved = []
+    full = regenerate(pair, prompts, 6, batch=2, log=lambda _: None, save=lambda so_far: saved.append(list(so_far)))
+    assert [len(s) for s in saved] == [2, 3, 5]          # lengths 8 (x3) in batches of 2, then 12 (x2)
+    resumed = regenerate(pair, prompts, 6, batch=2, log=lambda _: None, done=saved[0])
+    assert resumed == full
+    assert all(len(toks) == length + 6 for length, toks in full)

@@ -82,21 +82,27 @@ def sample_prompts(docs: list[list[int]], n: int, lengths: Sequence[int], rng: r
 
 @torch.inference_mode()
 def regenerate(pair: Pair, prompts: list[list[int]], response_length: int, batch: int = 16,
-               log: Callable[[str], None] = print) -> list[tuple[int, list[int]]]:
-    """Greedy responses of the target, batched by prompt length (no padding needed)."""
+               log: Callable[[str], None] = print, done: Sequence[tuple[int, list[int]]] = (),
+               save: Callable[[list], None] | None = None) -> list[tuple[int, list[int]]]:
+    """Greedy responses of the target, batched by prompt length (no padding needed). Prompts run in a
+    fixed order (by length), so a run that was interrupted resumes after the ``done`` ones; ``save``
+    gets the sequences so far after every batch."""
     model, device = pair.target.model, pair.target.device
+    ordered = sorted(prompts, key=len)
+    out, start = list(done), time.time()
+    todo = ordered[len(out):]
     by_len: dict[int, list[list[int]]] = {}
-    for p in prompts:
+    for p in todo:
         by_len.setdefault(len(p), []).append(p)
-    out, done, start = [], 0, time.time()
-    for length, group in sorted(by_len.items()):
+    for length, group in by_len.items():
         for i in range(0, len(group), batch):
             ids = torch.tensor(group[i:i + batch], device=device)
             gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=response_length,
                                  min_new_tokens=response_length, do_sample=False, pad_token_id=0)
             out.extend((length, row.tolist()) for row in gen)
-            done += len(ids)
-            log(f"regenerated {done}/{len(prompts)} responses ({time.time() - start:.0f}s)")
+            if save is not None:
+                save(out)
+            log(f"regenerated {len(out)}/{len(prompts)} responses ({time.time() - start:.0f}s)")
     return out
 
 
@@ -229,7 +235,7 @@ class DraftTrainer:
         return drafter
 
     def data(self, documents: list[str]):
-        cache = self.work_dir / "draft_data.pt"
+        cache, partial = self.work_dir / "draft_data.pt", self.work_dir / "draft_data.partial.pt"
         if cache.exists():
             saved = torch.load(cache)
             self.log(f"reusing {len(saved['seqs'])} regenerated sequences from {cache}")
@@ -240,8 +246,13 @@ class DraftTrainer:
         docs = [tok.encode(d, add_special_tokens=False) for d in documents if d.strip()]
         rng = random.Random(self.s.seed)
         prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, rng)
-        seqs = regenerate(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch, log=self.log)
+        done = torch.load(partial)["seqs"] if partial.exists() else []
+        if done:
+            self.log(f"resuming regeneration after {len(done)} sequences")
+        seqs = regenerate(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch,
+                          log=self.log, done=done, save=lambda so_far: torch.save({"seqs": so_far}, partial))
         torch.save({"seqs": seqs}, cache)
+        partial.unlink(missing_ok=True)
         return seqs
 
     def train(self, documents: list[str], eval_prompts: list[list[int]] = ()) -> dict:
