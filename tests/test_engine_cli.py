@@ -59,10 +59,11 @@ def test_bench_prints_table_and_json(tmp_path, pair_dirs):
     prompts.write_text("first prompt\nsecond prompt\n\nthird one\n")
     path = tmp_path / "bench.json"
     proc = cli("bench", "--target", target, "--draft", draft, "--prompts", prompts, "--limit", 2,
-               "--max-new-tokens", 12, "--json", path, "--peers")
+               "--max-new-tokens", 12, "--json", path, "--peers", "--draft-cutoff", 0)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(path.read_text())
     assert summary["prompts"] == 2 and summary["all_identical"] is True
+    assert summary["draft_cutoff"] == 0.0 and "draft cutoff 0," in proc.stdout
     assert set(summary["tok_s"]) == {"baseline", "dflash", "hf_generate", "hf_prompt_lookup"}
     assert "greedy outputs identical: yes" in proc.stdout and "histogram" in proc.stdout
     assert sum(summary["histogram"]) == sum(len(p["histogram"]) and sum(p["histogram"]) for p in summary["per_prompt"])
@@ -82,5 +83,7 @@ def test_absurd_settings_from_the_cli(pair_dirs):
     target, draft = pair_dirs
     proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--temperature", -2)
     assert proc.returncode == 2 and "temperature must be between 0 and 100" in proc.stderr
+    proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--draft-cutoff", 1.5)
+    assert proc.returncode == 2 and "draft_cutoff must be at least 0 and below 1" in proc.stderr
     proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--block-size", 99)
     assert proc.returncode == 2 and "block_size" in proc.stderr

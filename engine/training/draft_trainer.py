@@ -334,6 +334,6 @@ class DraftTrainer:
         pair = Pair(self.pair.target, drafter, self.pair.tokenizer, self.pair.eos_ids)
         lengths = []
         for ids in prompts:
-            run = Generation(pair, ids, GenerationSettings(max_new_tokens=tokens)).run()
+            run = Generation(pair, ids, GenerationSettings(max_new_tokens=tokens, draft_cutoff=0.0)).run()
             lengths.extend(run.stats.acceptance_lengths)
         return sum(lengths) / len(lengths) if lengths else 0.0
