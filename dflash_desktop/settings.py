@@ -30,6 +30,7 @@ class Settings:
     top_k: int = 0
     max_new_tokens: int = 256
     block_size: int = 0            # 0 = the drafter's own block size
+    draft_cutoff: float | None = None  # None = the engine's choice by device (see GenerationSettings)
     theme: str = "system"
     font_size: int = 11
     highlight_drafted: bool = True
@@ -56,6 +57,9 @@ class Settings:
         need(_is_int(self.block_size) and 0 <= self.block_size <= limit,
              f"Block size must be between 1 and {limit}, the drafter's block size, or 0 for the drafter's "
              f"own (got {self.block_size}).")
+        need(self.draft_cutoff is None or (isinstance(self.draft_cutoff, num) and not isinstance(self.draft_cutoff, bool)
+                                           and 0.0 <= self.draft_cutoff < 1.0),
+             f"Draft cutoff must be at least 0 and below 1, or empty for automatic (got {self.draft_cutoff}).")
         need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
         need(_is_int(self.font_size) and 7 <= self.font_size <= 32,
              f"Font size must be between 7 and 32 points (got {self.font_size}).")
@@ -67,6 +71,8 @@ class Settings:
                "max_new_tokens": int(self.max_new_tokens)}
         if self.block_size:
             out["block_size"] = min(self.block_size, max_block_size or self.block_size)
+        if self.draft_cutoff is not None:
+            out["draft_cutoff"] = float(self.draft_cutoff)
         return out
 
 

@@ -16,7 +16,7 @@ from .sampling import SamplingSettings, draw, probabilities, propose, verify
 from .stats import Stats, peak_memory_bytes
 from .text import TextStream
 
-CPU_DRAFT_CUTOFF = 0.1   # measured on the demo pair: see docs/BENCHMARKS.md, "Draft cutoff"
+CPU_DRAFT_CUTOFF = 0.05   # measured on the demo pair: see docs/BENCHMARKS.md, "Draft cutoff"
 
 
 @dataclass(frozen=True)

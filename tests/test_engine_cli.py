@@ -25,7 +25,7 @@ def test_generate_streams_text_and_writes_json(tmp_path, pair_dirs):
         path = tmp_path / f"{mode}.json"
         extra = ["--baseline"] if mode == "baseline" else []
         proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "def main():",
-                   "--max-new-tokens", 24, "--json", path, *extra)
+                   "--max-new-tokens", 24, "--json", path, "--draft-cutoff", 0, *extra)
         assert proc.returncode == 0, proc.stderr
         assert "tok/s" in proc.stderr and "peak memory" in proc.stderr
         out[mode] = json.loads(path.read_text())
@@ -38,7 +38,7 @@ def test_generate_streams_text_and_writes_json(tmp_path, pair_dirs):
                                     "--max-new-tokens", 4).stderr
     stats = out["dflash"]["stats"]
     assert stats["block_size"] == 8 and stats["generated_tokens"] == n
-    assert stats["drafted"] == 7 * stats["steps"]
+    assert stats["drafted"] == 7 * stats["steps"]      # whole blocks verified (--draft-cutoff 0)
 
 
 def test_seeded_sampling_is_reproducible_from_the_cli(tmp_path, pair_dirs):

@@ -20,6 +20,8 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
     ("max_new_tokens", 0, "Max new tokens must be between 1 and 32768"),
     ("max_new_tokens", 10**6, "Max new tokens"),
     ("block_size", 17, "Block size must be between 1 and 16"),
+    ("draft_cutoff", 1.0, "Draft cutoff must be at least 0 and below 1"),
+    ("draft_cutoff", "high", "Draft cutoff"),
     ("theme", "neon", "Theme must be one of system, light, dark"),
     ("font_size", 2, "Font size must be between 7 and 32"),
     ("font_size", True, "Font size"),
@@ -34,6 +36,7 @@ def test_defaults_are_valid_and_generation_dict():
     s = S.Settings().validate(16)
     assert s.generation(16) == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256}
     assert S.Settings(block_size=12).generation(8)["block_size"] == 8
+    assert S.Settings(draft_cutoff=0.0).generation(16)["draft_cutoff"] == 0.0   # None (automatic) is left out
 
 
 def test_save_load_round_trip_and_damaged_files(tmp_path, monkeypatch):

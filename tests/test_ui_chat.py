@@ -69,7 +69,7 @@ def test_send_streams_answer_with_footer_stats_and_calibrated_baseline(qtbot, ho
 
 
 def test_highlight_toggle_tints_drafted_text(qtbot, home, chat_worker, echo_pair):
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=24,
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=24,
                                                                                 highlight_drafted=False))
     send_and_wait(qtbot, window, "x = ")
     answer = answers(window)[-1]
@@ -90,7 +90,7 @@ def test_highlight_toggle_tints_drafted_text(qtbot, home, chat_worker, echo_pair
 
 
 def test_stop_mid_generation_keeps_partial_answer(qtbot, home, chat_worker, echo_pair):
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=1500, block_size=2))
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=1500, block_size=2))
     with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
         qtbot.keyClicks(window.chat_view.input, "a")
         qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return)
@@ -106,7 +106,7 @@ def test_stop_mid_generation_keeps_partial_answer(qtbot, home, chat_worker, echo
 
 
 def test_regenerate_and_edit_and_resend(qtbot, home, chat_worker, echo_pair):
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=8))
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=8))
     send_and_wait(qtbot, window, "first")
     conv_id = window.controller.conversation_id
     old_id = window.store.messages(conv_id)[-1].id
@@ -134,7 +134,7 @@ def test_regenerate_and_edit_and_resend(qtbot, home, chat_worker, echo_pair):
 
 
 def test_new_and_delete_chat_and_persistence(qtbot, home, chat_worker, echo_pair, monkeypatch):
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=4))
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=4))
     window.chat_view.system_prompt.setText("You write Python.")
     window.chat_view.system_prompt.editingFinished.emit()
     send_and_wait(qtbot, window, "one")
@@ -157,7 +157,7 @@ def test_new_and_delete_chat_and_persistence(qtbot, home, chat_worker, echo_pair
     window.close()
 
     # a new window on the same home finds the conversation, messages and stats
-    again = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=4), store=ChatStore(),
+    again = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=4), store=ChatStore(),
                         wait_ready=False)
     assert again.sidebar.model.rowCount() == 1
     index = again.sidebar.model.index(0)
@@ -189,8 +189,9 @@ def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pa
     assert not dialog.isVisible()
     saved = settings_mod.load()
     assert (saved.temperature, saved.top_k, saved.block_size, saved.theme) == (0.7, 40, 4, "dark")
+    # the draft cutoff, which the dialog does not show, survives it
     assert window.settings.generation(8) == {"temperature": 0.7, "top_p": 1.0, "top_k": 40, "max_new_tokens": 24,
-                                             "block_size": 4}
+                                             "block_size": 4, "draft_cutoff": 0.0}
     done = send_and_wait(qtbot, window, "y")
     assert done["stats"]["block_size"] == 4
 
@@ -244,7 +245,7 @@ def test_models_action_opens_picker_and_loads_the_chosen_pair(qtbot, home, chat_
 
 def test_worker_killed_mid_answer_shows_error_and_keeps_conversation(qtbot, home, chat_worker, echo_pair):
     """Runs last in this module: it kills the shared worker."""
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(max_new_tokens=1500, block_size=2))
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=1500, block_size=2))
     send_and_wait(qtbot, window, "kept")   # an earlier exchange that must survive
     with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
         qtbot.keyClicks(window.chat_view.input, "b")

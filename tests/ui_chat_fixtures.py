@@ -54,7 +54,8 @@ def home(tmp_path, monkeypatch):
 
 def make_window(qtbot, worker, pair, settings=None, store=None, wait_ready=True):
     from ui.main_window import MainWindow
-    settings = settings or settings_mod.Settings(max_new_tokens=24)
+    # the echo drafter's logits are flat, so it is never confident: verify whole blocks regardless
+    settings = settings or settings_mod.Settings(max_new_tokens=24, draft_cutoff=0.0)
     window = MainWindow(worker=worker, store=store or ChatStore(), settings=settings, pair=pair)
     qtbot.addWidget(window)
     window.show()

@@ -206,6 +206,7 @@ class DraftTrainer:
         for p in self.pair.target.model.parameters():
             p.requires_grad_(False)
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.regenerate_minutes = 0.0     # this run's regeneration time (0 when reusing a saved set)
 
     def make_drafter(self) -> DFlashDrafter:
         t = self.pair.target
@@ -247,12 +248,14 @@ class DraftTrainer:
         rng = random.Random(self.s.seed)
         prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, rng)
         done = torch.load(partial)["seqs"] if partial.exists() else []
+        start = time.time()
         if done:
             self.log(f"resuming regeneration after {len(done)} sequences")
         seqs = regenerate(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch,
                           log=self.log, done=done, save=lambda so_far: torch.save({"seqs": so_far}, partial))
         torch.save({"seqs": seqs}, cache)
         partial.unlink(missing_ok=True)
+        self.regenerate_minutes = round((time.time() - start) / 60, 1)
         return seqs
 
     def train(self, documents: list[str], eval_prompts: list[list[int]] = ()) -> dict:
@@ -326,7 +329,8 @@ class DraftTrainer:
         drafter.eval()
         drafter.save_pretrained(self.out_dir)
         tau = self.held_out_tau(drafter, eval_prompts) if eval_prompts else None
-        return {"steps": state.step, "minutes": round((time.time() - start) / 60, 1), "final_tau": tau,
+        return {"steps": state.step, "minutes": round((time.time() - start) / 60, 1),
+                "regenerate_minutes": self.regenerate_minutes, "final_tau": tau,
                 "settings": asdict(self.s), "history": state.history, "gamma": gamma}
 
     def held_out_tau(self, drafter: DFlashDrafter, prompts: list[list[int]], tokens: int = 96) -> float:
