@@ -29,8 +29,8 @@ class GenerationSettings:
     block_size: int | None = None      # None: the drafter's own; 1: plain decoding
     stop_strings: tuple[str, ...] = ()
     rule: str = "residual"
-    # Verify drafts only while the drafter's running confidence (product of the probabilities it gave
-    # its own drafts) stays at or above this. None: automatic (CPU_DRAFT_CUTOFF on a CPU, where each
+    # Verify drafts only while the drafter's running confidence (product of its top probability per
+    # slot, see confident_prefix) stays at or above this. None: automatic (CPU_DRAFT_CUTOFF on a CPU, where each
     # verified token costs compute; 0.0, the whole block, on a GPU, where verifying 16 tokens costs
     # about as much as one). Lossless at any value: it only decides how many drafts are checked.
     draft_cutoff: float | None = None
