@@ -126,8 +126,10 @@ class Generation:
         self.stats.ttft_s = time.perf_counter() - start
         yield step
 
-        cache = drafter.new_cache() if drafter else None
-        ctx_feats, ctx_start = feats, 0
+        runner = pair.draft_runner if drafter else None
+        if runner is not None:
+            runner.reset()
+        ctx_feats = feats
         last = first
         decode_start = time.perf_counter()
         while self.stop_reason is None:
@@ -143,7 +145,7 @@ class Generation:
                 break
             width = min(self.block_size, room)
             if drafter is not None and width > 1:
-                drafts, q = self._draft(drafter, cache, last, pos, width, ctx_feats, ctx_start, sampling, gen)
+                drafts, q = self._draft(runner, last, pos, width, ctx_feats, sampling, gen)
             else:
                 drafts, q = torch.empty(0, dtype=torch.long, device=device), None
             block = torch.cat([torch.tensor([last], device=device), drafts]).unsqueeze(0)
@@ -151,7 +153,7 @@ class Generation:
             n, own = verify(drafts, q, logits, sampling, gen)
             target.crop(pos + 1 + n)
             if drafter is not None:
-                ctx_feats, ctx_start = feats[: n + 1], pos
+                ctx_feats = feats[: n + 1]
             self.stats.record_step(len(drafts), n)
             committed = drafts[:n].tolist() + [own]
             last = own
@@ -159,17 +161,11 @@ class Generation:
         self.stats.decode_s = time.perf_counter() - decode_start
         self.stats.peak_memory_bytes = peak_memory_bytes(device)
 
-    def _draft(self, drafter, cache, last, pos, width, ctx_feats, ctx_start, sampling, gen):
-        device = ctx_feats.device
-        cfg = drafter.config
-        block = torch.full((1, width), cfg.mask_token_id, dtype=torch.long, device=device)
-        block[0, 0] = last
-        block_pos = torch.arange(pos, pos + width, device=device).unsqueeze(0)
-        ctx_pos = torch.arange(ctx_start, ctx_start + ctx_feats.shape[0], device=device).unsqueeze(0)
-        masks = sliding_masks(cfg, cache.length + ctx_feats.shape[0], block_pos[0], device)
-        hidden = drafter(self.pair.target.embed(block), block_pos, ctx_feats.unsqueeze(0), ctx_pos,
-                         masks=masks, cache=cache)
-        logits = self.pair.target.logits(hidden[0, 1:])
+    def _draft(self, runner, last, pos, width, ctx_feats, sampling, gen):
+        """Propose up to width-1 tokens after `last` (at position pos); returns (drafts, q or None)."""
+        block = torch.full((width,), runner.config.mask_token_id, dtype=torch.long, device=ctx_feats.device)
+        block[0] = last
+        logits = runner.logits(self.pair.target.embed(block), ctx_feats)
         drafts, q = propose(logits, sampling, gen)
         if self.draft_cutoff > 0:
             keep = confident_prefix(logits, q, self.draft_cutoff)
@@ -209,15 +205,3 @@ def confident_prefix(logits: torch.Tensor | None, q: torch.Tensor | None, cutoff
     drafter's distributions only, never the tokens drawn from them, so speculative sampling stays exact."""
     probs = torch.softmax(logits.float(), dim=-1) if q is None else q
     return int((torch.cumprod(probs.max(-1).values, 0) >= cutoff).sum())
-
-
-def sliding_masks(cfg, ctx_len: int, block_pos: torch.Tensor, device) -> dict | None:
-    """Boolean masks for sliding-window layers (causal inside the block, window over the context);
-    full-attention layers see everything, so they need no mask."""
-    if "sliding_attention" not in cfg.layer_types:
-        return None
-    window = cfg.sliding_window or 1 << 30
-    key_pos = torch.cat([torch.arange(ctx_len, device=device), block_pos])
-    q = block_pos.unsqueeze(1)
-    allowed = (key_pos.unsqueeze(0) > q - window) & (key_pos.unsqueeze(0) <= q)
-    return {"sliding_attention": allowed.unsqueeze(0).unsqueeze(0)}

@@ -5,7 +5,6 @@ Weights load by name from a z-lab draft directory; nothing from the checkpoint i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,14 +20,6 @@ from .errors import CheckpointError
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: [b, heads, n, d]; cos/sin: [b, n, d]."""
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
-
-
-@dataclass
-class DraftCache:
-    """Rotated keys and values of the committed context, per layer; only ever appended to."""
-    keys: list[torch.Tensor | None] = field(default_factory=list)
-    values: list[torch.Tensor | None] = field(default_factory=list)
-    length: int = 0
 
 
 class DraftAttention(nn.Module):
@@ -49,17 +40,12 @@ class DraftAttention(nn.Module):
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         return rope(k, cos, sin), v
 
-    def forward(self, x, ctx, rot_block, rot_ctx, mask, cache: DraftCache | None, layer: int):
+    def forward(self, x, ctx, rot_block, rot_ctx, mask):
         b, n, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, n, self.heads, self.head_dim)).transpose(1, 2)
         q = rope(q, *rot_block)
         k_blk, v_blk = self._kv(x, *rot_block)
         k_ctx, v_ctx = self._kv(ctx, *rot_ctx)
-        if cache is not None:
-            if cache.keys[layer] is not None:
-                k_ctx = torch.cat([cache.keys[layer], k_ctx], dim=2)
-                v_ctx = torch.cat([cache.values[layer], v_ctx], dim=2)
-            cache.keys[layer], cache.values[layer] = k_ctx, v_ctx
         k = torch.cat([k_ctx, k_blk], dim=2)
         v = torch.cat([v_ctx, v_blk], dim=2)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
@@ -86,8 +72,8 @@ class DraftLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, ctx, rot_block, rot_ctx, mask, cache, layer):
-        x = x + self.self_attn(self.input_layernorm(x), ctx, rot_block, rot_ctx, mask, cache, layer)
+    def forward(self, x, ctx, rot_block, rot_ctx, mask):
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rot_block, rot_ctx, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -101,24 +87,18 @@ class DFlashDrafter(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = Qwen3RotaryEmbedding(cfg.rope_config())
 
-    def new_cache(self) -> DraftCache:
-        n = len(self.layers)
-        return DraftCache(keys=[None] * n, values=[None] * n)
-
-    def forward(self, block_embeds, block_pos, ctx_features, ctx_pos, masks=None, cache=None):
-        """block_embeds [b, n, H] at positions block_pos [b, n]; ctx_features [b, c, k*H] (raw target
+    def forward(self, block_embeds, block_pos, ctx_features, ctx_pos, masks=None):
+        """The training forward (decoding uses DraftRunner, the same maths packed for speed).
+        block_embeds [b, n, H] at positions block_pos [b, n]; ctx_features [b, c, k*H] (raw target
         layer outputs) at ctx_pos [b, c]. masks maps layer type -> additive/bool mask over
-        (cached context + new context + block) keys, or None for full attention (inference, no
-        sliding layers). With a cache, new context K/V are appended to it. Returns normed hidden [b, n, H]."""
+        (context + block) keys, or None for full attention. Returns normed hidden [b, n, H]."""
         ctx = self.hidden_norm(self.fc(ctx_features))
         rot_block = self.rotary(block_embeds, block_pos)
         rot_ctx = self.rotary(ctx, ctx_pos)
         x = block_embeds
         for i, layer in enumerate(self.layers):
             mask = None if masks is None else masks.get(self.config.layer_types[i])
-            x = layer(x, ctx, rot_block, rot_ctx, mask, cache, i)
-        if cache is not None:
-            cache.length += ctx.shape[1]
+            x = layer(x, ctx, rot_block, rot_ctx, mask)
         return self.norm(x)
 
     # ---- checkpoint I/O in the z-lab format -------------------------------------------------

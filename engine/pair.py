@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
 
 from .config import DraftConfig
+from .draft_runner import DraftRunner, bfloat16_is_faster_here
 from .drafter import DFlashDrafter
 from .errors import CheckpointError, PairMismatchError
 from .target import TargetModel
@@ -41,6 +43,13 @@ def default_dtype(device: str) -> torch.dtype:
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
+def draft_dtype(device: torch.device) -> torch.dtype | None:
+    """bfloat16 for the drafter on CPUs where bfloat16 matrix products run faster (native bfloat16 units
+    make the drafter's 16-row products about twice as fast, docs/BENCHMARKS.md); otherwise the drafter's
+    own dtype. The drafter only proposes, so its precision never changes the output."""
+    return torch.bfloat16 if device.type == "cpu" and bfloat16_is_faster_here() else None
+
+
 @dataclass
 class Pair:
     target: TargetModel
@@ -49,6 +58,13 @@ class Pair:
     eos_ids: tuple[int, ...] = ()
     name: str = ""
     info: dict = field(default_factory=dict)
+
+    @cached_property
+    def draft_runner(self) -> DraftRunner | None:
+        """The drafter packed for inference, built once per pair (see draft_runner.py)."""
+        if self.drafter is None:
+            return None
+        return DraftRunner(self.drafter, self.target.head.weight, draft_dtype(self.target.device))
 
     @property
     def block_size(self) -> int:

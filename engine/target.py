@@ -6,13 +6,39 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from transformers import DynamicCache
 
 from .errors import CheckpointError, PairMismatchError
+
+GROUPED_SDPA = "grouped_sdpa"  # no "flash" in the name: transformers would take it for a flash kernel
+
+
+def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' SDPA attention copies every key/value head out to the query heads whenever a mask is
+    given, which is every verify of a draft block (about 1 ms per verify of the demo target); torch's
+    CPU kernels take grouped heads and a mask together. Same numbers, no copy."""
+    causal = attention_mask is None and query.shape[2] > 1 and query.shape[2] == key.shape[2]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                         is_causal=causal, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_grouped_sdpa(model: nn.Module) -> None:
+    """Switch a CPU model on transformers' SDPA attention to grouped_sdpa (other setups keep theirs)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    if model.config._attn_implementation != "sdpa" or model.device.type != "cpu":
+        return
+    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    model.set_attn_implementation(GROUPED_SDPA)
 
 
 class TargetModel:
     def __init__(self, model: nn.Module, capture_layers: Sequence[int] = ()):
+        use_grouped_sdpa(model)
         self.model = model.eval()
         self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         layers = getattr(self.decoder, "layers", None)
@@ -72,7 +98,6 @@ class TargetModel:
     # ---- running -----------------------------------------------------------------------------
 
     def reset(self) -> None:
-        from transformers import DynamicCache
         self.cache = DynamicCache(config=self.model.config)
 
     @property
@@ -107,3 +132,4 @@ class TargetModel:
     def captured_features(self) -> torch.Tensor:
         """The last forward's captured layer outputs, concatenated: [batch, n, k*H]."""
         return torch.cat(self._captured, dim=-1)
+

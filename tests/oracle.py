@@ -12,7 +12,7 @@ class OracleGeneration(Generation):
         self.wrong_every = wrong_every
         self.proposals = 0
 
-    def _draft(self, drafter, cache, last, pos, width, ctx_feats, ctx_start, sampling, gen):
+    def _draft(self, runner, last, pos, width, ctx_feats, sampling, gen):
         done = pos - len(self.prompt) + 1              # reference tokens already committed
         out = []
         for k in range(width - 1):

@@ -1,0 +1,148 @@
+"""The drafter at inference time. DFlashDrafter is written for training (batched, masked, one
+projection per weight as in the checkpoint); one draft pass there is about a hundred small ops, and
+on a CPU each op costs microseconds whatever its size. DraftRunner packs the same weights (Q, K and
+V in one matrix, gate and up in another), looks rotary angles up in a table, writes context keys
+and values in place into a growing buffer, and projects context and block rows together: a third
+of the ops for the same numbers."""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from .drafter import DFlashDrafter
+
+
+class _Layer:
+    def __init__(self, layer, dtype: torch.dtype):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.heads, self.kv_heads, self.head_dim = attn.heads, attn.kv_heads, attn.head_dim
+        cat = torch.cat
+        self.qkv = cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).to(dtype)
+        self.o = attn.o_proj.weight.to(dtype)
+        self.gate_up = cat([mlp.gate_proj.weight, mlp.up_proj.weight]).to(dtype)
+        self.down = mlp.down_proj.weight.to(dtype)
+        self.norms = [(n.weight.to(dtype), n.variance_epsilon) for n in
+                      (layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm)]
+
+
+class DraftRunner:
+    """One generation's drafter state: call reset() for a new prompt, then draft() once per step."""
+
+    def __init__(self, drafter: DFlashDrafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None):
+        cfg = drafter.config
+        self.config = cfg
+        self.dtype = dtype or drafter.fc.weight.dtype
+        self.device = drafter.fc.weight.device
+        self.head = head_weight.to(self.dtype)   # the target's LM head, shared
+        self.fc = drafter.fc.weight.to(self.dtype)
+        self.hidden_norm = (drafter.hidden_norm.weight.to(self.dtype), drafter.hidden_norm.variance_epsilon)
+        self.final_norm = (drafter.norm.weight.to(self.dtype), drafter.norm.variance_epsilon)
+        self.layers = [_Layer(layer, self.dtype) for layer in drafter.layers]
+        self.sliding = [t == "sliding_attention" for t in cfg.layer_types]
+        self.window = cfg.sliding_window or 1 << 30
+        self._rotary = drafter.rotary
+        self._cos = self._sin = torch.empty(0)
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.length = 0          # context positions cached so far
+
+    def reset(self) -> None:
+        self.length = 0
+        self.keys, self.values = [], []
+
+    def logits(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
+        """The drafter's float32 logits for block slots 1.. (slot 0 holds the last committed token)."""
+        return F.linear(self.hidden(block_embeds, ctx_features)[1:], self.head).float()
+
+    def hidden(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
+        """block_embeds [n, H] at the positions right after the context; ctx_features [c, k*H], the
+        target's captured layers at the next c context positions (appended to the cache).
+        Returns the drafter's final hidden states [n, H]."""
+        c, n = ctx_features.shape[0], block_embeds.shape[0]
+        start, end = self.length, self.length + c + n
+        self._reserve(end)
+        cos, sin = self._cos[start:end], self._sin[start:end]
+        ctx = _rms(F.linear(ctx_features.to(self.dtype), self.fc), *self.hidden_norm)
+        x = block_embeds.to(self.dtype)
+        mask = self._sliding_mask(end, n) if any(self.sliding) else None
+        for i, layer in enumerate(self.layers):
+            x = x + self._attention(i, layer, ctx, _rms(x, *layer.norms[0]), cos, sin, start,
+                                    mask if self.sliding[i] else None)
+            gate, up = F.linear(_rms(x, *layer.norms[1]), layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+        self.length += c
+        return _rms(x, *self.final_norm)
+
+    def _attention(self, i, layer, ctx, h, cos, sin, start, mask):
+        c, n, d = ctx.shape[0], h.shape[0], layer.head_dim
+        qh, kvh = layer.heads * d, layer.kv_heads * d
+        # Rows: the new context, then the block. Queries only come from the block.
+        qkv = F.linear(torch.cat([ctx, h]), layer.qkv)
+        q = _rms(qkv[c:, :qh].view(n, layer.heads, d), *layer.norms[2])
+        k = _rms(qkv[:, qh:qh + kvh].view(c + n, layer.kv_heads, d), *layer.norms[3])
+        v = qkv[:, qh + kvh:].view(c + n, layer.kv_heads, d)
+        q = _rope(q, cos[c:], sin[c:]).transpose(0, 1)
+        end = start + c + n
+        # Block keys land after the context and are overwritten by the next step's context.
+        self.keys[i][:, start:end] = _rope(k, cos, sin).transpose(0, 1)
+        self.values[i][:, start:end] = v.transpose(0, 1)
+        out = F.scaled_dot_product_attention(q.unsqueeze(0), self.keys[i][None, :, :end],
+                                             self.values[i][None, :, :end], attn_mask=mask,
+                                             enable_gqa=layer.heads != layer.kv_heads)
+        return F.linear(out[0].transpose(0, 1).reshape(n, qh), layer.o)
+
+    def _sliding_mask(self, end: int, n: int) -> torch.Tensor:
+        """Sliding-window layers: each block slot sees the window before it and is causal in the block."""
+        key = torch.arange(end, device=self.device)
+        query = key[end - n:].unsqueeze(1)
+        return (key > query - self.window) & (key <= query)
+
+    def _reserve(self, end: int) -> None:
+        """Grow the rotary table and the K/V buffers (doubling) to hold positions < end."""
+        have = self._cos.shape[0]
+        if end > have:
+            size = max(end, 2 * have, 256)
+            pos = torch.arange(size, device=self.device).unsqueeze(0)
+            cos, sin = self._rotary(self.fc.new_empty(1), pos)
+            self._cos, self._sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
+        if not self.keys or self.keys[0].shape[1] < end:
+            size = max(end, 2 * (self.keys[0].shape[1] if self.keys else 0), 256)
+            for store in (self.keys, self.values):
+                for i, layer in enumerate(self.layers):
+                    grown = self.fc.new_zeros(layer.kv_heads, size, layer.head_dim)
+                    if i < len(store):
+                        grown[:, : self.length] = store[i][:, : self.length]
+                        store[i] = grown
+                    else:
+                        store.append(grown)
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [rows, heads, d]; cos/sin [rows, d]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+
+
+@lru_cache(maxsize=1)
+def bfloat16_is_faster_here() -> bool:
+    """Time a drafter-sized product (16 rows) in both dtypes, once per process (~10 ms). CPUs with
+    native bfloat16 (AVX512-BF16, AMX, Arm BF16) win clearly; others emulate it and lose."""
+    rows, width = torch.randn(16, 512), torch.randn(2048, 512)
+
+    def best(dtype):
+        a, w = rows.to(dtype), width.to(dtype)
+        times = []
+        for _ in range(12):
+            start = time.perf_counter()
+            F.linear(a, w)
+            times.append(time.perf_counter() - start)
+        return min(times[2:])
+    return best(torch.bfloat16) * 1.3 < best(torch.float32)
