@@ -1,9 +1,9 @@
 """The drafter at inference time. DFlashDrafter is written for training (batched, masked, one
-projection per weight as in the checkpoint); one draft pass there is about a hundred small ops, and
-on a CPU each op costs microseconds whatever its size. DraftRunner packs the same weights (Q, K and
-V in one matrix, gate and up in another), looks rotary angles up in a table, writes context keys
-and values in place into a growing buffer, and projects context and block rows together: a third
-of the ops for the same numbers."""
+projection per checkpoint weight); a draft pass through it is many small ops, and on a CPU each op
+costs microseconds whatever its size. DraftRunner packs the same weights (Q, K and V in one matrix,
+gate and up in another), looks rotary angles up in a table, writes context keys and values in place
+into a growing buffer, and projects context and block rows together: fewer ops, the same numbers
+(tests/test_engine_draft_runner.py), 3.5 -> 2.9 ms per draft pass of the demo pair in float32."""
 from __future__ import annotations
 
 import time

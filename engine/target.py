@@ -16,10 +16,15 @@ GROUPED_SDPA = "grouped_sdpa"  # no "flash" in the name: transformers would take
 
 
 def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' SDPA attention copies every key/value head out to the query heads whenever a mask is
-    given, which is every verify of a draft block (about 1 ms per verify of the demo target); torch's
-    CPU kernels take grouped heads and a mask together. Same numbers, no copy."""
-    causal = attention_mask is None and query.shape[2] > 1 and query.shape[2] == key.shape[2]
+    """transformers' SDPA attention copies every key/value head out to the query heads whenever several
+    tokens come with a mask, which is every verify of a draft block; torch's CPU kernels take grouped
+    heads and a mask together (a 2- to 16-token verify of the demo target costs 5-8% less:
+    docs/BENCHMARKS.md, "Step costs"). Single tokens keep transformers' own path, so plain decoding is untouched."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if query.shape[2] == 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, is_causal=is_causal, **kwargs)
+    causal = attention_mask is None and query.shape[2] == key.shape[2]
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                          is_causal=causal, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None
