@@ -21,9 +21,12 @@ from dflash_desktop.qt_worker import QtWorker
 from . import theme
 
 DEFAULT_PROMPT = (  # a code model without a chat template continues this text; no final newline: the
-    "import os\n\n\n"  # tokenizer merges a newline with the next line's indent, so leave both to the model
-    "def find_python_files(root):\n"
-    '    """Return the paths of all .py files under root, sorted."""'
+    # tokenizer merges a newline with the next line's indent, so leave both to the model. Chosen among
+    # four openings because the demo target continues it with varied code rather than a loop.
+    '"""Utilities for reading and writing configuration files."""\n\n'
+    "import os\nimport sys\n\n\n"
+    "def read_config(path):\n"
+    '    """Return a dict of the key = value lines in the file at path."""'
 )
 DEFAULT_CHAT_PROMPT = ("Write a Python function that returns the paths of all .py files under a folder, sorted, "
                        "with a docstring and two pytest tests.")  # chat drafters accept code answers best
