@@ -19,17 +19,16 @@ class _Layer:
     def __init__(self, layer, dtype: torch.dtype):
         attn, mlp = layer.self_attn, layer.mlp
         self.heads, self.kv_heads, self.head_dim = attn.heads, attn.kv_heads, attn.head_dim
-        cat = torch.cat
-        self.qkv = cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).to(dtype)
+        self.qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).to(dtype)
         self.o = attn.o_proj.weight.to(dtype)
-        self.gate_up = cat([mlp.gate_proj.weight, mlp.up_proj.weight]).to(dtype)
+        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).to(dtype)
         self.down = mlp.down_proj.weight.to(dtype)
         self.norms = [(n.weight.to(dtype), n.variance_epsilon) for n in
                       (layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm)]
 
 
 class DraftRunner:
-    """One generation's drafter state: call reset() for a new prompt, then draft() once per step."""
+    """One generation's drafter state: call reset() for a new prompt, then logits() once per step."""
 
     def __init__(self, drafter: DFlashDrafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None):
         cfg = drafter.config
