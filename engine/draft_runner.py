@@ -12,7 +12,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from .drafter import DFlashDrafter
+from .drafter import DFlashDrafter, rope
 
 
 class _Layer:
@@ -83,10 +83,10 @@ class DraftRunner:
         q = _rms(qkv[c:, :qh].view(n, layer.heads, d), *layer.norms[2])
         k = _rms(qkv[:, qh:qh + kvh].view(c + n, layer.kv_heads, d), *layer.norms[3])
         v = qkv[:, qh + kvh:].view(c + n, layer.kv_heads, d)
-        q = _rope(q, cos[c:], sin[c:]).transpose(0, 1)
+        q = rope(q, cos[c:], sin[c:]).transpose(0, 1)
         end = start + c + n
         # Block keys land after the context and are overwritten by the next step's context.
-        self.keys[i][:, start:end] = _rope(k, cos, sin).transpose(0, 1)
+        self.keys[i][:, start:end] = rope(k, cos, sin).transpose(0, 1)
         self.values[i][:, start:end] = v.transpose(0, 1)
         out = F.scaled_dot_product_attention(q.unsqueeze(0), self.keys[i][None, :, :end],
                                              self.values[i][None, :, :end], attn_mask=mask,
@@ -121,13 +121,6 @@ class DraftRunner:
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [rows, heads, d]; cos/sin [rows, d]."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
 
 
 @lru_cache(maxsize=1)

@@ -18,7 +18,7 @@ from .errors import CheckpointError
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [b, heads, n, d]; cos/sin: [b, n, d]."""
+    """x: [b, heads, n, d] with cos/sin [b, n, d]; or x [rows, heads, d] with cos/sin [rows, d]."""
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
 
 

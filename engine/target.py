@@ -8,7 +8,9 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import DynamicCache
+from transformers import AttentionInterface, DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .errors import CheckpointError, PairMismatchError
 
@@ -20,7 +22,6 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
     tokens come with a mask, which is every verify of a draft block; torch's CPU kernels take grouped
     heads and a mask together (a 2- to 16-token verify of the demo target costs 5-8% less:
     docs/BENCHMARKS.md, "Step costs"). Single tokens keep transformers' own path, so plain decoding is untouched."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     if query.shape[2] == 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, is_causal=is_causal, **kwargs)
@@ -32,8 +33,6 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
 
 def use_grouped_sdpa(model: nn.Module) -> None:
     """Switch a CPU model on transformers' SDPA attention to grouped_sdpa (other setups keep theirs)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
     if model.config._attn_implementation != "sdpa" or model.device.type != "cpu":
         return
     AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
