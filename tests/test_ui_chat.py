@@ -185,15 +185,24 @@ def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pa
     dialog.top_k.setValue(40)
     dialog.block_size.setValue(4)
     dialog.theme.setCurrentIndex(2)   # dark
+    assert dialog.draft_cutoff.value() == 0.0 and dialog.draft_cutoff.text() == "0.00"
+    dialog.draft_cutoff.setValue(0.1)
     dialog.accept()
     assert not dialog.isVisible()
     saved = settings_mod.load()
     assert (saved.temperature, saved.top_k, saved.block_size, saved.theme) == (0.7, 40, 4, "dark")
-    # the draft cutoff, which the dialog does not show, survives it
     assert window.settings.generation(8) == {"temperature": 0.7, "top_p": 1.0, "top_k": 40, "max_new_tokens": 24,
-                                             "block_size": 4, "draft_cutoff": 0.0}
+                                             "block_size": 4, "draft_cutoff": 0.1}
     done = send_and_wait(qtbot, window, "y")
     assert done["stats"]["block_size"] == 4
+    # its lowest step reads "automatic" and gives the choice back to the engine
+    window.settings_action.trigger()
+    dialog = dialogs[-1]
+    assert dialog.draft_cutoff.value() == 0.1
+    dialog.draft_cutoff.setValue(dialog.draft_cutoff.minimum())
+    assert dialog.draft_cutoff.text() == "automatic"
+    dialog.accept()
+    assert settings_mod.load().draft_cutoff is None and "draft_cutoff" not in window.settings.generation(8)
 
 
 def test_shortcuts_trigger_their_actions(qtbot, home, chat_worker, echo_pair):

@@ -230,7 +230,8 @@ class MainWindow(QMainWindow):
     def apply_settings(self, new: settings_mod.Settings | None) -> None:
         if new is None:
             return
-        for field in ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "theme", "font_size"):
+        for field in ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "theme",
+                      "font_size"):
             setattr(self.settings, field, getattr(new, field))
         self.controller.save_settings()
         app = QApplication.instance()

@@ -1,4 +1,4 @@
-"""Settings (Ctrl+,): sampling, block size, theme and font size. Values are checked by
+"""Settings (Ctrl+,): sampling, block size, draft cutoff, theme and font size. Values are checked by
 Settings.validate(), and a refused value is explained under the form instead of silently clamped."""
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
                                QVBoxLayout, QWidget)
 
 from dflash_desktop.settings import THEMES, Settings, SettingsError
+
+AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 
 
 class SettingsDialog(QDialog):
@@ -28,6 +30,14 @@ class SettingsDialog(QDialog):
         self.max_new_tokens = self._int(0, 1_000_000, settings.max_new_tokens, "Maximum new tokens")
         self.block_size = self._int(0, max_block_size or 64, settings.block_size, "Block size")
         self.block_size.setSpecialValueText("drafter's own")
+        # the lowest value stands for "automatic" (None): the engine picks by device
+        cutoff = AUTOMATIC_CUTOFF if settings.draft_cutoff is None else settings.draft_cutoff
+        self.draft_cutoff = self._double(AUTOMATIC_CUTOFF, 0.99, 0.01, cutoff, "Draft cutoff")
+        self.draft_cutoff.setSpecialValueText("automatic")
+        self.draft_cutoff.setToolTip(
+            "Verify a drafted block only up to the first token the drafter is this unsure of "
+            "(0 = always the whole block). Automatic: 0.05 on a CPU, where every verified token costs "
+            "time, 0 on a GPU. The output is the same either way; only the speed changes.")
         self.theme = QComboBox()
         self.theme.addItems([t.capitalize() for t in THEMES])
         self.theme.setCurrentIndex(THEMES.index(settings.theme))
@@ -40,6 +50,7 @@ class SettingsDialog(QDialog):
         form.addRow("Max new tokens", self.max_new_tokens)
         limit = f"1–{max_block_size}" if max_block_size else "up to the drafter's"
         form.addRow(f"Block size ({limit})", self.block_size)
+        form.addRow("Draft cutoff", self.draft_cutoff)
         form.addRow("Theme", self.theme)
         form.addRow("Font size", self.font_size)
 
@@ -77,6 +88,7 @@ class SettingsDialog(QDialog):
         return dataclasses.replace(
             self._base, temperature=self.temperature.value(), top_p=self.top_p.value(), top_k=self.top_k.value(),
             max_new_tokens=self.max_new_tokens.value(), block_size=self.block_size.value(),
+            draft_cutoff=None if self.draft_cutoff.value() < 0 else self.draft_cutoff.value(),
             theme=THEMES[self.theme.currentIndex()], font_size=self.font_size.value())
 
     def accept(self) -> None:
