@@ -113,13 +113,16 @@ class ChatStore:
 
     def update_conversation(self, conversation_id: int, *, title: str | None = None,
                             system_prompt: str | None = None) -> None:
-        sets, args = ["updated = ?"], [time.time()]
+        """A new system prompt counts as activity (the chat moves to the top); a new title does not."""
+        sets, args = [], []
         if title is not None:
             sets.append("title = ?")
             args.append(title)
         if system_prompt is not None:
-            sets.append("system_prompt = ?")
-            args.append(system_prompt)
+            sets += ["system_prompt = ?", "updated = ?"]
+            args += [system_prompt, time.time()]
+        if not sets:
+            return
         with self._db:
             self._db.execute(f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?", (*args, conversation_id))
 

@@ -41,6 +41,13 @@ def test_update_truncate_delete_cascade(tmp_path):
     assert [m.content for m in store.messages(conv.id)] == ["1", "2"]
     store.update_conversation(conv.id, title="renamed", system_prompt="sys")
     assert (store.conversation(conv.id).title, store.conversation(conv.id).system_prompt) == ("renamed", "sys")
+    # a rename alone is not activity: the list keeps its order
+    newer = store.create_conversation("newer")
+    store.update_conversation(conv.id, title="renamed again")
+    assert [c.title for c in store.conversations()] == ["newer", "renamed again"]
+    store.update_conversation(conv.id, system_prompt="sys 2")
+    assert [c.title for c in store.conversations()] == ["renamed again", "newer"]
+    store.delete_conversation(newer.id)
     store.delete_conversation(conv.id)
     assert store.conversations() == [] and store.messages(conv.id) == []
     with pytest.raises(sqlite3.IntegrityError):   # roles are checked by the schema

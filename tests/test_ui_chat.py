@@ -9,7 +9,7 @@ import signal
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QLineEdit, QMessageBox
 
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
@@ -145,11 +145,22 @@ def test_new_and_delete_chat_and_persistence(qtbot, home, chat_worker, echo_pair
     assert titles == ["two", "one"] and window.sidebar.model.rowCount() == 2
     assert window.store.conversations()[1].system_prompt == "You write Python."
 
+    # rename "one" in place with F2: saved, shown, and the order stays
+    window.sidebar.view.setCurrentIndex(window.sidebar.model.index(1))
+    qtbot.keyClick(window.sidebar.view, Qt.Key.Key_F2)
+    editor = window.sidebar.view.findChild(QLineEdit)
+    assert editor is not None and editor.text() == "one"
+    editor.selectAll()
+    qtbot.keyClicks(editor, "Python helpers")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)   # the view commits on its next event loop turn
+    qtbot.waitUntil(lambda: [c.title for c in window.store.conversations()] == ["two", "Python helpers"])
+    assert window.sidebar.model.index(1).data() == "Python helpers"
+
     # delete "two" after confirming
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.sidebar.view.setCurrentIndex(window.sidebar.model.index(0))
     qtbot.mouseClick(window.sidebar.delete_button, Qt.MouseButton.LeftButton)
-    assert [c.title for c in window.store.conversations()] == ["one"]
+    assert [c.title for c in window.store.conversations()] == ["Python helpers"]
     # cancelling the confirmation deletes nothing
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Cancel)
     window.sidebar.confirm_delete(window.store.conversations()[0].id)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
 
 from dflash_desktop.chat_store import Conversation
@@ -19,6 +20,13 @@ def test_conversation_model_passes_modeltester(qtmodeltester):
     assert index.data() == "chat 2" and index.data(ConversationListModel.IdRole) == 2
     assert model.roleNames()[ConversationListModel.TitleRole] == b"title"
     assert model.row_of(4) == 4 and model.row_of(99) == -1
+    edited = []
+    model.titleEdited.connect(lambda cid, title: edited.append((cid, title)))
+    assert model.flags(index) & Qt.ItemFlag.ItemIsEditable
+    assert model.setData(index, "  renamed  ") and index.data() == "renamed"
+    assert not model.setData(index, "   ") and index.data() == "renamed"   # empty keeps the old title
+    assert model.setData(index, "renamed")                                  # unchanged: no signal
+    assert edited == [(2, "renamed")]
     model.set_conversations([])
     qtmodeltester.check(model, force_py=True)
 

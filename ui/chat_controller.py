@@ -133,6 +133,10 @@ class ChatController(QObject):
         self.store.delete_conversation(conversation_id)
         self.conversationsChanged.emit()
 
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.store.update_conversation(conversation_id, title=title)
+        self.conversationsChanged.emit()
+
     def set_system_prompt(self, text: str) -> None:
         if self.conversation_id is None:
             self._pending_system_prompt = text

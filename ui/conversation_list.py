@@ -1,5 +1,6 @@
-"""The sidebar: a New chat button over the list of conversations (newest first), with delete from the
-context menu, the Delete key or the button under the list (always after a confirmation)."""
+"""The sidebar: a New chat button over the list of conversations (newest first). A chat is renamed in
+place (F2, double-click or the context menu) and deleted from the context menu, the Delete key or the
+button under the list (always after a confirmation)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt, Signal
@@ -13,6 +14,7 @@ class ConversationList(QWidget):
     conversationChosen = Signal(int)
     newChatRequested = Signal()
     deleteRequested = Signal(int)      # already confirmed by the user
+    renameRequested = Signal(int, str)  # conversation id, new title
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -32,7 +34,9 @@ class ConversationList(QWidget):
         self.view.setAccessibleName("Conversations")
         self.view.setModel(self.model)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.view.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed
+                                  | QAbstractItemView.EditTrigger.DoubleClicked)
+        self.model.titleEdited.connect(self.renameRequested)
         self.view.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.view.setUniformItemSizes(True)
@@ -77,6 +81,7 @@ class ConversationList(QWidget):
         if not index.isValid():
             return
         menu = QMenu(self)
+        menu.addAction("Rename", lambda: self.view.edit(index))
         menu.addAction("Delete chat…", lambda: self.confirm_delete(index.data(ConversationListModel.IdRole)))
         menu.exec(self.view.viewport().mapToGlobal(pos))
 

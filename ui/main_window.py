@@ -166,6 +166,7 @@ class MainWindow(QMainWindow):
         self.sidebar.conversationChosen.connect(c.open_conversation)
         self.sidebar.newChatRequested.connect(c.new_chat)
         self.sidebar.deleteRequested.connect(c.delete_conversation)
+        self.sidebar.renameRequested.connect(c.rename_conversation)
         self.worker.error.connect(self._worker_error)
 
     # -- slots --------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Qt item models with named roles, so views (and QML, should it come) bind to names, not columns."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from PySide6.QtCore import QAbstractListModel, QByteArray, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QAbstractListModel, QByteArray, QModelIndex, QPersistentModelIndex, Qt, Signal
 
 from dflash_desktop.chat_store import Conversation
 
@@ -21,7 +22,10 @@ def relative_time(stamp: float, now: float | None = None) -> str:
 
 
 class ConversationListModel(QAbstractListModel):
-    """Conversations, newest first."""
+    """Conversations, newest first. Titles are editable in place; an edit is announced by titleEdited and
+    saved by whoever owns the store (the model holds no store)."""
+
+    titleEdited = Signal(int, str)   # conversation id, new title (stripped, never empty)
 
     IdRole = Qt.ItemDataRole.UserRole + 1
     TitleRole = Qt.ItemDataRole.UserRole + 2
@@ -50,7 +54,7 @@ class ConversationListModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
         c = self._rows[index.row()]
-        if role in (Qt.ItemDataRole.DisplayRole, self.TitleRole):
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole, self.TitleRole):
             return c.title
         if role == Qt.ItemDataRole.ToolTipRole:
             return f"{c.title}\nlast message {relative_time(c.updated)}"
@@ -63,6 +67,21 @@ class ConversationListModel(QAbstractListModel):
         if role == self.SystemPromptRole:
             return c.system_prompt
         return None
+
+    def flags(self, index: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
+        base = super().flags(index)
+        return base | Qt.ItemFlag.ItemIsEditable if index.isValid() else base
+
+    def setData(self, index: QModelIndex | QPersistentModelIndex, value, role: int = Qt.ItemDataRole.EditRole) -> bool:
+        title = str(value or "").strip()
+        if role != Qt.ItemDataRole.EditRole or not index.isValid() or not title:
+            return False   # an empty title keeps the old one
+        c = self._rows[index.row()]
+        if title != c.title:
+            self._rows[index.row()] = dataclasses.replace(c, title=title)
+            self.dataChanged.emit(index, index)
+            self.titleEdited.emit(c.id, title)
+        return True
 
     def roleNames(self) -> dict[int, QByteArray]:
         names = super().roleNames()
