@@ -119,7 +119,8 @@ class MainWindow(QMainWindow):
         self.stats_action.setText("Stats")
         self.stats_action.setShortcut(QKeySequence("Ctrl+I"))
         self.stats_action.setToolTip("Show or hide the DFlash stats panel (Ctrl+I)")
-        self.settings_action = self._action("Settings", "Ctrl+,", self.open_settings, "Sampling, block size, theme")
+        self.settings_action = self._action("Settings", "Ctrl+,", self.open_settings,
+                                            "Sampling, block size, draft cutoff, theme")
         self.stop_action = self._action("Stop", "Esc", self.controller.stop, "Stop the answer being written")
         self.send_action = self._action("Send", "Ctrl+Return", self.chat_view.submit, "Send the message")
 
