@@ -23,7 +23,7 @@ from . import theme
 from .chat_controller import ChatController
 from .chat_view import ChatView
 from .conversation_list import ConversationList
-from .settings_dialog import SettingsDialog
+from .settings_dialog import FIELDS as DIALOG_FIELDS, SettingsDialog
 from .stats_panel import StatsPanel
 
 
@@ -232,8 +232,7 @@ class MainWindow(QMainWindow):
     def apply_settings(self, new: settings_mod.Settings | None) -> None:
         if new is None:
             return
-        for field in ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "theme",
-                      "font_size"):
+        for field in DIALOG_FIELDS:
             setattr(self.settings, field, getattr(new, field))
         self.controller.save_settings()
         app = QApplication.instance()

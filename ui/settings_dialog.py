@@ -10,6 +10,8 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
 from dflash_desktop.settings import THEMES, Settings, SettingsError
 
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
+# the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
+FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "theme", "font_size")
 
 
 class SettingsDialog(QDialog):
