@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from .decode import Generation, GenerationSettings
+from .packed import stock_linears
 from .pair import Pair
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo"
@@ -66,7 +67,7 @@ def _hf_generate(pair: Pair, ids: list[int], n: int, **kwargs) -> tuple[list[int
     eos = list(pair.eos_ids) or None
     inp = torch.tensor([ids], device=pair.target.device)
     start = time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), stock_linears(model):
         out = model.generate(inp, attention_mask=torch.ones_like(inp), max_new_tokens=n, do_sample=False,
                              eos_token_id=eos, pad_token_id=eos[0] if eos else 0, **kwargs)
     elapsed = time.perf_counter() - start

@@ -13,16 +13,17 @@ import torch
 import torch.nn.functional as F
 
 from .drafter import DFlashDrafter, rope
+from .packed import product_by
 
 
 class _Layer:
     def __init__(self, layer, dtype: torch.dtype):
         attn, mlp = layer.self_attn, layer.mlp
         self.heads, self.kv_heads, self.head_dim = attn.heads, attn.kv_heads, attn.head_dim
-        self.qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).to(dtype)
-        self.o = attn.o_proj.weight.to(dtype)
-        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).to(dtype)
-        self.down = mlp.down_proj.weight.to(dtype)
+        self.qkv = product_by(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).to(dtype))
+        self.o = product_by(attn.o_proj.weight.to(dtype))
+        self.gate_up = product_by(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).to(dtype))
+        self.down = product_by(mlp.down_proj.weight.to(dtype))
         self.norms = [(n.weight.to(dtype), n.variance_epsilon) for n in
                       (layer.input_layernorm, layer.post_attention_layernorm, attn.q_norm, attn.k_norm)]
 
@@ -35,8 +36,8 @@ class DraftRunner:
         self.config = cfg
         self.dtype = dtype or drafter.fc.weight.dtype
         self.device = drafter.fc.weight.device
-        self.head = head_weight.to(self.dtype)   # the target's LM head, shared
-        self.fc = drafter.fc.weight.to(self.dtype)
+        self.head = product_by(head_weight.to(self.dtype))   # the target's LM head, shared
+        self.fc = product_by(drafter.fc.weight.to(self.dtype))
         self.hidden_norm = (drafter.hidden_norm.weight.to(self.dtype), drafter.hidden_norm.variance_epsilon)
         self.final_norm = (drafter.norm.weight.to(self.dtype), drafter.norm.variance_epsilon)
         self.layers = [_Layer(layer, self.dtype) for layer in drafter.layers]
@@ -54,7 +55,7 @@ class DraftRunner:
 
     def logits(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
         """The drafter's float32 logits for block slots 1.. (slot 0 holds the last committed token)."""
-        return F.linear(self.hidden(block_embeds, ctx_features)[1:], self.head).float()
+        return self.head(self.hidden(block_embeds, ctx_features)[1:]).float()
 
     def hidden(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
         """block_embeds [n, H] at the positions right after the context; ctx_features [c, k*H], the
@@ -64,14 +65,14 @@ class DraftRunner:
         start, end = self.length, self.length + c + n
         self._reserve(end)
         cos, sin = self._cos[start:end], self._sin[start:end]
-        ctx = _rms(F.linear(ctx_features.to(self.dtype), self.fc), *self.hidden_norm)
+        ctx = _rms(self.fc(ctx_features.to(self.dtype)), *self.hidden_norm)
         x = block_embeds.to(self.dtype)
         mask = self._sliding_mask(end, n) if any(self.sliding) else None
         for i, layer in enumerate(self.layers):
             x = x + self._attention(i, layer, ctx, _rms(x, *layer.norms[0]), cos, sin, start,
                                     mask if self.sliding[i] else None)
-            gate, up = F.linear(_rms(x, *layer.norms[1]), layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            gate, up = layer.gate_up(_rms(x, *layer.norms[1])).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
         self.length += c
         return _rms(x, *self.final_norm)
 
@@ -79,7 +80,7 @@ class DraftRunner:
         c, n, d = ctx.shape[0], h.shape[0], layer.head_dim
         qh, kvh = layer.heads * d, layer.kv_heads * d
         # Rows: the new context, then the block. Queries only come from the block.
-        qkv = F.linear(torch.cat([ctx, h]), layer.qkv)
+        qkv = layer.qkv(torch.cat([ctx, h]))
         q = _rms(qkv[c:, :qh].view(n, layer.heads, d), *layer.norms[2])
         k = _rms(qkv[:, qh:qh + kvh].view(c + n, layer.kv_heads, d), *layer.norms[3])
         v = qkv[:, qh + kvh:].view(c + n, layer.kv_heads, d)
@@ -91,7 +92,7 @@ class DraftRunner:
         out = F.scaled_dot_product_attention(q.unsqueeze(0), self.keys[i][None, :, :end],
                                              self.values[i][None, :, :end], attn_mask=mask,
                                              enable_gqa=layer.heads != layer.kv_heads)
-        return F.linear(out[0].transpose(0, 1).reshape(n, qh), layer.o)
+        return layer.o(out[0].transpose(0, 1).reshape(n, qh))
 
     def _sliding_mask(self, end: int, n: int) -> torch.Tensor:
         """Sliding-window layers: each block slot sees the window before it and is causal in the block."""
@@ -105,13 +106,13 @@ class DraftRunner:
         if end > have:
             size = max(end, 2 * have, 256)
             pos = torch.arange(size, device=self.device).unsqueeze(0)
-            cos, sin = self._rotary(self.fc.new_empty(1), pos)
+            cos, sin = self._rotary(torch.empty(1, dtype=self.dtype, device=self.device), pos)
             self._cos, self._sin = cos[0].to(self.dtype), sin[0].to(self.dtype)
         if not self.keys or self.keys[0].shape[1] < end:
             size = max(end, 2 * (self.keys[0].shape[1] if self.keys else 0), 256)
             for store in (self.keys, self.values):
                 for i, layer in enumerate(self.layers):
-                    grown = self.fc.new_zeros(layer.kv_heads, size, layer.head_dim)
+                    grown = torch.zeros(layer.kv_heads, size, layer.head_dim, dtype=self.dtype, device=self.device)
                     if i < len(store):
                         grown[:, : self.length] = store[i][:, : self.length]
                         store[i] = grown

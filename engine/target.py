@@ -13,6 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .errors import CheckpointError, PairMismatchError
+from .packed import pack_linears
 
 GROUPED_SDPA = "grouped_sdpa"  # no "flash" in the name: transformers would take it for a flash kernel
 
@@ -43,6 +44,7 @@ def use_grouped_sdpa(model: nn.Module) -> None:
 class TargetModel:
     def __init__(self, model: nn.Module, capture_layers: Sequence[int] = ()):
         use_grouped_sdpa(model)
+        pack_linears(model)
         self.model = model.eval()
         self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         layers = getattr(self.decoder, "layers", None)
