@@ -56,6 +56,7 @@ class PromptResult:
     prompt_tokens: int
     tok_s: dict[str, float] = field(default_factory=dict)   # method -> end-to-end tokens/s
     tokens: dict[str, int] = field(default_factory=dict)
+    decode_s: dict[str, float] = field(default_factory=dict)  # our methods: seconds after the first token
     tau: float = 0.0
     acceptance_rate: float = 0.0
     histogram: list[int] = field(default_factory=list)
@@ -95,6 +96,7 @@ def run_bench(pair: Pair, prompts: list[tuple[str, str]], max_new_tokens: int = 
         for method, run in (("baseline", base), ("dflash", fast)):
             r.tok_s[method] = run.stats.end_to_end_tok_s
             r.tokens[method] = len(run.tokens)
+            r.decode_s[method] = run.stats.decode_s
         if peers:
             for method, kwargs in (("hf_generate", {}), ("hf_prompt_lookup", {"prompt_lookup_num_tokens": 10})):
                 toks, secs = _hf_generate(pair, ids, max_new_tokens, **kwargs)
@@ -114,12 +116,17 @@ def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int, draf
     for m in methods:
         secs = sum(r.tokens[m] / r.tok_s[m] for r in results if r.tok_s[m])
         total[m] = sum(r.tokens[m] for r in results) / secs if secs else 0.0
+    # decode only: tokens after the first per second after the first (prefill and first token excluded)
+    decode = {m: sum(r.tokens[m] - 1 for r in results) / secs
+              for m in ("baseline", "dflash") if (secs := sum(r.decode_s[m] for r in results))}
     hist = [sum(col) for col in zip(*(r.histogram for r in results))]
     steps = sum(hist)
     return {
         "pair": pair.name, "block_size": pair.block_size, "prompts": len(results),
         "max_new_tokens": max_new_tokens, "draft_cutoff": draft_cutoff, "tok_s": total,
         "speedup": {m: total["dflash"] / total[m] for m in methods if m != "dflash" and total[m]},
+        "decode_tok_s": decode,
+        "decode_speedup": decode["dflash"] / decode["baseline"] if len(decode) == 2 else 0.0,
         "tau": sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else 0.0,
         "histogram": hist, "all_identical": all(r.identical for r in results),
         "per_prompt": [r.__dict__ for r in results],
@@ -147,6 +154,10 @@ def format_table(summary: dict) -> str:
     for m in methods:
         sp = "" if m == "dflash" else f"{summary['speedup'].get(m, 0):.2f}x"
         lines.append(f"{m:<18}{summary['tok_s'][m]:>10.1f}{sp:>16}")
+    decode = summary["decode_tok_s"]
+    if summary["decode_speedup"]:
+        lines.append(f"decoding only (prefill excluded): baseline {decode['baseline']:.1f}, "
+                     f"DFlash {decode['dflash']:.1f} tok/s, {summary['decode_speedup']:.2f}x")
     lines.append(f"prompts {summary['prompts']}, max new tokens {summary['max_new_tokens']}, "
                  f"block size {summary['block_size']}, draft cutoff {summary['draft_cutoff']:g}, "
                  f"tau {summary['tau']:.2f}, "

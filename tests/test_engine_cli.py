@@ -67,6 +67,10 @@ def test_bench_prints_table_and_json(tmp_path, pair_dirs):
     assert set(summary["tok_s"]) == {"baseline", "dflash", "hf_generate", "hf_prompt_lookup"}
     assert "greedy outputs identical: yes" in proc.stdout and "histogram" in proc.stdout
     assert sum(summary["histogram"]) == sum(len(p["histogram"]) and sum(p["histogram"]) for p in summary["per_prompt"])
+    decode = summary["decode_tok_s"]
+    assert set(decode) == {"baseline", "dflash"} and min(decode.values()) > 0
+    assert summary["decode_speedup"] == pytest.approx(decode["dflash"] / decode["baseline"])
+    assert f"DFlash {decode['dflash']:.1f} tok/s, {summary['decode_speedup']:.2f}x" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [
