@@ -1,12 +1,13 @@
 """Matrix products on a CPU with the weight packed once, at load time, into oneDNN's blocked layout.
 
 oneDNN multiplies the 2-16 rows of a DFlash verify pass or draft pass by a weight it laid out for its
-own kernels in advance much faster than stock `F.linear` multiplies them by the plain weight: on the demo
-pair, a 16-token verify costs about 12% less, a prefill about 10% less, and DFlash decodes about 25%
-faster (docs/BENCHMARKS.md, "Packed weights"). One-row products (plain decoding) take whichever path is faster
-for that weight's shape on this machine (stock for most of the demo target's layers, packed for its
-4096-row LM head), so plain decoding gets the best of both. Same numbers up to float rounding order,
-like any change of kernel. Where oneDNN is missing or refuses (other CPUs, GPUs), everything stays stock.
+own kernels in advance much faster than stock `F.linear` multiplies them by the plain weight: on the
+demo pair, a 16-token verify costs about 12% less, a prefill about 10% less, and DFlash decodes about
+25% faster (docs/BENCHMARKS.md, "Packed weights"). One-row products (plain decoding) take whichever
+path is faster for that weight's shape on this machine (stock for most of the demo target's layers,
+packed for its 4096-row LM head), so plain decoding gets the best of both. Same numbers up to float
+rounding order, like any change of kernel. Where oneDNN is missing or refuses (other CPUs, GPUs),
+everything stays stock.
 """
 from __future__ import annotations
 
