@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--response-length", type=int, default=256)
     t.add_argument("--minutes", type=float, default=40.0, help="training wall-clock budget")
     t.add_argument("--steps", type=int, help="a fixed number of steps instead of --minutes")
+    t.add_argument("--precision", choices=("auto", "float32", "bfloat16"), default="auto",
+                   help="matrix products while training (auto: bfloat16 where the CPU has it natively)")
     t.add_argument("--overwrite", action="store_true")
     return parser
 
@@ -77,7 +79,8 @@ def cmd_train_draft(args) -> int:
     train = docs[: len(docs) - len(held)] or docs
     settings = DraftTrainSettings(block_size=args.block_size, layers=args.layers, sequences=args.sequences,
                                   response_length=args.response_length, minutes=None if args.steps else args.minutes,
-                                  steps=args.steps)
+                                  steps=args.steps,
+                                  bf16={"auto": None, "float32": False, "bfloat16": True}[args.precision])
     work = args.work_dir or args.out.with_name(args.out.name + ".work")
     trainer = DraftTrainer(args.target, args.out, work, settings, overwrite=args.overwrite,
                            log=lambda line: print(line, file=sys.stderr, flush=True))

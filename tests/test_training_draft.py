@@ -67,10 +67,11 @@ def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir):
     assert any("reusing 6 regenerated sequences" in line for line in logs)
 
 
-def test_training_lowers_the_loss_on_its_data(tmp_path, target_dir):
-    settings = tiny_settings(steps=60, lr=3e-3, checkpoint_every=1000)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_training_lowers_the_loss_on_its_data(tmp_path, target_dir, bf16):
+    settings = tiny_settings(steps=60, lr=3e-3, checkpoint_every=1000, bf16=bf16)
     trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings)
-    trainer.train(DOCS)
+    assert trainer.train(DOCS)["bf16"] is bf16
     seqs = trainer.data([])
     feats = target_features(trainer.pair, seqs)
     group = [i for i, s in enumerate(seqs) if len(s[1]) == len(seqs[0][1])]
@@ -137,3 +138,17 @@ def test_regeneration_resumes_where_it_was_interrupted(target_dir):
     resumed = regenerate(pair, prompts, 6, batch=2, log=lambda _: None, done=saved[0])
     assert resumed == full
     assert all(len(toks) == length + 6 for length, toks in full)
+
+
+def test_cli_trains_in_the_precision_asked_for(tmp_path, target_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, doc in enumerate(DOCS * 2):
+        (corpus / f"f{i}.py").write_text(doc * 4)
+    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "train-draft", "--target", str(target_dir),
+                           "--corpus", str(corpus), "--out", str(tmp_path / "o"), "--block-size", "4",
+                           "--layers", "1", "--sequences", "4", "--response-length", "16", "--steps", "2",
+                           "--precision", "bfloat16"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["bf16"] is True
+    assert load_pair(target_dir, tmp_path / "o").block_size == 4

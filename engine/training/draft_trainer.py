@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from ..config import DraftConfig
 from ..decode import Generation, GenerationSettings
+from ..draft_runner import bfloat16_is_faster_here
 from ..drafter import DFlashDrafter
 from ..errors import EngineError
 from ..pair import Pair, load_pair
@@ -52,6 +53,9 @@ class DraftTrainSettings:
     eval_every: int = 100
     checkpoint_every: int = 50
     seed: int = 1234
+    # Matrix products in bfloat16 under autocast (weights and optimizer stay float32): about 1.5x more
+    # steps per minute where the CPU has native bfloat16. None: on exactly there.
+    bf16: bool | None = None
 
     def resolved_gamma(self) -> float:
         return self.gamma or GAMMA_BY_BLOCK.get(self.block_size, max(self.block_size / 2.3, 1.0))
@@ -139,8 +143,10 @@ def block_sparse_mask(anchors: torch.Tensor, ctx_len: int, block: int) -> torch.
 
 
 def draft_loss(drafter: DFlashDrafter, pair: Pair, tokens: torch.Tensor, feats: torch.Tensor,
-               anchors: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """tokens [b, L], feats [b, L, k*H], anchors [b, A]. Returns (weighted loss, per-slot accuracy [B-1])."""
+               anchors: torch.Tensor, gamma: float, accepted: bool = False):
+    """tokens [b, L], feats [b, L, k*H], anchors [b, A]. Returns (weighted loss, per-slot accuracy [B-1]),
+    and with accepted=True also the mean number of leading slots predicted right: what greedy
+    verification would accept of each block, the bonus token not counted."""
     cfg = drafter.config
     block = cfg.block_size
     b, length = tokens.shape
@@ -161,7 +167,10 @@ def draft_loss(drafter: DFlashDrafter, pair: Pair, tokens: torch.Tensor, feats: 
     weights = torch.exp(-(torch.arange(block - 1, dtype=torch.float) / gamma))
     ce = ce.view(b, a, block - 1)
     loss = (ce * weights).sum() / (weights.sum() * b * a)
-    accuracy = (logits.argmax(-1) == labels).float().mean(dim=(0, 1))
+    right = (logits.argmax(-1) == labels).float()
+    accuracy = right.mean(dim=(0, 1))
+    if accepted:
+        return loss, accuracy, float(right.cumprod(-1).sum(-1).mean())
     return loss, accuracy
 
 
@@ -286,6 +295,7 @@ class DraftTrainer:
         first_step = state.step
         # an explicit step count wins; a resumed budget run keeps the schedule it planned
         state.total_steps = self.s.steps or state.total_steps or 10 ** 9
+        bf16 = self.s.bf16 if self.s.bf16 is not None else bfloat16_is_faster_here()
         drafter.train()
         while state.step < state.total_steps:
             group = groups[int(torch.randint(len(groups), (1,), generator=rng))]
@@ -298,7 +308,8 @@ class DraftTrainer:
             lr = lr_at(state.step, state.total_steps, self.s.lr, self.s.warmup)
             for g in opt.param_groups:
                 g["lr"] = lr
-            loss, acc = draft_loss(drafter, self.pair, tokens, f, anchors, gamma)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss, acc = draft_loss(drafter, self.pair, tokens, f, anchors, gamma)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = float(torch.nn.utils.clip_grad_norm_(drafter.parameters(), self.s.grad_clip))
@@ -331,7 +342,7 @@ class DraftTrainer:
         tau = self.held_out_tau(drafter, eval_prompts) if eval_prompts else None
         return {"steps": state.step, "minutes": round((time.time() - start) / 60, 1),
                 "regenerate_minutes": self.regenerate_minutes, "final_tau": tau,
-                "settings": asdict(self.s), "history": state.history, "gamma": gamma}
+                "settings": asdict(self.s), "history": state.history, "gamma": gamma, "bf16": bf16}
 
     def held_out_tau(self, drafter: DFlashDrafter, prompts: list[list[int]], tokens: int = 96) -> float:
         drafter.eval()
