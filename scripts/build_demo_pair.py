@@ -5,7 +5,7 @@ Everything runs on a CPU from the Python standard library's own source code (PSF
 
     python scripts/build_demo_pair.py --stage tokenizer                # ~15 s
     python scripts/build_demo_pair.py --stage target                   # 48 min wall-clock budget
-    python scripts/build_demo_pair.py --stage drafter                  # ~25 min of responses, then 70 min of training
+    python scripts/build_demo_pair.py --stage drafter                  # ~22 min of responses, then 60 min of training
     python scripts/build_demo_pair.py --tiny --out /tmp/demo-tiny      # a few steps of each stage (CI)
 
 Outputs (real run): ``assets/demo/target/`` (config.json, model.safetensors, generation_config.json,
@@ -43,7 +43,7 @@ DEFAULT_OUT = REPO / "assets" / "demo"
 DEFAULT_WORK = REPO / "work-data" / "demo"
 DEFAULT_SEED = 1234
 DEFAULT_TARGET_BUDGET_MIN = 48.0
-DEFAULT_DRAFTER_BUDGET_MIN = 70.0
+DEFAULT_DRAFTER_BUDGET_MIN = 60.0
 
 # Sizes of the real run and of the --tiny smoke run.
 REAL = {
