@@ -21,24 +21,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, machine_line  # noqa: E402
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, draft_loss,  # noqa: E402
-                                           lr_at, target_features)
+                                           length_groups, lr_at, sample_batch, target_features)
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "work-data" / "demo" / "drafter_run" / "draft_data.pt"
 
 
 def batches(seqs, feats, count, size, anchors, block, seed):
-    """`count` batches of `size` equal-length sequences with random anchors in their responses."""
-    rng = torch.Generator().manual_seed(seed)
-    by_len: dict[int, list[int]] = {}
-    for i, (_, toks) in enumerate(seqs):
-        by_len.setdefault(len(toks), []).append(i)
-    groups = list(by_len.values())
+    """`count` training-style batches (equal-length sequences, random anchors in the responses)."""
+    rng, groups = torch.Generator().manual_seed(seed), length_groups(seqs)
     for _ in range(count):
-        group = groups[int(torch.randint(len(groups), (1,), generator=rng))]
-        pick = [group[int(i)] for i in torch.randint(len(group), (size,), generator=rng)]
-        tokens = torch.tensor([seqs[i][1] for i in pick])
-        lo, hi = min(seqs[i][0] for i in pick), tokens.shape[1] - block
-        yield tokens, torch.stack([feats[i] for i in pick]), torch.randint(lo, hi + 1, (size, anchors), generator=rng)
+        yield sample_batch(seqs, feats, groups, rng, size, anchors, block)
 
 
 def main() -> int:

@@ -174,6 +174,24 @@ def draft_loss(drafter: DFlashDrafter, pair: Pair, tokens: torch.Tensor, feats: 
     return loss, accuracy
 
 
+def length_groups(seqs: list[tuple[int, list[int]]]) -> list[list[int]]:
+    """Indices of the sequences, grouped by length (a batch takes one group: no padding)."""
+    by_len: dict[int, list[int]] = {}
+    for i, (_, toks) in enumerate(seqs):
+        by_len.setdefault(len(toks), []).append(i)
+    return list(by_len.values())
+
+
+def sample_batch(seqs, feats, groups, rng, sequences: int, anchors: int, block: int):
+    """(tokens [b, L], features [b, L, k*H], anchors [b, A]) of `sequences` equal-length sequences."""
+    group = groups[int(torch.randint(len(groups), (1,), generator=rng))]
+    pick = [group[int(i)] for i in torch.randint(len(group), (sequences,), generator=rng)]
+    tokens = torch.tensor([seqs[i][1] for i in pick])
+    lo = min(seqs[i][0] for i in pick)           # anchors inside the response (slot 0 may be its first token)
+    hi = tokens.shape[1] - block
+    return tokens, torch.stack([feats[i] for i in pick]), torch.randint(lo, hi + 1, (sequences, anchors), generator=rng)
+
+
 def lr_at(step: int, total: int, base: float, warmup: float) -> float:
     warm = max(1, int(total * warmup))
     if step < warm:
@@ -284,10 +302,7 @@ class DraftTrainer:
             self.log(f"resumed at step {state.step}/{state.total_steps}")
         rng = torch.Generator().manual_seed(self.s.seed + state.step)
         gamma = self.s.resolved_gamma()
-        by_len: dict[int, list[int]] = {}
-        for i, (_, toks) in enumerate(seqs):
-            by_len.setdefault(len(toks), []).append(i)
-        groups = list(by_len.values())
+        groups = length_groups(seqs)
         budget_run = self.s.steps is None and bool(self.s.minutes)
         if budget_run and state.deadline is None:
             state.deadline = start + self.s.minutes * 60
@@ -298,13 +313,8 @@ class DraftTrainer:
         bf16 = self.s.bf16 if self.s.bf16 is not None else bfloat16_is_faster_here()
         drafter.train()
         while state.step < state.total_steps:
-            group = groups[int(torch.randint(len(groups), (1,), generator=rng))]
-            pick = [group[int(i)] for i in torch.randint(len(group), (self.s.batch_sequences,), generator=rng)]
-            tokens = torch.tensor([seqs[i][1] for i in pick])
-            f = torch.stack([feats[i] for i in pick])
-            lo = min(seqs[i][0] for i in pick)           # anchors inside the response (slot 0 may be its first token)
-            hi = tokens.shape[1] - self.s.block_size
-            anchors = torch.randint(lo, hi + 1, (len(pick), self.s.anchors_per_sequence), generator=rng)
+            tokens, f, anchors = sample_batch(seqs, feats, groups, rng, self.s.batch_sequences,
+                                              self.s.anchors_per_sequence, self.s.block_size)
             lr = lr_at(state.step, state.total_steps, self.s.lr, self.s.warmup)
             for g in opt.param_groups:
                 g["lr"] = lr
