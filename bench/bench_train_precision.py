@@ -21,8 +21,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, machine_line  # noqa: E402
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, draft_loss,  # noqa: E402
-                                           length_groups, lr_at, sample_batch, target_features)
+                                           length_groups, lr_at, sample_batch, target_features,
+                                           train_step)
 
+SCORE_BATCHES = 8    # of 8 held-out sequences each
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "work-data" / "demo" / "drafter_run" / "draft_data.pt"
 
 
@@ -55,17 +57,11 @@ def main() -> int:
     opts = {k: torch.optim.AdamW(d.parameters(), lr=settings.lr, weight_decay=0.01) for k, d in drafters.items()}
     seconds = dict.fromkeys(drafters, 0.0)
     gamma, block = settings.resolved_gamma(), settings.block_size
-    for step, (tokens, f, anchors) in enumerate(batches(train, train_feats, args.steps, 16, 16, block, 1)):
+    for step, batch in enumerate(batches(train, train_feats, args.steps, 16, 16, block, 1)):
+        lr = lr_at(step, args.steps, settings.lr, settings.warmup)
         for name, drafter in drafters.items():
-            for g in opts[name].param_groups:
-                g["lr"] = lr_at(step, args.steps, settings.lr, settings.warmup)
             start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bfloat16"):
-                loss, _ = draft_loss(drafter, trainer.pair, tokens, f, anchors, gamma)
-            opts[name].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(drafter.parameters(), settings.grad_clip)
-            opts[name].step()
+            train_step(drafter, opts[name], trainer.pair, batch, lr, gamma, settings.grad_clip, name == "bfloat16")
             seconds[name] += time.perf_counter() - start
     print(machine_line())
     print(f"{args.steps} steps on {len(train)} sequences, scored on {len(held)} held-out sequences")
@@ -73,10 +69,10 @@ def main() -> int:
         drafter.eval()
         totals = torch.zeros(3)
         with torch.no_grad():
-            for tokens, f, anchors in batches(held, held_feats, 8, 8, 16, block, 2):
+            for tokens, f, anchors in batches(held, held_feats, SCORE_BATCHES, 8, 16, block, 2):
                 loss, acc, accepted = draft_loss(drafter, trainer.pair, tokens, f, anchors, gamma, accepted=True)
                 totals += torch.tensor([loss.item(), acc[0].item(), accepted])
-        loss, top1, tau = (totals / 8).tolist()
+        loss, top1, tau = (totals / SCORE_BATCHES).tolist()
         print(f"{name:<9} {seconds[name] / args.steps:.3f} s/step   held-out loss {loss:.3f}   "
               f"top-1 {top1:.3f}   acceptance length {1 + tau:.2f}")
     print(f"bfloat16 steps are {seconds['float32'] / seconds['bfloat16']:.2f}x faster")

@@ -192,6 +192,19 @@ def sample_batch(seqs, feats, groups, rng, sequences: int, anchors: int, block: 
     return tokens, torch.stack([feats[i] for i in pick]), torch.randint(lo, hi + 1, (sequences, anchors), generator=rng)
 
 
+def train_step(drafter, opt, pair: Pair, batch, lr: float, gamma: float, clip: float, bf16: bool):
+    """One optimizer step on batch (tokens, features, anchors); returns (loss, per-slot accuracy, grad norm)."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss, acc = draft_loss(drafter, pair, *batch, gamma)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = float(torch.nn.utils.clip_grad_norm_(drafter.parameters(), clip))
+    opt.step()
+    return loss, acc, gnorm
+
+
 def lr_at(step: int, total: int, base: float, warmup: float) -> float:
     warm = max(1, int(total * warmup))
     if step < warm:
@@ -316,14 +329,8 @@ class DraftTrainer:
             tokens, f, anchors = sample_batch(seqs, feats, groups, rng, self.s.batch_sequences,
                                               self.s.anchors_per_sequence, self.s.block_size)
             lr = lr_at(state.step, state.total_steps, self.s.lr, self.s.warmup)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss, acc = draft_loss(drafter, self.pair, tokens, f, anchors, gamma)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = float(torch.nn.utils.clip_grad_norm_(drafter.parameters(), self.s.grad_clip))
-            opt.step()
+            loss, acc, gnorm = train_step(drafter, opt, self.pair, (tokens, f, anchors), lr, gamma,
+                                          self.s.grad_clip, bf16)
             state.step += 1
             per_step = (time.time() - recent[0]) / max(1, state.step - recent[1])
             if budget_run and (state.step - first_step == 5 or state.step % 25 == 0):
