@@ -8,7 +8,8 @@ import time
 from typing import Callable, ContextManager
 
 from engine.bench import machine_line
-from engine.decode import Generation, GenerationSettings
+from engine.limits import GenerationSettings
+from engine.loop import Generation
 
 
 def run_ab(pair, prompts: list[list[int]], variants: dict[str, Callable[[], ContextManager]],

@@ -16,8 +16,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
-from engine.decode import Generation, GenerationSettings  # noqa: E402
-from engine.pair import load_pair  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+from engine.backends.torch.engine import load_pair  # noqa: E402
 
 
 def main() -> int:
@@ -31,9 +32,9 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     pairs = {"old": load_pair(DEMO_DIR / "target", args.old), "new": load_pair(DEMO_DIR / "target", args.new)}
     plain = pairs["old"]
-    settings = GenerationSettings(max_new_tokens=args.max_new_tokens)
+    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, plain_fallback=False)
     prompts = demo_prompts(args.limit)
-    warm = plain.encode_prompt(prompts[0][1], raw=True)
+    warm = plain.tokenizer.encode_prompt(prompts[0][1], raw=True)
     for pair in pairs.values():
         Generation(pair, warm, GenerationSettings(max_new_tokens=8)).run()
     Generation(plain, warm, GenerationSettings(max_new_tokens=8), baseline=True).run()
@@ -43,7 +44,7 @@ def main() -> int:
     lengths: dict[str, list[int]] = {k: [] for k in pairs}
     print(machine_line())
     for name, text in prompts:
-        ids = plain.encode_prompt(text, raw=True)
+        ids = plain.tokenizer.encode_prompt(text, raw=True)
         runs = {"plain": Generation(plain, ids, settings, baseline=True).run()}
         runs.update({k: Generation(p, ids, settings).run() for k, p in pairs.items()})
         for k, run in runs.items():

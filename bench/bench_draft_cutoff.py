@@ -19,8 +19,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
-from engine.decode import Generation, GenerationSettings  # noqa: E402
-from engine.pair import load_pair  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+from engine.backends.torch.engine import load_pair  # noqa: E402
 
 
 def main() -> int:
@@ -35,7 +36,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     cutoffs = [float(c) for c in args.cutoffs.split(",")]
     pair = load_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
-    prompts = [pair.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
+    prompts = [pair.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
     Generation(pair, prompts[0], GenerationSettings(max_new_tokens=8), baseline=True).run()  # warm-up
     secs = {c: 0.0 for c in ["plain", *cutoffs]}
     tokens = dict.fromkeys(secs, 0)
@@ -48,7 +49,8 @@ def main() -> int:
         secs["plain"] += time.perf_counter() - start
         tokens["plain"] += len(base.tokens)
         for c in cutoffs:
-            run = Generation(pair, ids, GenerationSettings(max_new_tokens=args.max_new_tokens, draft_cutoff=c))
+            run = Generation(pair, ids, GenerationSettings(max_new_tokens=args.max_new_tokens, draft_cutoff=c,
+                                                                 plain_fallback=False))
             start = time.perf_counter()
             run.run()
             secs[c] += time.perf_counter() - start

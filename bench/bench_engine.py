@@ -16,8 +16,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import machine_line  # noqa: E402
-from engine.decode import Generation, GenerationSettings  # noqa: E402
-from engine.tiny import random_pair  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+from engine.backends.torch.tiny import random_pair  # noqa: E402
 
 SIZES = {
     "tiny": dict(vocab=4096, hidden=256, layers=6, heads=4, kv_heads=2, draft_layers=2),
@@ -59,24 +60,19 @@ def measure_once(size: str, tokens: int) -> dict:
         _PAIRS[size] = random_pair("qwen3", seed=0, draft_layers=draft_layers, block_size=16, **spec)
     pair = _PAIRS[size]
     prompt = list(range(10, 74))
-    settings = GenerationSettings(max_new_tokens=tokens)
+    settings = GenerationSettings(max_new_tokens=tokens, plain_fallback=False)
     Generation(pair, prompt, GenerationSettings(max_new_tokens=4)).run()  # warm-up
     Generation(pair, prompt, GenerationSettings(max_new_tokens=4), baseline=True).run()
 
     base = Generation(pair, prompt, settings, baseline=True).run()
     base_step = base.stats.decode_s / base.stats.steps
 
-    target_fwd = Timer(pair.target.forward)
-    draft_fwd = Timer(Generation._draft)
-    pair.target.forward = target_fwd
-    gen = Generation(pair, prompt, settings)
-    gen._draft = lambda *a: draft_fwd(gen, *a)
-    gen.run()
-    del pair.target.forward
+    pair.verify, pair.draft = verify_op, draft_op = Timer(pair.verify), Timer(pair.draft)
+    gen = Generation(pair, prompt, settings).run()
+    del pair.verify, pair.draft
     steps = gen.stats.steps
-    prefill = gen.stats.prefill_s
-    verify = (target_fwd.total - prefill) / steps
-    draft = draft_fwd.total / steps
+    verify = verify_op.total / steps
+    draft = draft_op.total / steps
     step = gen.stats.decode_s / steps
     overhead = step - draft - verify
     return {

@@ -1,6 +1,6 @@
 """Where the decoding loop's time goes, measured inside the real loop on the demo pair (not in isolated
-calls, which miss what the loop adds): milliseconds per step in the target's forward (prefill included),
-the draft pass and the bookkeeping, for plain decoding and DFlash, alternating plain and DFlash runs.
+calls, which miss what the loop adds): milliseconds per step in each engine operation (prefill, draft,
+verify, commit) and in the loop's own bookkeeping, for plain decoding and DFlash, alternating runs.
 
     python bench/bench_loop_breakdown.py [--limit 20] [--rounds 2]
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from engine import decode  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
-from engine.decode import Generation, GenerationSettings  # noqa: E402
-from engine.pair import load_pair  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+from engine.backends.torch.engine import load_pair  # noqa: E402
 
 TIMED = collections.defaultdict(float)
 
@@ -44,11 +44,10 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
-    timed(pair.target, "forward", "target forward")
-    timed(Generation, "_draft", "draft pass")
-    timed(Generation, "_commit", "commit")
-    timed(decode, "verify", "verify rule")
-    prompts = [pair.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
+    for op in ("prefill", "draft", "verify", "commit"):
+        timed(pair, op, op)
+    timed(Generation, "_commit", "stop rules and text")
+    prompts = [pair.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
     settings = GenerationSettings(max_new_tokens=256)
     Generation(pair, prompts[0], GenerationSettings(max_new_tokens=8)).run()   # warm-up
     print(machine_line())

@@ -14,10 +14,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ab_runs import run_ab  # noqa: E402
-from engine import draft_runner  # noqa: E402
+from engine.backends.torch import draft_runner  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts  # noqa: E402
-from engine.packed import stock_linears  # noqa: E402
-from engine.pair import draft_dtype, load_pair  # noqa: E402
+from engine.backends.torch.packed import stock_linears  # noqa: E402
+from engine.backends.torch.cpu import draft_dtype  # noqa: E402
+from engine.backends.torch.engine import load_pair  # noqa: E402
 
 
 def stock_runner(pair):
@@ -25,7 +26,7 @@ def stock_runner(pair):
     packing = draft_runner.product_by
     draft_runner.product_by = lambda weight: (lambda x: F.linear(x, weight))
     try:
-        return draft_runner.DraftRunner(pair.drafter, pair.target.head.weight, draft_dtype(pair.target.device))
+        return draft_runner.DraftRunner(pair.drafter, pair.target.head.weight, draft_dtype())
     finally:
         draft_runner.product_by = packing
 
@@ -36,20 +37,20 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     args = ap.parse_args()
     pair = load_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
-    runners = {"stock": stock_runner(pair), "packed": pair.draft_runner}
+    runners = {"stock": stock_runner(pair), "packed": pair.runner}
 
     @contextmanager
     def stock():
-        pair.__dict__["draft_runner"] = runners["stock"]
+        pair.runner = runners["stock"]
         with stock_linears(pair.target.model):
             yield
 
     @contextmanager
     def packed():
-        pair.__dict__["draft_runner"] = runners["packed"]
+        pair.runner = runners["packed"]
         yield
 
-    prompts = [pair.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
+    prompts = [pair.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
     run_ab(pair, prompts, {"stock": stock, "packed": packed}, args.max_new_tokens)
     return 0
 

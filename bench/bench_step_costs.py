@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, machine_line  # noqa: E402
-from engine.draft_runner import DraftRunner  # noqa: E402
-from engine.pair import load_pair  # noqa: E402
-from engine.target import GROUPED_SDPA  # noqa: E402
+from engine.backends.torch.draft_runner import DraftRunner  # noqa: E402
+from engine.backends.torch.engine import load_pair  # noqa: E402
+from engine.backends.torch.cpu import GROUPED_SDPA  # noqa: E402
 
 
 def interleaved_ms(variants: dict, reps: int) -> dict[str, float]:
@@ -61,7 +61,7 @@ def main() -> int:
 
         def verify(target, block):
             length = target.cached_length
-            return lambda: (target.forward(block, features=False), target.crop(length))
+            return lambda: (target.forward(block, features=False), target.rollback(length))
 
         for width in (1, 2, 4, 8, 16):
             block = torch.randint(10, vocab, (1, width), generator=gen)

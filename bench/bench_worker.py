@@ -27,7 +27,7 @@ def pick_pair(tmp: Path, hidden: int, layers: int) -> tuple[str, str, str]:
     demo = ROOT / "assets" / "demo"
     if (demo / "target" / "config.json").is_file() and (demo / "draft" / "config.json").is_file():
         return str(demo / "target"), str(demo / "draft"), "assets/demo"
-    from engine.tiny import save_random_pair
+    from engine.backends.torch.tiny import save_random_pair
     target, draft = save_random_pair(tmp, block_size=16, hidden=hidden, layers=layers, draft_layers=2)
     return str(target), str(draft), f"random qwen3 (hidden {hidden}, {layers} layers, byte vocab)"
 
@@ -54,7 +54,7 @@ class Recorder:
 
 
 def in_process(pair, ids, settings) -> float:
-    from engine.decode import Generation
+    from engine.loop import Generation
     gen = Generation(pair, ids, settings)
     first = None
     for _ in gen:
@@ -122,11 +122,11 @@ def main(argv=None) -> int:
         import torch
         from dflash_desktop.worker_client import WorkerClient
         from engine.bench import machine_line
-        from engine.decode import GenerationSettings
-        from engine.pair import load_pair
+        from engine.limits import GenerationSettings
+        from engine.backends.torch.engine import load_pair
         target, draft, source = pick_pair(Path(tmp), args.hidden, args.layers)
         pair = load_pair(target, draft, device=args.device)
-        ids = pair.encode_prompt(PROMPT, raw=True)
+        ids = pair.tokenizer.encode_prompt(PROMPT, raw=True)
         settings = {"max_new_tokens": args.tokens}
         gs = GenerationSettings(**settings)
 

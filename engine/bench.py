@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import sysconfig
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
-
-from .decode import Generation, GenerationSettings
-from .packed import stock_linears
-from .pair import Pair
+from .errors import EngineError
+from .limits import GenerationSettings
+from .loop import Generation
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo"
 
@@ -61,9 +59,14 @@ class PromptResult:
     acceptance_rate: float = 0.0
     histogram: list[int] = field(default_factory=list)
     identical: bool = True
+    fell_back: bool = False          # DFlash switched to plain decoding part-way (engine/loop.py)
 
 
-def _hf_generate(pair: Pair, ids: list[int], n: int, **kwargs) -> tuple[list[int], float]:
+def _hf_generate(pair, ids: list[int], n: int, **kwargs) -> tuple[list[int], float]:
+    """transformers' own generate() on the torch engine's target, on stock linear layers."""
+    import torch
+
+    from .backends.torch.packed import stock_linears
     model = pair.target.model
     eos = list(pair.eos_ids) or None
     inp = torch.tensor([ids], device=pair.target.device)
@@ -78,21 +81,23 @@ def _hf_generate(pair: Pair, ids: list[int], n: int, **kwargs) -> tuple[list[int
     return new, elapsed
 
 
-def run_bench(pair: Pair, prompts: list[tuple[str, str]], max_new_tokens: int = 256, raw: bool = True,
-              peers: bool = False, block_size: int | None = None, draft_cutoff: float | None = None,
-              progress=print) -> dict:
-    settings = GenerationSettings(max_new_tokens=max_new_tokens, block_size=block_size, draft_cutoff=draft_cutoff)
-    warm = pair.encode_prompt(prompts[0][1], raw=raw)
-    Generation(pair, warm, GenerationSettings(max_new_tokens=8), baseline=True).run()   # warm-up, not timed
-    fast_warm = Generation(pair, warm, GenerationSettings(max_new_tokens=8, block_size=block_size,
-                                                          draft_cutoff=draft_cutoff)).run()
+def run_bench(pair, prompts: list[tuple[str, str]], settings: GenerationSettings = GenerationSettings(),
+              raw: bool = True, peers: bool = False, progress=print) -> dict:
+    """Plain decoding and DFlash (and the peers) on each prompt in turn, greedy, with the same settings."""
+    if peers and pair.info["engine"] != "torch":
+        raise EngineError("--peers times transformers' generate(), which needs the torch engine.")
+    max_new_tokens = settings.max_new_tokens
+    warm = pair.tokenizer.encode_prompt(prompts[0][1], raw=raw)
+    for baseline in (True, False):   # warm-up, not timed
+        Generation(pair, warm, replace(settings, max_new_tokens=8), baseline=baseline).run()
     results = []
     for name, text in prompts:
-        ids = pair.encode_prompt(text, raw=raw)
+        ids = pair.tokenizer.encode_prompt(text, raw=raw)
         base = Generation(pair, ids, settings, baseline=True).run()
         fast = Generation(pair, ids, settings).run()
         r = PromptResult(name, len(ids), tau=fast.stats.tau, acceptance_rate=fast.stats.acceptance_rate,
-                         histogram=fast.stats.histogram, identical=base.tokens == fast.tokens)
+                         histogram=fast.stats.histogram, identical=base.tokens == fast.tokens,
+                         fell_back=fast.fallback is not None)
         for method, run in (("baseline", base), ("dflash", fast)):
             r.tok_s[method] = run.stats.end_to_end_tok_s
             r.tokens[method] = len(run.tokens)
@@ -106,10 +111,10 @@ def run_bench(pair: Pair, prompts: list[tuple[str, str]], max_new_tokens: int = 
         results.append(r)
         progress(f"{name}: baseline {r.tok_s['baseline']:.1f} tok/s, DFlash {r.tok_s['dflash']:.1f} tok/s, "
                  f"tau {r.tau:.2f}, identical {r.identical}")
-    return summarize(results, pair, max_new_tokens, fast_warm.draft_cutoff)
+    return summarize(results, pair, max_new_tokens, settings.draft_cutoff)
 
 
-def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int, draft_cutoff: float) -> dict:
+def summarize(results: list[PromptResult], pair, max_new_tokens: int, draft_cutoff: float | None) -> dict:
     methods = list(results[0].tok_s)
     # aggregate throughput: total tokens over total time, so long prompts are not under-weighted
     total = {}
@@ -122,13 +127,15 @@ def summarize(results: list[PromptResult], pair: Pair, max_new_tokens: int, draf
     hist = [sum(col) for col in zip(*(r.histogram for r in results))]
     steps = sum(hist)
     return {
-        "pair": pair.name, "block_size": pair.block_size, "prompts": len(results),
+        "pair": pair.name, "engine": pair.info["engine"], "device": pair.info["device"],
+        "dtype": pair.info["dtype"], "block_size": pair.block_size, "prompts": len(results),
         "max_new_tokens": max_new_tokens, "draft_cutoff": draft_cutoff, "tok_s": total,
         "speedup": {m: total["dflash"] / total[m] for m in methods if m != "dflash" and total[m]},
         "decode_tok_s": decode,
         "decode_speedup": decode["dflash"] / decode["baseline"] if len(decode) == 2 else 0.0,
         "tau": sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else 0.0,
         "histogram": hist, "all_identical": all(r.identical for r in results),
+        "fallbacks": sum(r.fell_back for r in results),
         "per_prompt": [r.__dict__ for r in results],
         "machine": machine_line(), "date": time.strftime("%Y-%m-%d"),
     }
@@ -145,6 +152,7 @@ def machine_line() -> str:
                 break
     except OSError:
         pass
+    import torch
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
@@ -155,12 +163,13 @@ def format_table(summary: dict) -> str:
         sp = "" if m == "dflash" else f"{summary['speedup'].get(m, 0):.2f}x"
         lines.append(f"{m:<18}{summary['tok_s'][m]:>10.1f}{sp:>16}")
     decode = summary["decode_tok_s"]
+    cutoff = "automatic" if summary["draft_cutoff"] is None else f"{summary['draft_cutoff']:g}"
     if summary["decode_speedup"]:
         lines.append(f"decoding only (prefill excluded): baseline {decode['baseline']:.1f}, "
                      f"DFlash {decode['dflash']:.1f} tok/s, {summary['decode_speedup']:.2f}x")
     lines.append(f"prompts {summary['prompts']}, max new tokens {summary['max_new_tokens']}, "
-                 f"block size {summary['block_size']}, draft cutoff {summary['draft_cutoff']:g}, "
-                 f"tau {summary['tau']:.2f}, "
+                 f"block size {summary['block_size']}, draft cutoff {cutoff}, "
+                 f"tau {summary['tau']:.2f}, plain fallbacks {summary['fallbacks']}, "
                  f"greedy outputs identical: {'yes' if summary['all_identical'] else 'NO'}")
     hist = summary["histogram"]
     peak = max(hist) or 1

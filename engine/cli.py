@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from .backends import ENGINES
 from .errors import EngineError
+from .limits import LIMITS, GenerationSettings
 
 DRAFT_COLOUR, RESET = "\033[32m", "\033[0m"
 
@@ -16,13 +18,16 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", choices=["demo"], help="use the embedded demo pair (the default without --target)")
     p.add_argument("--target", type=Path, help="target model folder (config.json, *.safetensors, tokenizer)")
     p.add_argument("--draft", type=Path, help="DFlash drafter folder (config.json, *.safetensors)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (default cpu)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="torch", help="the engine that runs the pair")
+    p.add_argument("--device", default="auto",
+                   help="auto (an NVIDIA GPU, else Apple's GPU, else the CPU), cpu, cuda, cuda:1, mps")
     p.add_argument("--raw", action="store_true", help="skip the tokenizer's chat template")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--block-size", type=int, help="draft block size (default: the drafter's own)")
-    p.add_argument("--draft-cutoff", type=float,
-                   help="verify drafts only while the drafter's running confidence stays >= this "
-                        "(0: the whole block; default: automatic, by device)")
+    p.add_argument("--max-new-tokens", type=int, default=LIMITS["max_new_tokens"].default,
+                   help=LIMITS["max_new_tokens"].help)
+    p.add_argument("--block-size", type=int, help=LIMITS["block_size"].help)
+    p.add_argument("--draft-cutoff", type=float, help=LIMITS["draft_cutoff"].help)
+    p.add_argument("--no-fallback", action="store_true",
+                   help="keep DFlash on even when acceptance stays below the break-even point")
     p.add_argument("--json", type=Path, help="also write the results as JSON to this file")
 
 
@@ -33,10 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_args(g)
     g.add_argument("--prompt", required=True)
     g.add_argument("--baseline", action="store_true", help="plain decoding, no drafter")
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--seed", type=int)
+    for name in ("temperature", "top_p", "top_k", "seed"):
+        lim = LIMITS[name]
+        g.add_argument("--" + name.replace("_", "-"), type=lim.kind, default=lim.default, help=lim.help)
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="colour the tokens the drafter proposed (default: when printing to a terminal)")
@@ -84,15 +88,32 @@ def cmd_train_draft(args) -> int:
     work = args.work_dir or args.out.with_name(args.out.name + ".work")
     trainer = DraftTrainer(args.target, args.out, work, settings, overwrite=args.overwrite,
                            log=lambda line: print(line, file=sys.stderr, flush=True))
-    eval_prompts = [trainer.pair.encode_prompt(d[:600], raw=True) for d in held[:3]]
+    eval_prompts = [trainer.pair.tokenizer.encode_prompt(d[:600], raw=True) for d in held[:3]]
     result = trainer.train(train, eval_prompts)
     print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
     return 0
 
 
+def check_args(args) -> None:
+    """Refuse bad arguments before any model loads: output folders, text that is not valid UTF-8."""
+    if getattr(args, "json", None) is not None and not args.json.parent.is_dir():
+        raise EngineError(f"--json {args.json}: the folder {args.json.parent} does not exist. Create it first.")
+    for name in ("prompt", "target", "draft", "json", "prompts"):
+        value = getattr(args, name, None)
+        try:
+            str(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise EngineError(f"--{name} holds bytes that are not valid UTF-8; pass it as UTF-8 text.") from None
+
+
+def settings_of(args, **sampling) -> GenerationSettings:
+    return GenerationSettings(max_new_tokens=args.max_new_tokens, block_size=args.block_size,
+                              draft_cutoff=args.draft_cutoff, plain_fallback=not args.no_fallback, **sampling)
+
+
 def resolve_pair(args):
+    from .backends import load_pair
     from .bench import DEMO_DIR
-    from .pair import load_pair
     if args.target is None:
         if args.draft is not None:
             raise EngineError("--draft needs --target: name the model the drafter belongs to.")
@@ -102,21 +123,21 @@ def resolve_pair(args):
                               "or pass --target and --draft.")
     else:
         target, draft = args.target, args.draft
-    pair = load_pair(target, draft, device=args.device)
+    pair = load_pair(args.engine, target, draft, device=args.device)
     if args.target is None:
         pair.name = "demo"
+    if pair.tokenizer is None:
+        raise EngineError(f"The target folder {target} has no tokenizer files; text prompts need tokenizer.json.")
     return pair
 
 
 def cmd_generate(args) -> int:
-    from .decode import Generation, GenerationSettings
+    from .loop import Generation
+    settings = settings_of(args, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                           seed=args.seed, stop_strings=tuple(args.stop))
     pair = resolve_pair(args)
-    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                  top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                                  block_size=args.block_size, stop_strings=tuple(args.stop),
-                                  draft_cutoff=args.draft_cutoff)
-    ids = pair.encode_prompt(args.prompt, raw=args.raw)
-    run = Generation(pair, ids, settings, baseline=args.baseline or pair.drafter is None)
+    ids = pair.tokenizer.encode_prompt(args.prompt, raw=args.raw, max_tokens=pair.max_positions)
+    run = Generation(pair, ids, settings, baseline=args.baseline)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     for step in run:
         for text, drafted in step.spans:
@@ -125,9 +146,12 @@ def cmd_generate(args) -> int:
     sys.stdout.write("\n")
     s = run.stats
     mode = "plain decoding" if run.block_size == 1 else f"DFlash, block {run.block_size}"
-    print(f"\n[{mode}] {s.generated_tokens} tokens, stop: {run.stop_reason}, "
+    where = f"{pair.info['engine']} engine on {pair.info['device']}, {pair.info['dtype']}"
+    print(f"\n[{mode}; {where}] {s.generated_tokens} tokens, stop: {run.stop_reason}, "
           f"{s.end_to_end_tok_s:.1f} tok/s end to end, decode {s.decode_tok_s:.1f} tok/s, "
           f"time to first token {s.ttft_s * 1000:.0f} ms, prefill {s.prefill_tok_s:.0f} tok/s", file=sys.stderr)
+    if run.fallback:
+        print(run.fallback["reason"], file=sys.stderr)
     if run.block_size > 1:
         print(f"acceptance rate {s.acceptance_rate:.1%}, mean acceptance length tau {s.tau:.2f}, "
               f"histogram {s.histogram}", file=sys.stderr)
@@ -142,8 +166,9 @@ def cmd_generate(args) -> int:
 
 def cmd_bench(args) -> int:
     from .bench import demo_prompts, format_table, load_prompts, run_bench
+    settings = settings_of(args)   # refuse bad settings before loading
     pair = resolve_pair(args)
-    if pair.drafter is None:
+    if pair.block_size == 1:
         raise EngineError("bench compares plain decoding with DFlash: pass --draft too.")
     if args.prompts:
         prompts = load_prompts(args.prompts)
@@ -154,8 +179,7 @@ def cmd_bench(args) -> int:
     prompts = prompts[: args.limit] if args.limit else prompts
     if not prompts:
         raise EngineError("The prompt set is empty.")
-    summary = run_bench(pair, prompts, args.max_new_tokens, raw=args.raw or pair.name == "demo",
-                        peers=args.peers, block_size=args.block_size, draft_cutoff=args.draft_cutoff,
+    summary = run_bench(pair, prompts, settings, raw=args.raw or pair.name == "demo", peers=args.peers,
                         progress=lambda line: print(line, file=sys.stderr))
     print(format_table(summary))
     if args.json:
@@ -166,6 +190,7 @@ def cmd_bench(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_args(args)
         commands = {"generate": cmd_generate, "bench": cmd_bench, "train-draft": cmd_train_draft}
         return commands[args.command](args)
     except EngineError as exc:

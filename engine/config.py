@@ -95,10 +95,3 @@ class DraftConfig:
         if not isinstance(raw, dict):
             raise CheckpointError(f"{path} must hold a JSON object.")
         return cls.from_dict(raw, source=str(path))
-
-    def rope_config(self):
-        """A transformers Qwen3Config carrying the rotary settings (rope_scaling or rope_parameters)."""
-        from transformers import Qwen3Config
-        keep = {k: v for k, v in self.raw.items() if k not in ("architectures", "auto_map", "dflash_config")}
-        keep.update(head_dim=self.head_dim, layer_types=list(self.layer_types))
-        return Qwen3Config(**keep)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .errors import EngineError
+from .limits import GenerationSettings
+
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024 * 1024   # a line longer than this is refused, not buffered forever
 
@@ -15,8 +18,8 @@ MAX_LINE_BYTES = 64 * 1024 * 1024   # a line longer than this is refused, not bu
 _STR, _INT, _NUM, _BOOL, _LIST, _DICT, _NONE = str, int, (int, float), bool, list, dict, type(None)
 COMMANDS: dict[str, dict[str, tuple[tuple[type, ...] | type, bool]]] = {
     "hello": {"protocol": (_INT, True), "app_version": ((_STR, _NONE), False)},
-    "load_pair": {"target": (_STR, True), "draft": ((_STR, _NONE), False), "device": ((_STR, _NONE), False),
-                  "dtype": ((_STR, _NONE), False)},
+    "load_pair": {"target": (_STR, True), "draft": ((_STR, _NONE), False), "engine": ((_STR, _NONE), False),
+                  "device": ((_STR, _NONE), False), "dtype": ((_STR, _NONE), False)},
     "generate": {"messages": ((_LIST, _NONE), False), "prompt": ((_STR, _NONE), False),
                  "prompt_ids": ((_LIST, _NONE), False), "raw": (_BOOL, False),
                  "enable_thinking": ((_BOOL, _NONE), False), "settings": ((_DICT, _NONE), False),
@@ -34,7 +37,6 @@ EVENTS = TERMINAL_EVENTS | PROGRESS_EVENTS
 
 MODES = ("dflash", "baseline")
 DTYPES = ("float32", "bfloat16", "float16")
-SETTINGS_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "block_size", "stop_strings", "rule", "draft_cutoff")
 
 # Error codes: a stable, machine-readable reason next to a plain-language message.
 ERROR_CODES = {
@@ -50,6 +52,8 @@ ERROR_CODES = {
     "prompt_too_long": "The prompt does not fit the model's context.",
     "bad_settings": "A generation setting is out of range.",
     "device_unavailable": "The requested device (cuda, mps) is not available to the engine.",
+    "unsupported_architecture": "The engine does not run this kind of model on this device.",
+    "template_error": "The model's chat template failed or took too long.",
     "out_of_memory": "The model or the generation did not fit in memory.",
     "engine_unavailable": "The engine's libraries (torch, transformers) could not be imported.",
     "internal": "An unexpected error inside the worker.",
@@ -133,9 +137,10 @@ def _validate_generate(msg: dict[str, Any]) -> None:
     ids = msg.get("prompt_ids")
     if ids is not None and not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
         raise ProtocolError("bad_message", "generate: prompt_ids must be non-negative integers.")
-    unknown = set(msg.get("settings") or {}) - set(SETTINGS_KEYS)
-    if unknown:
-        raise ProtocolError("bad_settings", f"generate: unknown setting(s) {', '.join(sorted(unknown))}.")
+    try:
+        GenerationSettings.from_dict(msg.get("settings") or {})
+    except EngineError as exc:
+        raise ProtocolError("bad_settings", f"generate: {exc}") from None
 
 
 def error_event(code: str, message: str, request_id: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -1,18 +1,7 @@
 """Generation statistics, with one definition for DFlash and for the plain baseline (block size 1)."""
 from __future__ import annotations
 
-import resource
-import sys
 from dataclasses import dataclass, field
-
-import torch
-
-
-def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
-    if torch.device(device).type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
 
 
 @dataclass
@@ -29,6 +18,7 @@ class Stats:
     ttft_s: float = 0.0
     decode_s: float = 0.0
     peak_memory_bytes: int = 0
+    fallback: dict | None = None     # set when the loop switched to plain decoding (engine/loop.py)
 
     def record_step(self, drafted: int, accepted: int) -> None:
         self.steps += 1
@@ -90,4 +80,5 @@ class Stats:
             "ttft_s": self.ttft_s, "prefill_s": self.prefill_s, "prefill_tok_s": self.prefill_tok_s,
             "decode_s": self.decode_s, "decode_tok_s": self.decode_tok_s,
             "end_to_end_tok_s": self.end_to_end_tok_s, "peak_memory_bytes": self.peak_memory_bytes,
+            "fallback": self.fallback,
         }

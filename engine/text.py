@@ -17,7 +17,7 @@ class TextStream:
         self.stopped = False
 
     def _decode(self, ids):
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode(ids)
 
     def push(self, token_id: int, drafted: bool) -> None:
         self.ids.append(token_id)

@@ -3,14 +3,15 @@ never freeze or kill the window. Commands arrive on stdin and events leave on st
 per line (engine/protocol.py, docs/PROTOCOL.md); everything else, logs included, goes to stderr.
 
 Threads: the main thread reads commands, so `cancel` is seen while a generation runs; one executor
-thread runs load/generate/unload in arrival order. torch is imported lazily (on the executor, right
-after start-up), so `hello` answers at once and a broken torch install becomes an error event.
+thread runs load/generate/unload in arrival order. Engine libraries are imported lazily (on the
+executor, right after start-up), so `hello` answers at once and a broken install becomes an error event.
 
 Run it as `python -m engine.worker`, or, in a frozen app, as `<app> --worker`.
 """
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
 import queue
@@ -28,6 +29,9 @@ log = logging.getLogger("engine.worker")
 
 class EngineUnavailable(Exception):
     code = "engine_unavailable"
+
+
+DEFAULT_ENGINE = "torch"
 
 
 def app_version() -> str:
@@ -49,49 +53,26 @@ def claim_stdout():
     return os.fdopen(proto_fd, "wb", buffering=0)
 
 
-def load_engine() -> SimpleNamespace:
-    """Import the torch side on demand; any failure becomes one clear error instead of a dead worker."""
+def load_engine(name: str = DEFAULT_ENGINE) -> SimpleNamespace:
+    """Import the loop and an engine's package on demand; any failure becomes one clear error instead of
+    a dead worker."""
     try:
-        import torch
-        from engine import decode, errors, pair
+        from engine import backends, limits, loop
+        importlib.import_module(backends.engine_info(name).package + ".engine")
     except Exception as exc:  # ImportError, or OSError for a broken native library
         raise EngineUnavailable(
-            f"The engine libraries could not be loaded ({type(exc).__name__}: {exc}). "
+            f"The {name} engine's libraries could not be loaded ({type(exc).__name__}: {exc}). "
             "Reinstall the app, or check the worker log for details.") from exc
-    return SimpleNamespace(torch=torch, decode=decode, errors=errors, pair=pair)
+    return SimpleNamespace(backends=backends, limits=limits, loop=loop)
 
 
-def hardware_info(torch) -> dict:
-    """What this process can run on, as the engine sees it (not a guess from the GUI side)."""
-    cuda = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            cuda.append({"index": i, "name": props.name, "total_memory_bytes": int(props.total_memory),
-                         "capability": f"{props.major}.{props.minor}"})
-    mps = getattr(torch.backends, "mps", None)
+def hardware_info() -> dict:
+    """What this process can run on, as each engine sees it (not a guess from the GUI side)."""
     import platform
-    return {"torch_version": torch.__version__, "cuda_available": bool(cuda), "cuda_version": torch.version.cuda,
-            "cuda_devices": cuda, "mps_available": bool(mps and mps.is_available()),
-            "cpu_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "platform": platform.platform()}
-
-
-def resolve_device(torch, device: str | None) -> str:
-    device = device or "cpu"
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        return "mps" if mps and mps.is_available() else "cpu"
-    kind = device.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise P.ProtocolError("device_unavailable", "CUDA was requested but this engine sees no NVIDIA GPU.")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise P.ProtocolError("device_unavailable", "Metal (mps) was requested but is not available here.")
-    if kind not in ("cpu", "cuda", "mps"):
-        raise P.ProtocolError("device_unavailable", f"Unknown device {device!r}: use cpu, cuda, mps or auto.")
-    return device
+    eng = load_engine()
+    return {"engines": {name: importlib.import_module(info.package).describe()
+                        for name, info in eng.backends.ENGINES.items()},
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -195,7 +176,7 @@ class Worker:
 
     def _hardware(self, rid):
         try:
-            self.emit({"event": "hardware", "id": rid, **hardware_info(load_engine().torch)})
+            self.emit({"event": "hardware", "id": rid, **hardware_info()})
         except EngineUnavailable as exc:
             self.error(rid, exc.code, str(exc))
         except Exception as exc:
@@ -256,65 +237,58 @@ class Worker:
 
     def _do_load_pair(self, msg) -> None:
         rid, t0 = msg.get("id"), time.perf_counter()
+        engine = msg.get("engine") or DEFAULT_ENGINE
         self._progress(rid, "import", "Loading the engine libraries")
-        eng = load_engine()
-        self.pair, self.pair_info = None, None   # a load replaces the pair: on failure nothing is loaded
-        gc.collect()                             # free the old weights before the new ones arrive
+        eng = load_engine(engine)
+        self._release()                          # a load replaces the pair: on failure nothing is loaded
         target, draft = msg["target"], msg.get("draft")
         for what, path in (("target", target), ("drafter", draft)):
             if path is not None and not Path(path).is_dir():
                 raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist.")
-        device = resolve_device(eng.torch, msg.get("device"))
-        dtype = getattr(eng.torch, msg["dtype"]) if msg.get("dtype") else None
-        self._progress(rid, "weights", f"Reading weights from {Path(target).name}"
-                       + (f" and {Path(draft).name}" if draft else ""))
-        pair = eng.pair.load_pair(target, draft, device=device, dtype=dtype)
+        pair = eng.backends.load_pair(engine, target, draft, device=msg.get("device") or "auto",
+                                      dtype=msg.get("dtype"),
+                                      progress=lambda stage, message: self._progress(rid, stage, message))
         self._progress(rid, "ready", "Model ready")
-        t = pair.target
-        template = str(getattr(pair.tokenizer, "chat_template", None) or "")
         self.pair = pair
-        self.pair_info = {"name": pair.name, "target": target, "draft": draft, "device": str(t.device),
-                          "dtype": str(t.embedding.weight.dtype).removeprefix("torch."),
-                          "block_size": pair.block_size, "has_drafter": pair.drafter is not None,
-                          "has_tokenizer": pair.tokenizer is not None,
-                          "chat_template": bool(template),
-                          # templates that read enable_thinking (Qwen3 and later) can switch thinking off
-                          "supports_thinking": "enable_thinking" in template,
-                          "vocab_size": t.vocab_rows, "max_positions": t.max_positions, "layers": t.num_layers}
+        self.pair_info = {**pair.info, "target": target, "draft": draft}
         return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0}
+
+    def _release(self) -> None:
+        """Drop the loaded pair and give its memory back (device caches included)."""
+        pair, self.pair, self.pair_info = self.pair, None, None
+        release = getattr(pair, "close", None)
+        del pair
+        gc.collect()
+        if release is not None:
+            release()
 
     def _do_unload(self, msg) -> None:
         had = self.pair is not None
-        device = str(self.pair.target.device) if had else "cpu"
-        self.pair, self.pair_info = None, None
-        gc.collect()
-        if device.startswith("cuda"):
-            load_engine().torch.cuda.empty_cache()
+        self._release()
         return {"event": "ok", "id": msg.get("id"), "cmd": "unload", "unloaded": had}
 
     def _do_generate(self, msg) -> None:
         rid = msg.get("id")
         if self.pair is None:
             raise P.ProtocolError("no_pair", "No model is loaded: load a pair before generating.")
-        eng, pair = load_engine(), self.pair
-        raw_settings = dict(msg.get("settings") or {})
-        if "stop_strings" in raw_settings:
-            raw_settings["stop_strings"] = tuple(raw_settings["stop_strings"] or ())
-        try:
-            settings = eng.decode.GenerationSettings(**raw_settings)
-        except (TypeError, ValueError) as exc:
-            raise P.ProtocolError("bad_settings", f"Invalid generation settings: {exc}") from None
+        pair = self.pair
+        eng = load_engine(pair.info["engine"])
+        settings = eng.limits.GenerationSettings.from_dict(msg.get("settings") or {})
         if msg.get("prompt_ids") is not None:
             ids = msg["prompt_ids"]
-        elif msg.get("messages") is not None:
-            ids = pair.encode_chat(msg["messages"], raw=msg.get("raw", False), enable_thinking=msg.get("enable_thinking"))
         else:
-            ids = pair.encode_prompt(msg["prompt"], raw=msg.get("raw", False))
+            if pair.tokenizer is None:
+                raise P.ProtocolError("bad_checkpoint", "The target folder has no tokenizer files, so text prompts "
+                                      "cannot be encoded: send prompt_ids, or use a model folder with tokenizer.json.")
+            messages = msg.get("messages") or [{"role": "user", "content": msg["prompt"]}]
+            ids = pair.tokenizer.encode_chat(messages, raw=msg.get("raw", False),
+                                             enable_thinking=msg.get("enable_thinking"), max_tokens=pair.max_positions,
+                                             cancelled=lambda: rid in self._cancelled)
         baseline = msg.get("mode", "dflash") == "baseline"
-        if not baseline and pair.drafter is None:
+        if not baseline and pair.block_size == 1:
             self.emit({"event": "warning", "id": rid, "code": "no_drafter",
-                       "message": "No drafter is loaded: this runs plain decoding, without DFlash."})
-        gen = eng.decode.Generation(pair, ids, settings, baseline=baseline)
+                       "message": f"No drafter is loaded: this runs plain decoding, without DFlash."})
+        gen = eng.loop.Generation(pair, ids, settings, baseline=baseline)
         with self._lock:
             self._generation = gen
             if self._gen_id in self._cancelled:
@@ -325,6 +299,8 @@ class Worker:
         t0, generated = time.perf_counter(), 0
         for step in gen:
             generated += len(step.tokens)
+            if step.fallback:
+                self.emit({"event": "warning", "id": rid, "code": "plain_fallback", "message": step.fallback["reason"]})
             if not (step.tokens or step.spans):
                 continue
             self.emit({"event": "tokens", "id": rid, "spans": [[t, d] for t, d in step.spans],

@@ -318,7 +318,7 @@ class Build:
         partial = draft_dir.with_name(draft_dir.name + ".partial")
         trainer = DraftTrainer(self.target_dir, partial, self.work / "drafter_run", settings, log=log, overwrite=True)
         # held-out acceptance is only watched during training, never used to pick weights
-        watch = [trainer.pair.encode_prompt(file_opening(corpus.read(f)), raw=True)
+        watch = [trainer.pair.tokenizer.encode_prompt(file_opening(corpus.read(f)), raw=True)
                  for f in corpus.held_out_files[-3:]]
         result = trainer.train(corpus.read_train(), watch)
         self.refuse_existing(draft_dir, "drafter")

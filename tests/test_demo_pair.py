@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from engine.bench import DEMO_DIR, demo_prompts
-from engine.decode import Generation, GenerationSettings
-from engine.pair import load_pair
+from engine.limits import GenerationSettings
+from engine.loop import Generation
+from engine.backends.torch.engine import load_pair
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,9 @@ def test_drafter_accepts_long_blocks_on_held_out_files(demo):
     verifying whole blocks (no draft cutoff) so tau measures the drafter alone."""
     lengths = []
     for name, text in demo_prompts(limit=5):
-        ids = demo.encode_prompt(text, raw=True)
-        fast = Generation(demo, ids, GenerationSettings(max_new_tokens=128, draft_cutoff=0.0)).run()
+        ids = demo.tokenizer.encode_prompt(text, raw=True)
+        fast = Generation(demo, ids, GenerationSettings(max_new_tokens=128, draft_cutoff=0.0,
+                                                                  plain_fallback=False)).run()
         plain = Generation(demo, ids, GenerationSettings(max_new_tokens=128), baseline=True).run()
         assert fast.tokens == plain.tokens, f"DFlash diverged from plain decoding on {name}"
         assert fast.stats.block_size == 16
@@ -40,7 +42,7 @@ def test_drafter_accepts_long_blocks_on_held_out_files(demo):
 
 
 def test_demo_writes_python(demo):
-    run = Generation(demo, demo.encode_prompt("import sys\n\n\ndef main(argv=None):", raw=True),
+    run = Generation(demo, demo.tokenizer.encode_prompt("import sys\n\n\ndef main(argv=None):", raw=True),
                      GenerationSettings(max_new_tokens=48)).run()
     assert run.text.startswith("\n    "), f"expected an indented function body, got {run.text[:40]!r}"
     assert any(word in run.text for word in ("return", "def ", "if ", " = ")), run.text

@@ -6,11 +6,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.config import DraftConfig, default_target_layer_ids
-from engine.decode import Generation, GenerationSettings
-from engine.drafter import DFlashDrafter
+from engine.limits import GenerationSettings
+from engine.loop import Generation
+from engine.backends.torch.drafter import DFlashDrafter
 from engine.errors import CheckpointError, PairMismatchError
-from engine.pair import load_pair
-from engine.tiny import draft_config_dict, random_drafter, random_target
+from engine.backends.torch.engine import load_pair
+from engine.backends.torch.tiny import draft_config_dict, random_drafter, random_target
 
 
 def zlab_names(layers: int) -> set[str]:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from engine.tiny import save_random_pair
+from engine.backends.torch.tiny import save_random_pair
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def test_generate_streams_text_and_writes_json(tmp_path, pair_dirs):
         path = tmp_path / f"{mode}.json"
         extra = ["--baseline"] if mode == "baseline" else []
         proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "def main():",
-                   "--max-new-tokens", 24, "--json", path, "--draft-cutoff", 0, *extra)
+                   "--max-new-tokens", 24, "--json", path, "--draft-cutoff", 0, "--no-fallback", *extra)
         assert proc.returncode == 0, proc.stderr
         assert "tok/s" in proc.stderr and "peak memory" in proc.stderr
         out[mode] = json.loads(path.read_text())
@@ -86,7 +86,7 @@ def test_cli_errors_are_plain(args, message):
 def test_absurd_settings_from_the_cli(pair_dirs):
     target, draft = pair_dirs
     proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--temperature", -2)
-    assert proc.returncode == 2 and "temperature must be between 0 and 100" in proc.stderr
+    assert proc.returncode == 2 and "temperature must be 0 (greedy) or from 0.01 to 2" in proc.stderr
     proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--draft-cutoff", 1.5)
     assert proc.returncode == 2 and "draft_cutoff must be at least 0 and below 1" in proc.stderr
     proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--block-size", 99)

@@ -2,10 +2,11 @@
 import pytest
 import torch
 
-from engine.decode import Generation, GenerationSettings
+from engine.limits import GenerationSettings
+from engine.loop import Generation
 from engine.errors import PromptTooLongError, SettingsError
-from engine.tiny import random_pair
-from tests.oracle import OracleGeneration
+from engine.backends.torch.tiny import random_pair
+from tests.oracle import OraclePair
 
 
 @pytest.fixture(scope="module", params=["qwen3", "llama"])
@@ -28,7 +29,7 @@ def test_random_drafter_matches_baseline_for_every_block_size(pair, prompt_len):
     ref = baseline(pair, prompt, 20)
     assert len(ref.tokens) == 20 and ref.stats.tau == 1.0
     for block in range(2, 17):
-        settings = GenerationSettings(max_new_tokens=20, block_size=block, draft_cutoff=0.0)
+        settings = GenerationSettings(max_new_tokens=20, block_size=block, draft_cutoff=0.0, plain_fallback=False)
         run = Generation(pair, prompt, settings).run()
         assert run.tokens == ref.tokens, f"block size {block} diverged from plain decoding"
         assert run.stop_reason == "length"
@@ -39,7 +40,7 @@ def test_random_drafter_matches_baseline_for_every_block_size(pair, prompt_len):
 def test_draft_cutoff_trims_drafts_but_never_changes_the_output(pair, cutoff):
     prompt = prompt_of(40, seed=5)
     ref = baseline(pair, prompt, 30)
-    run = Generation(pair, prompt, GenerationSettings(max_new_tokens=30, draft_cutoff=cutoff)).run()
+    run = Generation(pair, prompt, GenerationSettings(max_new_tokens=30, draft_cutoff=cutoff, plain_fallback=False)).run()
     assert run.tokens == ref.tokens
     # a random drafter is unsure: the higher the cutoff, the fewer of its 15 drafts get verified
     per_step = run.stats.drafted / run.stats.steps
@@ -49,7 +50,7 @@ def test_draft_cutoff_trims_drafts_but_never_changes_the_output(pair, cutoff):
 
 
 def test_confident_prefix_stops_where_the_running_confidence_drops():
-    from engine.decode import confident_prefix
+    from engine.backends.torch.cpu import confident_prefix
     q = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.8, 0.0], [1.0, 0.0, 0.0]])
     # running product of the top probabilities: 1, 1, 0.5, 0.4, 0.4
     assert [confident_prefix(None, q, c) for c in (0.0, 0.4, 0.45, 0.6)] == [5, 5, 3, 2]
@@ -58,17 +59,20 @@ def test_confident_prefix_stops_where_the_running_confidence_drops():
 
 
 def test_draft_cutoff_is_automatic_on_a_cpu(pair):
-    from engine.decode import CPU_DRAFT_CUTOFF
-    assert Generation(pair, [1, 2], GenerationSettings()).draft_cutoff == CPU_DRAFT_CUTOFF > 0
-    assert Generation(pair, [1, 2], GenerationSettings(draft_cutoff=0.0)).draft_cutoff == 0.0
+    """On a CPU the engine verifies only drafts the drafter is confident about, unless told otherwise."""
+    prompt = prompt_of(40, seed=5)
+    auto = Generation(pair, prompt, GenerationSettings(max_new_tokens=30, plain_fallback=False)).run()
+    whole = Generation(pair, prompt, GenerationSettings(max_new_tokens=30, draft_cutoff=0.0, plain_fallback=False)).run()
+    assert auto.tokens == whole.tokens
+    assert whole.stats.drafted == 15 * whole.stats.steps
+    assert auto.stats.drafted < 15 * auto.stats.steps  # a random drafter is unsure
 
 
 @pytest.mark.parametrize("block", [2, 5, 16])
 def test_full_acceptance_commits_whole_blocks(pair, block):
     prompt = prompt_of(9, seed=1)
     ref = baseline(pair, prompt, 40 + block)  # the oracle may look one block past the end
-    run = OracleGeneration(pair, prompt, GenerationSettings(max_new_tokens=40, block_size=block),
-                           reference=ref.tokens).run()
+    run = Generation(OraclePair(pair, ref.tokens), prompt, GenerationSettings(max_new_tokens=40, block_size=block, plain_fallback=False)).run()
     assert run.tokens == ref.tokens[:40]
     assert run.stats.acceptance_rate == 1.0
     # every step but possibly the one cut by max tokens commits a whole block
@@ -79,8 +83,7 @@ def test_full_acceptance_commits_whole_blocks(pair, block):
 def test_partial_acceptance_with_planted_mistakes(pair):
     prompt = prompt_of(30, seed=2)
     ref = baseline(pair, prompt, 68)
-    run = OracleGeneration(pair, prompt, GenerationSettings(max_new_tokens=60, block_size=8),
-                           reference=ref.tokens, wrong_every=5).run()
+    run = Generation(OraclePair(pair, ref.tokens, wrong_every=5), prompt, GenerationSettings(max_new_tokens=60, block_size=8, plain_fallback=False)).run()
     assert run.tokens == ref.tokens[:60]
     assert 0 < run.stats.acceptance_rate < 1
     assert set(run.stats.acceptance_lengths) - {8}, "some steps must be cut short by a planted mistake"
@@ -92,8 +95,7 @@ def test_partial_acceptance_with_planted_mistakes(pair):
 def test_max_tokens_inside_a_block(pair, max_new):
     prompt = prompt_of(12, seed=4)
     ref = baseline(pair, prompt, 46)
-    run = OracleGeneration(pair, prompt, GenerationSettings(max_new_tokens=max_new, block_size=6),
-                           reference=ref.tokens).run()
+    run = Generation(OraclePair(pair, ref.tokens), prompt, GenerationSettings(max_new_tokens=max_new, block_size=6, plain_fallback=False)).run()
     assert run.tokens == ref.tokens[:max_new]
     assert run.stop_reason == "length"
 
@@ -109,8 +111,7 @@ def test_eos_inside_a_block_stops_before_it(pair):
     pair.eos_ids = (eos,)
     try:
         plain = baseline(pair, prompt, 40)
-        fast = OracleGeneration(pair, prompt, GenerationSettings(max_new_tokens=40, block_size=16),
-                                reference=ref.tokens).run()
+        fast = Generation(OraclePair(pair, ref.tokens), prompt, GenerationSettings(max_new_tokens=40, block_size=16, plain_fallback=False)).run()
         rand = Generation(pair, prompt, GenerationSettings(max_new_tokens=40, block_size=4)).run()
     finally:
         pair.eos_ids = ()
@@ -122,8 +123,7 @@ def test_eos_inside_a_block_stops_before_it(pair):
 def test_steps_report_origin_of_tokens(pair):
     prompt = prompt_of(5, seed=6)
     ref = baseline(pair, prompt, 34)
-    steps = list(OracleGeneration(pair, prompt, GenerationSettings(max_new_tokens=30, block_size=4),
-                                  reference=ref.tokens, wrong_every=3))
+    steps = list(Generation(OraclePair(pair, ref.tokens, wrong_every=3), prompt, GenerationSettings(max_new_tokens=30, block_size=4, plain_fallback=False)))
     assert steps[0].drafted == [False]  # the prefill token is the target's
     for step in steps[1:]:
         assert step.drafted == [True] * step.accepted + [False] * (len(step.tokens) - step.accepted)
@@ -143,7 +143,7 @@ def test_cancel_stops_before_next_step(pair):
 
 
 def test_context_full_stops_cleanly(pair):
-    limit = pair.target.max_positions
+    limit = pair.max_positions
     run = Generation(pair, prompt_of(limit - 5), GenerationSettings(max_new_tokens=50, block_size=16)).run()
     assert run.stop_reason == "context_full"
     assert len(run.prompt) + len(run.tokens) == limit + 1  # the last token needs no cache slot

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from engine.config import DraftConfig
-from engine.draft_runner import DraftRunner
-from engine.drafter import DFlashDrafter
-from engine.tiny import draft_config_dict, random_drafter, random_target
+from engine.backends.torch.draft_runner import DraftRunner
+from engine.backends.torch.drafter import DFlashDrafter
+from engine.backends.torch.tiny import draft_config_dict, random_drafter, random_target
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,14 @@
 for multi-token verifies after a cache (the case it exists for)."""
 import torch
 
-from engine.target import GROUPED_SDPA
-from engine.tiny import random_target
+from engine.backends.torch.cpu import GROUPED_SDPA, use_grouped_sdpa
+from engine.backends.torch.tiny import random_target
 
 
 def test_grouped_sdpa_matches_transformers_sdpa():
     ours = random_target("qwen3", seed=4, vocab=80, hidden=64, layers=2)
     theirs = random_target("qwen3", seed=4, vocab=80, hidden=64, layers=2)
-    theirs.model.set_attn_implementation("sdpa")
+    use_grouped_sdpa(ours.model)
     assert ours.model.config._attn_implementation == GROUPED_SDPA
     assert ours.model.config.num_key_value_heads < ours.model.config.num_attention_heads
     ids = torch.randint(0, 80, (1, 30))

@@ -6,9 +6,9 @@ import sys
 import pytest
 import torch
 
-from engine.drafter import DFlashDrafter
-from engine.pair import load_pair
-from engine.tiny import save_random_pair
+from engine.backends.torch.drafter import DFlashDrafter
+from engine.backends.torch.engine import load_pair
+from engine.backends.torch.tiny import save_random_pair
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, TrainingError,
                                            block_sparse_mask, default_layer_ids, draft_loss, lr_at,
                                            target_features)
@@ -51,7 +51,7 @@ def test_schedule_and_layer_choice():
 
 def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir):
     trainer = DraftTrainer(target_dir, tmp_path / "draft", tmp_path / "work", tiny_settings())
-    prompts = [trainer.pair.encode_prompt("def f(x):\n", raw=True)]
+    prompts = [trainer.pair.tokenizer.encode_prompt("def f(x):\n", raw=True)]
     result = trainer.train(DOCS, prompts)
     assert result["steps"] == 8 and result["final_tau"] >= 1.0
     losses = [h["loss"] for h in result["history"] if "loss" in h]

@@ -69,7 +69,7 @@ def test_burst_reaches_gui_as_few_ordered_signals(qtbot):
 
 
 def test_real_worker_through_signals_keeps_gui_responsive(qtbot, tmp_path, monkeypatch):
-    from engine.tiny import save_random_pair
+    from engine.backends.torch.tiny import save_random_pair
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
     target, draft = save_random_pair(tmp_path / "pair", block_size=8)
     w = QtWorker()

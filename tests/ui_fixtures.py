@@ -14,7 +14,7 @@ LOAD_TIMEOUT_S = 120
 
 @pytest.fixture(scope="session")
 def random_pair(tmp_path_factory):
-    from engine.tiny import save_random_pair
+    from engine.backends.torch.tiny import save_random_pair
     return save_random_pair(tmp_path_factory.mktemp("pair"), hidden=64, layers=4, block_size=8)
 
 

@@ -41,10 +41,12 @@ class ChatController(QObject):
         worker.tokens.connect(self._on_tokens)
         worker.done.connect(self._on_done)
         worker.error.connect(self._on_error)
-        worker.warning.connect(lambda ev: self.statusMessage.emit(ev.get("message", "")))
+        # Bound methods, not lambdas: the worker outlives a controller, and Qt drops a deleted
+        # receiver's connections only for its own methods.
+        worker.warning.connect(self._on_warning)
         # an answer queued behind someone else's generation (the speedup demo) starts when it ends
-        worker.done.connect(lambda _ev: self._run_waiting())
-        worker.error.connect(lambda _ev: self._run_waiting())
+        worker.done.connect(self._run_waiting)
+        worker.error.connect(self._run_waiting)
         view.sendRequested.connect(self.send)
         view.stopRequested.connect(self.stop)
         view.regenerateRequested.connect(self.regenerate)
@@ -206,7 +208,10 @@ class ChatController(QObject):
             if self.pair is None:
                 self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
 
-    def _run_waiting(self) -> None:
+    def _on_warning(self, ev: dict) -> None:
+        self.statusMessage.emit(ev.get("message", ""))
+
+    def _run_waiting(self, _event: dict | None = None) -> None:
         if self._waiting and self.ready and self._gen is not None:
             self._launch()
 

@@ -19,12 +19,13 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..backends.torch.cpu import bfloat16_is_faster_here
+from ..backends.torch.drafter import DFlashDrafter
+from ..backends.torch.engine import TorchPair, load_pair
 from ..config import DraftConfig
-from ..decode import Generation, GenerationSettings
-from ..draft_runner import bfloat16_is_faster_here
-from ..drafter import DFlashDrafter
 from ..errors import EngineError
-from ..pair import Pair, load_pair
+from ..limits import GenerationSettings
+from ..loop import Generation
 
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}
 
@@ -85,7 +86,7 @@ def sample_prompts(docs: list[list[int]], n: int, lengths: Sequence[int], rng: r
 
 
 @torch.inference_mode()
-def regenerate(pair: Pair, prompts: list[list[int]], response_length: int, batch: int = 16,
+def regenerate(pair: TorchPair, prompts: list[list[int]], response_length: int, batch: int = 16,
                log: Callable[[str], None] = print, done: Sequence[tuple[int, list[int]]] = (),
                save: Callable[[list], None] | None = None) -> list[tuple[int, list[int]]]:
     """Greedy responses of the target, batched by prompt length (no padding needed). Prompts run in a
@@ -111,7 +112,7 @@ def regenerate(pair: Pair, prompts: list[list[int]], response_length: int, batch
 
 
 @torch.inference_mode()
-def target_features(pair: Pair, seqs: list[tuple[int, list[int]]], batch: int = 8) -> list[torch.Tensor]:
+def target_features(pair: TorchPair, seqs: list[tuple[int, list[int]]], batch: int = 8) -> list[torch.Tensor]:
     """Captured-layer features [L, k*H] (float16) of every sequence, one target pass each."""
     feats = []
     for i in range(0, len(seqs), batch):
@@ -142,7 +143,7 @@ def block_sparse_mask(anchors: torch.Tensor, ctx_len: int, block: int) -> torch.
     return torch.cat([ctx_ok, blk_ok], dim=-1).unsqueeze(1)
 
 
-def draft_loss(drafter: DFlashDrafter, pair: Pair, tokens: torch.Tensor, feats: torch.Tensor,
+def draft_loss(drafter: DFlashDrafter, pair: TorchPair, tokens: torch.Tensor, feats: torch.Tensor,
                anchors: torch.Tensor, gamma: float, accepted: bool = False):
     """tokens [b, L], feats [b, L, k*H], anchors [b, A]. Returns (weighted loss, per-slot accuracy [B-1]),
     and with accepted=True also the mean number of leading slots predicted right: what greedy
@@ -192,7 +193,7 @@ def sample_batch(seqs, feats, groups, rng, sequences: int, anchors: int, block: 
     return tokens, torch.stack([feats[i] for i in pick]), torch.randint(lo, hi + 1, (sequences, anchors), generator=rng)
 
 
-def train_step(drafter, opt, pair: Pair, batch, lr: float, gamma: float, clip: float, bf16: bool):
+def train_step(drafter, opt, pair: TorchPair, batch, lr: float, gamma: float, clip: float, bf16: bool):
     """One optimizer step on batch (tokens, features, anchors); returns (loss, per-slot accuracy, grad norm)."""
     for g in opt.param_groups:
         g["lr"] = lr
@@ -238,7 +239,7 @@ class DraftTrainer:
                 f"Responses of {settings.response_length} tokens are shorter than one block of "
                 f"{settings.block_size}: the block size is larger than the data. Use longer responses.")
         try:
-            self.pair = load_pair(self.target_dir)
+            self.pair = load_pair(self.target_dir, device="cpu")
         except EngineError as exc:
             raise TrainingError(f"The engine cannot adapt this target: {exc}") from exc
         if self.pair.tokenizer is None:
@@ -250,7 +251,7 @@ class DraftTrainer:
 
     def make_drafter(self) -> DFlashDrafter:
         t = self.pair.target
-        tok = self.pair.tokenizer
+        tok = self.pair.tokenizer.tokenizer
         mask_id = tok.convert_tokens_to_ids("<|mask|>") if "<|mask|>" in tok.get_vocab() else None
         if mask_id is None:
             raise TrainingError("The tokenizer has no <|mask|> token; add one before training a drafter.")
@@ -283,7 +284,7 @@ class DraftTrainer:
             return saved["seqs"]
         if not documents or not any(d.strip() for d in documents):
             raise TrainingError("The corpus is empty: give at least one non-empty text file.")
-        tok = self.pair.tokenizer
+        tok = self.pair.tokenizer.tokenizer
         docs = [tok.encode(d, add_special_tokens=False) for d in documents if d.strip()]
         rng = random.Random(self.s.seed)
         prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, rng)
@@ -363,9 +364,10 @@ class DraftTrainer:
 
     def held_out_tau(self, drafter: DFlashDrafter, prompts: list[list[int]], tokens: int = 96) -> float:
         drafter.eval()
-        pair = Pair(self.pair.target, drafter, self.pair.tokenizer, self.pair.eos_ids)
+        pair = TorchPair(self.pair.target, drafter, self.pair.tokenizer, self.pair.name)
         lengths = []
+        settings = GenerationSettings(max_new_tokens=tokens, draft_cutoff=0.0, plain_fallback=False)
         for ids in prompts:
-            run = Generation(pair, ids, GenerationSettings(max_new_tokens=tokens, draft_cutoff=0.0)).run()
+            run = Generation(pair, ids, settings).run()
             lengths.extend(run.stats.acceptance_lengths)
         return sum(lengths) / len(lengths) if lengths else 0.0

@@ -5,36 +5,12 @@ exact speculative sampling accepts a draft d with probability min(1, p(d)/q(d)) 
 from the normalised residual max(0, p - q); the output is then distributed exactly as the target's."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from .errors import SettingsError
+from ...limits import GenerationSettings
 
 
-@dataclass(frozen=True)
-class SamplingSettings:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    rule: str = "residual"  # "residual" (exact speculative sampling) or "match" (sample-and-match)
-
-    def __post_init__(self):
-        if not 0.0 <= self.temperature <= 100.0:
-            raise SettingsError(f"temperature must be between 0 and 100, got {self.temperature}.")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SettingsError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if self.top_k < 0:
-            raise SettingsError(f"top_k must be 0 (off) or positive, got {self.top_k}.")
-        if self.rule not in ("residual", "match"):
-            raise SettingsError(f"unknown acceptance rule {self.rule!r}; use 'residual' or 'match'.")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-def probabilities(logits: torch.Tensor, s: SamplingSettings) -> torch.Tensor:
+def probabilities(logits: torch.Tensor, s: GenerationSettings) -> torch.Tensor:
     """Row-wise distribution after temperature, top-k and top-p (float32)."""
     logits = logits.float() / s.temperature
     if s.top_k and s.top_k < logits.shape[-1]:
@@ -54,7 +30,7 @@ def draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
 
-def propose(logits: torch.Tensor, s: SamplingSettings, gen) -> tuple[torch.Tensor, torch.Tensor | None]:
+def propose(logits: torch.Tensor, s: GenerationSettings, gen) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft tokens for each row, and their proposal distribution q (None when greedy)."""
     if s.greedy:
         return logits.argmax(-1), None
@@ -63,7 +39,7 @@ def propose(logits: torch.Tensor, s: SamplingSettings, gen) -> tuple[torch.Tenso
 
 
 def verify(drafts: torch.Tensor, q: torch.Tensor | None, target_logits: torch.Tensor,
-           s: SamplingSettings, gen) -> tuple[int, int]:
+           s: GenerationSettings, gen) -> tuple[int, int]:
     """drafts [k], target_logits [k+1, V] (row i scores the token after slot i).
     Returns (number of drafts accepted, the target's own next token)."""
     k = drafts.shape[0]

@@ -4,31 +4,67 @@ from __future__ import annotations
 
 import torch
 
-from .config import DraftConfig
+from ...config import DraftConfig
 from .drafter import DFlashDrafter
 from .target import TargetModel
 
 
+# Tiny stand-ins for every architecture the catalog lists (the name -> its model_type family). Each has
+# both kinds of layer its family mixes: sliding and full attention, DeltaNet and full attention, MoE.
+VARIANTS = {"qwen3": "qwen3", "llama": "llama", "qwen3_moe": "qwen3_moe", "qwen3_5": "qwen3_5",
+            "qwen3_5_moe": "qwen3_5_moe", "gpt_oss": "gpt_oss", "gemma4": "gemma4", "gemma4_moe": "gemma4"}
+
+
 def target_config(arch: str = "qwen3", vocab: int = 256, hidden: int = 64, layers: int = 4, heads: int = 4,
                   kv_heads: int = 2, intermediate: int | None = None, max_positions: int = 2048,
-                  head_dim: int | None = None):
-    from transformers import LlamaConfig, Qwen3Config
+                  head_dim: int | None = None, window: int = 16):
+    """A transformers config of a small model of this variant (VARIANTS); `window` is the sliding window."""
+    import transformers as tf
+    head_dim = head_dim or hidden // heads
     common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                   num_key_value_heads=kv_heads, intermediate_size=intermediate or 3 * hidden,
                   max_position_embeddings=max_positions, tie_word_embeddings=False, bos_token_id=None,
                   eos_token_id=None, pad_token_id=None)
+    moe = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=hidden // 2)
+    alternate = [["sliding_attention", "full_attention"][i % 2] for i in range(layers)]
     if arch == "qwen3":
-        return Qwen3Config(head_dim=head_dim or hidden // heads, **common)
+        return tf.Qwen3Config(head_dim=head_dim, **common)
     if arch == "llama":
-        return LlamaConfig(**common)
-    raise ValueError(f"unknown architecture {arch!r}")
+        return tf.LlamaConfig(**common)
+    if arch == "qwen3_moe":
+        return tf.Qwen3MoeConfig(head_dim=head_dim, **common, **moe)
+    if arch in ("qwen3_5", "qwen3_5_moe"):
+        hybrid = dict(head_dim=2 * head_dim, linear_conv_kernel_dim=4, linear_key_head_dim=head_dim,
+                      linear_value_head_dim=head_dim, linear_num_key_heads=kv_heads, linear_num_value_heads=heads,
+                      layer_types=[["linear_attention", "full_attention"][i % 2] for i in range(layers)],
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                       "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+        if arch == "qwen3_5":
+            return tf.Qwen3_5TextConfig(**common, **hybrid)
+        return tf.Qwen3_5MoeTextConfig(**common, **hybrid, **moe, shared_expert_intermediate_size=hidden // 2)
+    if arch == "gpt_oss":
+        rope = {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": max_positions // 4, "rope_theta": 150000.0}
+        return tf.GptOssConfig(head_dim=head_dim, sliding_window=window, layer_types=alternate, rope_parameters=rope,
+                               num_local_experts=8, **{k: v for k, v in common.items() if k != "intermediate_size"},
+                               intermediate_size=hidden, num_experts_per_tok=2)
+    if arch in ("gemma4", "gemma4_moe"):
+        gemma = dict(head_dim=head_dim, global_head_dim=2 * head_dim, sliding_window=window,
+                     layer_types=[["sliding_attention", "sliding_attention", "full_attention"][i % 3]
+                                  for i in range(layers)], final_logit_softcapping=30.0)
+        if arch == "gemma4":   # the small Gemma 4s: per-layer embeddings, the last layers sharing keys/values
+            return tf.Gemma4TextConfig(**common, **gemma, hidden_size_per_layer_input=8, vocab_size_per_layer_input=vocab,
+                                       num_kv_shared_layers=2, use_double_wide_mlp=True)
+        return tf.Gemma4TextConfig(**common, **gemma, hidden_size_per_layer_input=0, enable_moe_block=True,
+                                   num_experts=8, top_k_experts=2, moe_intermediate_size=hidden // 2,
+                                   attention_k_eq_v=True, num_global_key_value_heads=1)
+    raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(VARIANTS)}")
 
 
 def random_target(arch: str = "qwen3", seed: int = 0, capture_layers=(), **sizes) -> TargetModel:
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     cfg = target_config(arch, **sizes)
-    cfg._attn_implementation = "sdpa"
     model = AutoModelForCausalLM.from_config(cfg)
     return TargetModel(model.float().eval(), capture_layers)
 
@@ -38,15 +74,16 @@ def draft_config_dict(target: TargetModel, layers: int = 1, block_size: int = 16
                       intermediate: int | None = None, nested: bool = True, **extra) -> dict:
     """A z-lab style config for a drafter of this target; attention and MLP shapes follow the target's."""
     h = target.hidden_size
-    tcfg = target.model.config
-    heads = heads or tcfg.num_attention_heads
-    kv_heads = kv_heads or tcfg.num_key_value_heads
-    head_dim = h // heads if heads != tcfg.num_attention_heads else getattr(tcfg, "head_dim", None) or h // heads
+    tcfg = target.model.config.get_text_config().to_dict()   # a dict: Gemma 4 refuses global per-layer reads
+    own_heads = heads or tcfg["num_attention_heads"]
+    kv_heads = kv_heads or tcfg["num_key_value_heads"]
+    head_dim = (tcfg.get("head_dim") if own_heads == tcfg["num_attention_heads"] else None) or h // own_heads
+    heads = own_heads
     if target_layer_ids is None:
         target_layer_ids = sorted({min(i, target.num_layers - 1) for i in (1, target.num_layers // 2, target.num_layers - 2)})
     raw = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": h,
-        "intermediate_size": intermediate or tcfg.intermediate_size, "num_attention_heads": heads,
+        "intermediate_size": intermediate or tcfg["intermediate_size"], "num_attention_heads": heads,
         "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": layers, "rms_norm_eps": 1e-6, "hidden_act": "silu",
         "attention_bias": False, "rope_theta": 10000.0, "max_position_embeddings": target.max_positions,
         "vocab_size": target.vocab_rows, "num_target_layers": target.num_layers,
@@ -75,11 +112,17 @@ def random_drafter(target: TargetModel, seed: int = 1, **kwargs) -> DFlashDrafte
 
 
 def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: int = 1, block_size: int = 16,
-                **sizes):
-    from .pair import Pair
+                head_scale: float = 1.0, **sizes):
+    """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
+    head_scale > 1 sharpens the target's distributions (a random target is nearly uniform)."""
+    from .engine import TorchPair
     target = random_target(arch, seed=seed, **sizes)
+    with torch.no_grad():
+        target.head.weight.mul_(head_scale)
     drafter = random_drafter(target, seed=seed + 1, layers=draft_layers, block_size=block_size)
-    return Pair(target=target, drafter=drafter, eos_ids=tuple(eos_ids), name=f"random-{arch}")
+    pair = TorchPair(target, drafter, None, name=f"random-{arch}", family=arch)
+    pair.eos_ids = tuple(eos_ids)
+    return pair
 
 
 def byte_tokenizer(chat_template: str | None = None):

@@ -13,8 +13,16 @@ from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as RMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotate_half
 
-from .config import DraftConfig
-from .errors import CheckpointError
+from ...config import DraftConfig
+from ...errors import CheckpointError
+
+
+def rope_config(cfg: DraftConfig):
+    """A transformers Qwen3Config carrying the drafter's rotary settings (rope_scaling or rope_parameters)."""
+    from transformers import Qwen3Config
+    keep = {k: v for k, v in cfg.raw.items() if k not in ("architectures", "auto_map", "dflash_config")}
+    keep.update(head_dim=cfg.head_dim, layer_types=list(cfg.layer_types))
+    return Qwen3Config(**keep)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -85,7 +93,7 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList(DraftLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.rotary = Qwen3RotaryEmbedding(cfg.rope_config())
+        self.rotary = Qwen3RotaryEmbedding(rope_config(cfg))
 
     def forward(self, block_embeds, block_pos, ctx_features, ctx_pos, masks=None):
         """The training forward (decoding uses DraftRunner, the same maths packed for speed).

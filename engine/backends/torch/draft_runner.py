@@ -3,12 +3,9 @@ projection per checkpoint weight); a draft pass through it is many small ops, an
 costs microseconds whatever its size. DraftRunner packs the same weights (Q, K and V in one matrix,
 gate and up in another), looks rotary angles up in a table, writes context keys and values in place
 into a growing buffer, and projects context and block rows together: fewer ops, the same numbers
-(tests/test_engine_draft_runner.py), 3.5 -> 2.9 ms per draft pass of the demo pair in float32. Its matrix
-products run on oneDNN-packed weights where the CPU allows (engine/packed.py)."""
+(tests/test_engine_draft_runner.py). Its matrix products run on oneDNN-packed weights where the CPU
+allows (packed.py)."""
 from __future__ import annotations
-
-import time
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -124,19 +121,3 @@ class DraftRunner:
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, weight.shape, weight, eps)
 
-
-@lru_cache(maxsize=1)
-def bfloat16_is_faster_here() -> bool:
-    """Time a drafter-sized product (16 rows) in both dtypes, once per process (~10 ms). CPUs with
-    native bfloat16 (AVX512-BF16, AMX, Arm BF16) win clearly; others emulate it and lose."""
-    rows, width = torch.randn(16, 512), torch.randn(2048, 512)
-
-    def best(dtype):
-        a, w = rows.to(dtype), width.to(dtype)
-        times = []
-        for _ in range(12):
-            start = time.perf_counter()
-            F.linear(a, w)
-            times.append(time.perf_counter() - start)
-        return min(times[2:])
-    return best(torch.bfloat16) * 1.3 < best(torch.float32)

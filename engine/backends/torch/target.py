@@ -1,52 +1,30 @@
 """The target side of DFlash around a Hugging Face causal LM: one forward that returns logits and the
-outputs of just the chosen layers (forward hooks, never all hidden states), and KV-cache truncation."""
+outputs of just the chosen layers (forward hooks, never all hidden states), and rolling every cache
+back to the accepted prefix.
+
+Rollback by layer kind: full attention crops its keys and values; sliding-window attention and the
+DeltaNet convolution window record their history until the next crop (transformers' past recording),
+so a crop is exact even once the window is full; DeltaNet recurrent state is replayed (hybrid.py).
+After every forward the cache is cropped, to the accepted length or by nothing, which also drops
+the recorded history that is no longer needed."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers import AttentionInterface, DynamicCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers import DynamicCache
 
-from .errors import CheckpointError, PairMismatchError
-from .packed import pack_linears
-
-GROUPED_SDPA = "grouped_sdpa"  # no "flash" in the name: transformers would take it for a flash kernel
-
-
-def grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' SDPA attention copies every key/value head out to the query heads whenever several
-    tokens come with a mask, which is every verify of a draft block; torch's CPU kernels take grouped
-    heads and a mask together (a 2- to 16-token verify of the demo target costs 5-8% less:
-    docs/BENCHMARKS.md, "Step costs"). Single tokens keep transformers' own path, so plain decoding is untouched."""
-    if query.shape[2] == 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
-    causal = attention_mask is None and query.shape[2] == key.shape[2]
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
-                                         is_causal=causal, enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous(), None
-
-
-def use_grouped_sdpa(model: nn.Module) -> None:
-    """Switch a CPU model on transformers' SDPA attention to grouped_sdpa (other setups keep theirs)."""
-    if model.config._attn_implementation != "sdpa" or model.device.type != "cpu":
-        return
-    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
-    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
-    model.set_attn_implementation(GROUPED_SDPA)
+from ...errors import CheckpointError, PairMismatchError
+from .hybrid import DeltaNetRollback
 
 
 class TargetModel:
     def __init__(self, model: nn.Module, capture_layers: Sequence[int] = ()):
-        use_grouped_sdpa(model)
-        pack_linears(model)
         self.model = model.eval()
-        self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        self.decoder = model.get_decoder()   # the text decoder, also inside multimodal models
         layers = getattr(self.decoder, "layers", None)
         self.embedding = model.get_input_embeddings()
         self.head = model.get_output_embeddings()
@@ -55,13 +33,17 @@ class TargetModel:
                 f"{type(model).__name__} has no decoder layers, input embedding or LM head that DFlash can "
                 "find; only decoder-only causal LMs (Qwen3, Llama and similar) are supported as targets.")
         self.layers = layers
-        cfg = model.config
+        cfg = model.config.get_text_config()
         self.num_layers = len(layers)
         self.hidden_size = int(cfg.hidden_size)
         self.vocab_rows = int(self.embedding.weight.shape[0])
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 1 << 30))
+        # Gemma-style tanh capping happens in the model's forward, not in its output embedding
+        self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.device = self.embedding.weight.device
+        self.deltanet = DeltaNetRollback.attach(model)
         self.cache = None
+        self._verify_start = 0
         self._captured: list[torch.Tensor | None] = []
         self._hooks = []
         self.capture(capture_layers)
@@ -76,7 +58,8 @@ class TargetModel:
         if not any(path.glob("*.safetensors")):
             raise CheckpointError(f"No *.safetensors weights in target folder {path}. Re-download the model.")
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True)
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True,
+                                                         trust_remote_code=False)
         except Exception as exc:  # loaders raise many types (safetensors, config, OS); all mean "unusable"
             raise CheckpointError(f"Target model in {path} could not be loaded ({type(exc).__name__}: {exc}). "
                                   "The files may be corrupt or of an unsupported architecture.") from exc
@@ -105,31 +88,39 @@ class TargetModel:
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
+        self.cache.activate_past_recording()
 
     @property
     def cached_length(self) -> int:
         return 0 if self.cache is None else self.cache.get_seq_length()
 
-    def crop(self, length: int) -> None:
-        """Forget cached positions >= length (rejected draft tokens)."""
+    def rollback(self, length: int) -> None:
+        """Keep cached positions < length in every layer and forget the rest (rejected draft tokens).
+        Called after every forward, also when nothing is rejected."""
         extra = self.cached_length - length
-        if extra > 0:
-            self.cache.crop(-extra)  # transformers 5.x: a negative count removes that many tokens
+        if extra < 0:
+            raise ValueError(f"cannot roll forward: {self.cached_length} positions cached, {length} asked for")
+        if self.deltanet is not None:
+            self.deltanet.commit(self.cache, length - self._verify_start)
+        self.cache.crop(-extra)  # transformers 5.x: a negative count removes that many tokens
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.embedding(ids)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden).float()
+        logits = self.head(hidden).float()
+        return logits if not self.softcap else torch.tanh(logits / self.softcap) * self.softcap
 
     def forward(self, ids: torch.Tensor, last_only: bool = False, features: bool = True):
         """Run ids [1, n] after the cached positions. Returns (logits [n or 1, V] float32,
         features [n, k*H] of the captured layers, or None when not asked for or none are captured)."""
         if self.cache is None:
             self.reset()
-        start = self.cached_length
+        start = self._verify_start = self.cached_length
         pos = torch.arange(start, start + ids.shape[1], device=ids.device).unsqueeze(0)
-        out = self.decoder(input_ids=ids, position_ids=pos, past_key_values=self.cache, use_cache=True)
+        recording = self.deltanet.verify() if self.deltanet is not None and start else nullcontext()
+        with recording:
+            out = self.decoder(input_ids=ids, position_ids=pos, past_key_values=self.cache, use_cache=True)
         hidden = out.last_hidden_state[0]
         logits = self.logits(hidden[-1:] if last_only else hidden)
         feats = self.captured_features()[0] if features and self._captured else None

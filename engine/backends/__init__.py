@@ -1,0 +1,96 @@
+"""The seam between the one decode loop (engine/loop.py) and the engines that run models.
+
+Every engine lives in a package of its own under engine/backends/ and imports its heavy library only
+inside it. The package's __init__ is light: it declares the engine's name, the device classes it can
+use and the target architectures it decodes losslessly on each, so the window can read them without
+importing torch. docs/ENGINES.md is the human-readable form of this contract.
+
+Pure standard library.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from ..errors import EngineError
+
+# The kinds of hardware a machine can offer; each engine maps them to its own device names.
+DEVICE_CLASSES = ("cuda", "apple", "cpu")
+DEVICE_LABELS = {"cuda": "NVIDIA GPU (CUDA)", "apple": "Apple GPU", "cpu": "CPU"}
+# model_type spellings of text-only checkpoints, mapped to the family name the tables use
+_TEXT_ONLY = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe", "gemma4_text": "gemma4"}
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    name: str
+    label: str
+    package: str                                  # imported when a pair is loaded
+    devices: dict[str, str]                       # device class -> the engine's device name
+    architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
+
+    def runs(self, model_type: str, device_class: str) -> bool:
+        return device_class in self.architectures.get(architecture(model_type), ())
+
+
+def _info(package: str) -> EngineInfo:
+    mod = importlib.import_module(package)
+    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.ARCHITECTURES))
+
+
+ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),)}
+
+
+def architecture(model_type: str) -> str:
+    """The family a config.json model_type belongs to (text-only checkpoints share their family's)."""
+    return _TEXT_ONLY.get(model_type, model_type)
+
+
+def engine_info(name: str) -> EngineInfo:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise EngineError(f"Unknown engine {name!r}; this build has {', '.join(ENGINES)}.",
+                          code="engine_unavailable") from None
+
+
+def load_pair(engine: str, target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None,
+              progress: Callable[[str, str], None] | None = None) -> "LoadedPair":
+    """Load a target (and drafter) with the named engine; progress(stage, message) reports stages."""
+    return importlib.import_module(engine_info(engine).package).load_pair(
+        target_dir, draft_dir, device=device, dtype=dtype, progress=progress)
+
+
+class LoadedPair(Protocol):
+    """What an engine hands the decode loop. The loop keeps the position, the tokens, the stop rules and
+    the statistics; the engine keeps everything that lives on the device (caches, the drafter's
+    context, the random generator and the draft distributions), for one generation at a time."""
+
+    info: dict               # engine, device, dtype, name, block_size, max_positions, vocab_size, layers ...
+    tokenizer: object | None  # engine.tokenizer.ChatTokenizer, or None (token ids only)
+    eos_ids: tuple[int, ...]
+    block_size: int          # the drafter's block size; 1 without a drafter
+    max_positions: int
+
+    def prefill(self, prompt: list[int], settings, drafting: bool) -> int:
+        """Start a generation: run the prompt from position 0 and return the first token, chosen by the
+        settings' sampling rule. drafting: whether draft() will be called in this generation."""
+
+    def draft(self, last: int, pos: int, width: int) -> list[int]:
+        """Propose up to width-1 tokens after `last`, which sits at position pos (not yet in the target's
+        cache). May return fewer (a confidence cutoff), never more."""
+
+    def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
+        """Run the target on [last, *drafts] at positions pos.. and apply the acceptance rule to the drafts
+        of the latest draft() (or none). Returns (accepted drafts n, the target's own token after them)."""
+
+    def commit(self, length: int) -> None:
+        """Keep positions < length in every cache (attention KV, sliding windows, recurrent and
+        convolution state) and forget the rest; the kept new positions feed the drafter's next context."""
+
+    def stop_drafting(self) -> None:
+        """draft() will not be called again in this generation (plain fallback): drop drafter context."""
+
+    def memory(self) -> dict:
+        """Bytes in use: at least peak_bytes (the process or device peak during the last generation)."""

@@ -1,0 +1,29 @@
+"""The torch engine: Hugging Face transformers targets with our own DFlash drafter, on CPU, CUDA or
+Apple's GPU (mps). This file only declares what the engine runs; torch is imported by the modules
+below it, when a pair is loaded, never by the window."""
+from __future__ import annotations
+
+NAME = "torch"
+LABEL = "PyTorch"
+# device class (engine/backends/__init__.py) -> torch's device name
+DEVICES = {"cuda": "cuda", "apple": "mps", "cpu": "cpu"}
+# Target model_type -> device classes where greedy DFlash output is checked identical to plain decoding
+# (tests/test_engine_architectures.py runs every entry on the CPU; cuda and mps never run in this
+# project's CI: see docs/ENGINES.md).
+ARCHITECTURES = {
+    "qwen3": ("cuda", "apple", "cpu"),
+    "llama": ("cuda", "apple", "cpu"),
+}
+
+
+def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None):
+    from .engine import load_pair as load
+    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress)
+
+
+def describe() -> dict:
+    """The engine's library version and every device it can use here."""
+    import torch
+
+    from .engine import devices
+    return {"version": torch.__version__, "cuda_version": torch.version.cuda, "devices": devices()}

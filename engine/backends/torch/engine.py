@@ -1,0 +1,246 @@
+"""The torch engine's operations for the decode loop (the contract is in engine/backends/__init__.py):
+a Hugging Face target, our drafter packed for decoding, sampling on the device, caches rolled back to
+the accepted prefix after every verify."""
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ...config import DraftConfig
+from ...errors import CheckpointError, EngineError, PairMismatchError
+from ...limits import GenerationSettings
+from ...tokenizer import ChatTokenizer
+from .. import architecture
+from . import ARCHITECTURES, DEVICES, NAME, cpu
+from .draft_runner import DraftRunner
+from .drafter import DFlashDrafter
+from .sampling import draw, probabilities, propose, verify
+from .target import TargetModel
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class DeviceUnavailable(EngineError):
+    code = "device_unavailable"
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """`auto`: CUDA when torch sees an NVIDIA GPU, else Apple's GPU, else the CPU. A named device that
+    is missing is refused with the reason, so the caller can offer the CPU instead."""
+    device = device or "auto"
+    mps = getattr(torch.backends, "mps", None)
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if mps and mps.is_available() else "cpu")
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        why = ("this copy of torch was built without CUDA" if torch.version.cuda is None
+               else "torch sees no NVIDIA GPU (is the driver installed?)")
+        raise DeviceUnavailable(f"The NVIDIA GPU (cuda) cannot be used: {why}. Load the model on the CPU instead.")
+    if kind == "mps" and not (mps and mps.is_available()):
+        raise DeviceUnavailable("Apple's GPU (mps) cannot be used here: it needs macOS on Apple Silicon. "
+                                "Load the model on the CPU instead.")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise DeviceUnavailable(f"Unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps.")
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise DeviceUnavailable(f"Device {device!r} is not valid here ({exc}).") from None
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if device.type == "mps" else torch.float32
+
+
+def device_class(device: torch.device) -> str:
+    return next(cls for cls, name in DEVICES.items() if name == device.type)
+
+
+def devices() -> list[dict]:
+    """Every device this engine can use here, with what the app shows about it."""
+    out = [{"engine": NAME, "device": "cpu", "class": "cpu", "threads": torch.get_num_threads(),
+            "bfloat16_faster": cpu.bfloat16_is_faster_here()}]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            out.append({"engine": NAME, "device": f"cuda:{i}", "class": "cuda", "name": p.name,
+                        "total_memory_bytes": int(p.total_memory), "capability": f"{p.major}.{p.minor}"})
+    mps = getattr(torch.backends, "mps", None)
+    if mps and mps.is_available():
+        out.append({"engine": NAME, "device": "mps", "class": "apple"})
+    return out
+
+
+def check_architecture(target_dir: Path, device: torch.device) -> str:
+    """The target's model_type, refused before loading when this engine does not run it on this device."""
+    if not (target_dir / "config.json").is_file():
+        raise CheckpointError(f"No config.json in target folder {target_dir}. Point to a downloaded model folder.")
+    try:
+        model_type = str(json.loads((target_dir / "config.json").read_text(encoding="utf-8")).get("model_type"))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{target_dir / 'config.json'} cannot be read as a JSON object ({exc}). "
+                              "Re-download the model.") from None
+    family = architecture(model_type)
+    where = device_class(device)
+    if where not in ARCHITECTURES.get(family, ()):
+        runs = ", ".join(sorted(a for a, d in ARCHITECTURES.items() if where in d))
+        raise CheckpointError(f"The torch engine does not run {model_type!r} models on the {where} "
+                              f"(it runs {runs} there). Pick a pair of a supported architecture.",
+                              code="unsupported_architecture")
+    return family
+
+
+def check_pair(target: TargetModel, cfg: DraftConfig) -> None:
+    """Refuse a drafter that was made for another target, naming what disagrees."""
+    if cfg.hidden_size != target.hidden_size:
+        raise PairMismatchError(
+            f"The drafter's hidden size is {cfg.hidden_size} but the target's is {target.hidden_size}: "
+            "this drafter was trained for a different model. Pick the drafter made for this target.")
+    if cfg.vocab_size != target.vocab_rows:
+        raise PairMismatchError(
+            f"The drafter expects a vocabulary of {cfg.vocab_size} tokens but the target has "
+            f"{target.vocab_rows}: they use different tokenizers. Pick the drafter made for this target.")
+    if cfg.num_target_layers is not None and cfg.num_target_layers != target.num_layers:
+        raise PairMismatchError(
+            f"The drafter was trained on a {cfg.num_target_layers}-layer target but this target has "
+            f"{target.num_layers} layers. Pick the drafter made for this target.")
+    if not 0 <= cfg.mask_token_id < target.vocab_rows:
+        raise PairMismatchError(
+            f"The drafter's mask token id {cfg.mask_token_id} lies outside the target's embedding table "
+            f"(0..{target.vocab_rows - 1}); the drafter does not belong to this target.")
+
+
+def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: str | None = None,
+              progress: Callable[[str, str], None] | None = None) -> "TorchPair":
+    """Load and check a pair; draft_dir None gives a target-only pair (plain decoding)."""
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # progress is ours to report, not stderr noise
+    report = progress or (lambda stage, message: None)
+    target_dir = Path(target_dir)
+    dev = resolve_device(device)
+    if dtype is not None and dtype not in DTYPES:
+        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join(DTYPES)}.", code="bad_settings")
+    torch_dtype = DTYPES[dtype] if dtype else default_dtype(dev)
+    family = check_architecture(target_dir, dev)
+    cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
+    report("weights", f"Reading weights from {target_dir.name}" + (f" and {Path(draft_dir).name}" if draft_dir else ""))
+    target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev)
+    drafter = None
+    if cfg is not None:
+        check_pair(target, cfg)
+        target.capture(cfg.target_layer_ids)
+        drafter = DFlashDrafter.from_pretrained(draft_dir, dtype=torch_dtype, device=dev)
+    return TorchPair(target, drafter, ChatTokenizer.from_folder(target_dir), target_dir.name, family)
+
+
+class TorchPair:
+    """A loaded pair and the state of its current generation (one at a time)."""
+
+    def __init__(self, target: TargetModel, drafter: DFlashDrafter | None, tokenizer: ChatTokenizer | None,
+                 name: str = "", family: str = ""):
+        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
+        self.device = target.device
+        on_cpu = self.device.type == "cpu"
+        if on_cpu:
+            cpu.tune_target(target.model)
+        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
+        self.block_size = drafter.config.block_size if drafter else 1
+        self.max_positions = target.max_positions
+        self.runner = (DraftRunner(drafter, target.head.weight, cpu.draft_dtype() if on_cpu else None)
+                       if drafter else None)
+        self.auto_cutoff = cpu.DRAFT_CUTOFF if on_cpu else 0.0
+        self.info = {"engine": NAME, "device": str(self.device),
+                     "dtype": str(target.embedding.weight.dtype).removeprefix("torch."),
+                     "architecture": family or getattr(target.model.config, "model_type", ""),
+                     "name": name, "block_size": self.block_size, "has_drafter": drafter is not None,
+                     "has_tokenizer": tokenizer is not None,
+                     "chat_template": bool(tokenizer and tokenizer.has_template),
+                     "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
+                     "vocab_size": target.vocab_rows, "max_positions": target.max_positions,
+                     "layers": target.num_layers}
+        self._settings = GenerationSettings()
+        self._gen: torch.Generator | None = None
+        self._drafting = False
+        self._cutoff = 0.0
+        self._context: list[torch.Tensor] = []   # committed positions' features the drafter has not seen
+        self._verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
+        self._q: torch.Tensor | None = None       # the last draft's proposal distribution (sampling only)
+
+    # -- the operations the loop calls ---------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
+        self._settings = settings
+        self._gen = torch.Generator(device=self.device)
+        self._gen.manual_seed(settings.seed) if settings.seed is not None else self._gen.seed()
+        self._drafting = drafting and self.runner is not None
+        self._cutoff = self.auto_cutoff if settings.draft_cutoff is None else settings.draft_cutoff
+        self._q = None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.target.reset()
+        logits, feats = self.target.forward(torch.tensor([prompt], device=self.device), last_only=True,
+                                            features=self._drafting)
+        self.target.rollback(len(prompt))   # nothing to forget; ends the caches' recording of this forward
+        self._context = [feats] if self._drafting else []
+        if self._drafting:
+            self.runner.reset()
+        return self._choose(logits[-1:])
+
+    @torch.inference_mode()
+    def draft(self, last: int, pos: int, width: int) -> list[int]:
+        context = torch.cat(self._context) if len(self._context) > 1 else self._context[0]
+        self._context = []
+        block = torch.full((width,), self.runner.config.mask_token_id, dtype=torch.long, device=self.device)
+        block[0] = last
+        logits = self.runner.logits(self.target.embed(block), context)
+        drafts, q = propose(logits, self._settings, self._gen)
+        if self._cutoff > 0:
+            keep = cpu.confident_prefix(logits, q, self._cutoff)
+            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
+        self._q = q
+        return drafts.tolist()
+
+    @torch.inference_mode()
+    def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
+        if self.target.cached_length != pos:
+            raise EngineError(f"Internal error: the loop is at position {pos} but the target's cache holds "
+                              f"{self.target.cached_length} positions.", code="internal")
+        block = torch.tensor([[last, *drafts]], device=self.device)
+        logits, feats = self.target.forward(block, features=self._drafting)
+        q = self._q if drafts else None
+        self._q = None
+        n, own = verify(block[0, 1:], q, logits, self._settings, self._gen)
+        self._verified = (pos, feats)
+        return n, own
+
+    @torch.inference_mode()
+    def commit(self, length: int) -> None:
+        self.target.rollback(length)
+        pos, feats = self._verified
+        if self._drafting and feats is not None:
+            self._context.append(feats[: length - pos])
+        self._verified = (0, None)
+
+    def stop_drafting(self) -> None:
+        self._drafting, self._context = False, []
+
+    def memory(self) -> dict:
+        if self.device.type == "cuda":
+            return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device)),
+                    "reserved_bytes": int(torch.cuda.memory_reserved(self.device))}
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"peak_bytes": int(rss if sys.platform == "darwin" else rss * 1024)}  # Linux reports KiB
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _choose(self, logits: torch.Tensor) -> int:
+        if self._settings.greedy:
+            return int(logits[-1].argmax())
+        return int(draw(probabilities(logits, self._settings), self._gen)[0])

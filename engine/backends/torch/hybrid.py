@@ -1,0 +1,98 @@
+"""Exact rollback for Gated DeltaNet layers (Qwen3.5 / Qwen3.6 hybrid targets).
+
+A verify pass runs B tokens through every layer, but only the accepted prefix may stay in the layers'
+state. transformers' cache crops attention keys and values and (while recording) the convolution
+window, but a DeltaNet layer's recurrent state is one matrix per head updated in place: it cannot be
+cropped. So during a verify each DeltaNet layer computes its output from the state before the block
+and keeps the block's gated delta inputs (the "tape": queries, keys, values, decays, betas; a few
+kilobytes) instead of writing its new state; commit then replays the tape of the accepted tokens
+only, from the untouched state, in one chunk. docs/BENCHMARKS.md ("Hybrid rollback") compares this
+with keeping every per-token state during the verify.
+
+The layers are switched per model instance (their forward is wrapped on the instance, not the class),
+so two loaded pairs never share state. Single tokens and prefills run transformers' own code.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def is_deltanet(module: nn.Module) -> bool:
+    return type(module).__name__.endswith("GatedDeltaNet")
+
+
+class DeltaNetRollback:
+    """The DeltaNet layers of one target and the tapes of its current verify."""
+
+    def __init__(self, layers: list[nn.Module]):
+        self.layers = {layer.layer_idx: layer for layer in layers}
+        self.tapes: dict[int, tuple] = {}      # layer_idx -> (q, k, v, g, beta) of the last verify
+        self.verifying = False
+        for layer in layers:
+            layer.forward = self._wrap(layer, layer.forward)
+
+    @classmethod
+    def attach(cls, model: nn.Module) -> "DeltaNetRollback | None":
+        layers = [m for m in model.modules() if is_deltanet(m)]
+        return cls(layers) if layers else None
+
+    @contextmanager
+    def verify(self):
+        """Multi-token forwards inside this block keep tapes instead of writing recurrent states."""
+        self.verifying, self.tapes = True, {}
+        try:
+            yield
+        finally:
+            self.verifying = False
+
+    def commit(self, cache, keep: int) -> None:
+        """Advance every DeltaNet layer's recurrent state by the first `keep` tokens of the last verify."""
+        for idx, tape in self.tapes.items():
+            q, k, v, g, beta = (t[:, :keep] for t in tape)
+            rule = _helpers(self.layers[idx]).torch_chunk_gated_delta_rule
+            _, state = rule(q, k, v, g=g, beta=beta, chunk_size=keep, initial_state=cache.get_recurrent_state(idx),
+                            output_final_state=True, use_qk_l2norm_in_kernel=True)
+            cache.update_recurrent_state(state, idx)
+        self.tapes = {}
+
+    def _wrap(self, layer: nn.Module, original):
+        def forward(hidden_states, cache_params=None, attention_mask=None, **kwargs):
+            if not self.verifying or cache_params is None or hidden_states.shape[1] == 1:
+                return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+            return self._verify_forward(layer, hidden_states, cache_params)
+        return forward
+
+    def _verify_forward(self, layer: nn.Module, x: torch.Tensor, cache) -> torch.Tensor:
+        """transformers' DeltaNet forward for a cached multi-token call, except that the recurrent state is
+        read but not written, and the rule's inputs are kept for commit()."""
+        h = _helpers(layer)
+        b, n, _ = x.shape
+        idx = layer.layer_idx
+        mixed = layer.in_proj_qkv(x).transpose(1, 2)
+        z = layer.in_proj_z(x).reshape(b, n, -1, layer.head_v_dim)
+        beta = layer.in_proj_b(x).sigmoid()
+        g = -layer.A_log.float().exp() * F.softplus(layer.in_proj_a(x).float() + layer.dt_bias)
+        # the cache records the convolution window's history until the next crop, so it rolls back exactly
+        window = cache.update_conv_state(mixed, idx, conv_kernel_size=layer.conv_kernel_size)
+        mixed = h.causal_conv1d_fn(window, layer.conv1d.weight.squeeze(1), layer.conv1d.bias,
+                                   activation=layer.activation)[:, :, -n:].transpose(1, 2)
+        q, k, v = torch.split(mixed, [layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
+        q = q.reshape(b, n, -1, layer.head_k_dim)
+        k = k.reshape(b, n, -1, layer.head_k_dim)
+        v = v.reshape(b, n, -1, layer.head_v_dim)
+        out, _ = h.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, chunk_size=n,
+                                                initial_state=cache.get_recurrent_state(idx),
+                                                output_final_state=False, use_qk_l2norm_in_kernel=True)
+        self.tapes[idx] = (q, k, v, g, beta)
+        out = layer.norm(out.reshape(-1, layer.head_v_dim), z.reshape(-1, layer.head_v_dim))
+        return layer.out_proj(out.reshape(b, n, -1))
+
+
+def _helpers(layer: nn.Module):
+    """The modeling module that defines this layer (its conv and delta-rule functions)."""
+    return sys.modules[type(layer).__module__]

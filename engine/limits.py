@@ -1,0 +1,134 @@
+"""The one table of generation settings and their limits, and the settings object built from it.
+
+Pure standard library: the window (settings file, settings dialog), the worker protocol, the CLI and
+the decode loop all read their ranges, defaults and help texts here, so no two of them can disagree.
+Every check names the setting, the limit and what to do.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import SettingsError
+
+SEED_MAX = 2**63 - 1
+MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_CHARS = 256
+RULES = ("residual", "match")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One numeric setting. `low`/`high` bound it (`open_low`/`open_high`: that end is excluded);
+    `zero`, when set, says what 0 stands for below a positive `low` ("off", "greedy")."""
+    name: str
+    kind: type            # int or float
+    low: float
+    high: float
+    default: Any
+    label: str
+    help: str
+    open_low: bool = False
+    open_high: bool = False
+    zero: str = ""
+    optional: bool = False   # None allowed (means: automatic / the drafter's own / random)
+
+    def describe(self) -> str:
+        if self.open_low:
+            span = f"above {self.low:g} and at most {self.high:g}"
+        elif self.open_high:
+            span = f"at least {self.low:g} and below {self.high:g}"
+        else:
+            span = f"from {self.low:g} to {self.high:g}"
+        return f"0 ({self.zero}) or {span}" if self.zero else span
+
+    def check(self, value: Any) -> Any:
+        """The value, or SettingsError naming the setting and its limits."""
+        if value is None:
+            if self.optional:
+                return None
+            raise SettingsError(f"{self.name} needs a value: {self.describe()}.")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SettingsError(f"{self.name} must be a number, got {value!r}.")
+        if self.kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise SettingsError(f"{self.name} must be a whole number, got {value!r}.")
+            value = int(value)
+        elif not math.isfinite(value):
+            raise SettingsError(f"{self.name} must be a finite number, got {value!r}.")
+        if self.zero and value == 0:
+            return self.kind(0)
+        below = value <= self.low if self.open_low else value < self.low
+        above = value >= self.high if self.open_high else value > self.high
+        if below or above:
+            raise SettingsError(f"{self.name} must be {self.describe()}, got {value!r}.")
+        return self.kind(value)
+
+
+LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
+    Limit("temperature", float, 0.01, 2.0, 0.0, "Temperature",
+          "0 picks the most likely token every time (greedy: the same answer each run). Higher values "
+          "sample more freely; DFlash keeps the target's own distribution either way.", zero="greedy"),
+    Limit("top_p", float, 0.0, 1.0, 1.0, "Top-p",
+          "Sample only from the smallest set of tokens whose probabilities add up to this. 1 turns it off.",
+          open_low=True),
+    Limit("top_k", int, 1, 100_000, 0, "Top-k",
+          "Sample only from the k most likely tokens. 0 turns it off.", zero="off"),
+    Limit("max_new_tokens", int, 1, 32_768, 256, "Max new tokens",
+          "The answer stops after this many tokens, even mid-sentence."),
+    Limit("block_size", int, 1, 64, None, "Block size",
+          "Tokens per draft block, the first being the last committed token. Empty: the drafter's own "
+          "(usually 16). 1 turns DFlash off (plain decoding).", optional=True),
+    Limit("draft_cutoff", float, 0.0, 1.0, None, "Draft cutoff",
+          "Verify drafts only while the drafter's running confidence stays at or above this. Empty: "
+          "automatic for the device. Higher values verify fewer drafts per step; the output never changes.",
+          open_high=True, optional=True),
+    Limit("seed", int, 0, SEED_MAX, None, "Seed",
+          "Random seed for sampling. Empty: a new seed each time.", optional=True),
+)}
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Validated settings for one generation; every field checked against LIMITS on creation."""
+    max_new_tokens: int = LIMITS["max_new_tokens"].default
+    temperature: float = LIMITS["temperature"].default
+    top_p: float = LIMITS["top_p"].default
+    top_k: int = LIMITS["top_k"].default
+    seed: int | None = None
+    block_size: int | None = None      # None: the drafter's own; 1: plain decoding
+    stop_strings: tuple[str, ...] = ()
+    rule: str = "residual"             # "residual" (exact speculative sampling) or "match" (sample-and-match)
+    draft_cutoff: float | None = None  # None: the engine's choice for its device
+    plain_fallback: bool = True        # switch to plain decoding when DFlash stays below break-even
+
+    def __post_init__(self):
+        for name, limit in LIMITS.items():
+            object.__setattr__(self, name, limit.check(getattr(self, name)))
+        stops = self.stop_strings
+        if isinstance(stops, str) or not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
+            raise SettingsError(f"stop_strings must be a list of strings, got {stops!r}.")
+        if len(stops) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_STRING_CHARS for s in stops):
+            raise SettingsError(f"stop_strings takes at most {MAX_STOP_STRINGS} strings of at most "
+                                f"{MAX_STOP_STRING_CHARS} characters each.")
+        object.__setattr__(self, "stop_strings", tuple(stops))
+        if self.rule not in RULES:
+            raise SettingsError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}.")
+        if not isinstance(self.plain_fallback, bool):
+            raise SettingsError(f"plain_fallback must be true or false, got {self.plain_fallback!r}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "GenerationSettings":
+        """From a protocol `settings` object: unknown keys are refused by name."""
+        unknown = sorted(set(raw) - set(SETTINGS_KEYS))
+        if unknown:
+            raise SettingsError(f"Unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS_KEYS)}.")
+        return cls(**raw)
+
+
+SETTINGS_KEYS = tuple(f.name for f in fields(GenerationSettings))

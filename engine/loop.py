@@ -1,0 +1,201 @@
+"""The one DFlash decode loop, shared by every engine (engine/backends/, docs/ENGINES.md).
+
+One step: the engine's drafter fills a block [last token, MASK x (B-1)] in one pass, the target
+verifies the block in one pass, the longest agreeing prefix plus one target token is committed, and
+the engine rolls its caches back to that prefix. Plain decoding is the same loop with block size 1,
+so comparisons are fair. The loop owns the position, the stop rules (EOS, max tokens, stop strings,
+a full context, cancel), the text stream, the statistics and the plain fallback; it never touches a
+tensor, so it imports no array library.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+
+from .errors import PromptTooLongError, SettingsError
+from .limits import GenerationSettings
+from .stats import Stats
+from .text import TextStream
+
+# The plain fallback judges DFlash over this many recent steps: long enough that one unlucky block
+# does not end DFlash, short enough that a drafter which does not fit the text stops costing soon.
+FALLBACK_WINDOW = 8
+
+
+@dataclass
+class Step:
+    """What one verify pass committed (the first Step is the prefill's token)."""
+    tokens: list[int]
+    drafted: list[bool]               # per token: proposed by the drafter (True) or the target
+    spans: list[tuple[str, bool]]     # settled text, split by drafted/target origin
+    proposed: int = 0                 # draft tokens offered this step
+    accepted: int = 0                 # of which the target kept
+    stop_reason: str | None = None    # set on the last step: eos, length, stop_string, context_full, cancelled
+    fallback: dict | None = None      # set on the step after which the loop switched to plain decoding
+
+    @property
+    def text(self) -> str:
+        return "".join(t for t, _ in self.spans)
+
+
+class StepCosts:
+    """Seconds per plain step of one loaded pair on this machine, from the plain steps it has run
+    (baselines, fallbacks, and one probe step when nothing else measured it)."""
+
+    def __init__(self):
+        self.plain: deque[float] = deque(maxlen=16)
+
+    @property
+    def plain_s(self) -> float | None:
+        return statistics.median(self.plain) if self.plain else None
+
+
+_costs: "weakref.WeakKeyDictionary[object, StepCosts]" = weakref.WeakKeyDictionary()
+
+
+def step_costs(pair) -> StepCosts:
+    return _costs.setdefault(pair, StepCosts())
+
+
+class Generation:
+    """One generation; iterate it to run the loop step by step. cancel() may be called from another
+    thread and takes effect before the next step."""
+
+    def __init__(self, pair, prompt_ids: list[int], settings: GenerationSettings = GenerationSettings(),
+                 baseline: bool = False):
+        self.pair, self.settings = pair, settings
+        self.prompt = list(prompt_ids)
+        if not self.prompt:
+            raise SettingsError("The prompt is empty: give at least one token.")
+        limit = pair.max_positions
+        if len(self.prompt) >= limit:
+            raise PromptTooLongError(
+                f"The prompt has {len(self.prompt)} tokens but the model's context holds {limit}. "
+                "Shorten the prompt or start a new conversation.")
+        wanted = 1 if baseline or pair.block_size == 1 else (settings.block_size or pair.block_size)
+        if wanted > pair.block_size:
+            raise SettingsError(f"block_size {wanted} exceeds the drafter's block size {pair.block_size}.")
+        self.block_size = wanted
+        self.stats = Stats(block_size=wanted, prompt_tokens=len(self.prompt))
+        self.tokens: list[int] = []
+        self.stop_reason: str | None = None
+        self.fallback: dict | None = None
+        self.stream = TextStream(pair.tokenizer, settings.stop_strings) if pair.tokenizer else None
+        self._cancel = threading.Event()
+
+    @property
+    def text(self) -> str:
+        return self.stream.text if self.stream else ""
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self) -> "Generation":
+        for _ in self:
+            pass
+        return self
+
+    def __iter__(self):
+        pair, s = self.pair, self.settings
+        drafting = self.block_size > 1
+        # Timing decides when the fallback happens, and a sampled answer depends on it: a seeded sampled
+        # answer must come out the same every time, so it never falls back.
+        fallback = s.plain_fallback and (s.greedy or s.seed is None)
+        costs = step_costs(pair)
+        recent_tokens: deque[int] = deque(maxlen=FALLBACK_WINDOW)
+        recent_s: deque[float] = deque(maxlen=FALLBACK_WINDOW)
+        start = time.perf_counter()
+
+        first = pair.prefill(self.prompt, s, drafting)
+        self.stats.prefill_s = time.perf_counter() - start
+        step = self._commit([first], [False], 0, 0)
+        self.stats.ttft_s = time.perf_counter() - start
+        yield step
+
+        pos, last = len(self.prompt), first        # `last` sits at pos, not yet seen by the target
+        decode_start = time.perf_counter()
+        while self.stop_reason is None:
+            if self._cancel.is_set():
+                yield self._end("cancelled")
+                break
+            room = pair.max_positions - pos
+            if room < 1:
+                yield self._end("context_full")
+                break
+            # The fallback needs this pair's plain step cost: while none is timed, one plain step measures it.
+            probe = fallback and costs.plain_s is None
+            width = min(self.block_size, room) if drafting and not probe else 1
+            t0 = time.perf_counter()
+            drafts = pair.draft(last, pos, width) if width > 1 else []
+            n, own = pair.verify(last, pos, drafts)
+            pos += n + 1
+            pair.commit(pos)
+            elapsed = time.perf_counter() - t0
+            self.stats.record_step(len(drafts), n)
+            if width == 1:
+                costs.plain.append(elapsed)
+            else:
+                recent_tokens.append(n + 1)
+                recent_s.append(elapsed)
+            committed, last = drafts[:n] + [own], own
+            step = self._commit(committed, [True] * n + [False], len(drafts), n)
+            if drafting and width > 1 and fallback and self.stop_reason is None:
+                step.fallback = self._judge(recent_tokens, recent_s, costs)
+                if step.fallback:
+                    drafting = False
+                    pair.stop_drafting()
+            yield step
+        self.stats.decode_s = time.perf_counter() - decode_start
+        self.stats.peak_memory_bytes = int(pair.memory().get("peak_bytes", 0))
+
+    def _judge(self, tokens: deque, seconds: deque, costs: StepCosts) -> dict | None:
+        """Switch to plain decoding when the recent DFlash steps commit fewer tokens per step than a DFlash
+        step costs in plain steps (the break-even point, measured here), or never more than one."""
+        if len(tokens) < FALLBACK_WINDOW or costs.plain_s is None:
+            return None
+        tau = sum(tokens) / len(tokens)
+        step_s = statistics.median(seconds)
+        break_even = step_s / costs.plain_s
+        if tau > 1.0 and tau >= break_even:
+            return None
+        self.fallback = {"after_tokens": len(self.tokens), "tau": tau, "break_even": break_even,
+                         "dflash_step_ms": step_s * 1000, "plain_step_ms": costs.plain_s * 1000,
+                         "reason": (f"Drafts were accepted at {tau:.2f} tokens per step over the last "
+                                    f"{len(tokens)} steps, below this pair's break-even of {break_even:.2f} "
+                                    "on this machine, so the rest of the answer used plain decoding.")}
+        self.stats.fallback = self.fallback
+        return self.fallback
+
+    def _end(self, reason: str) -> Step:
+        self.stop_reason = reason
+        return Step([], [], self._take(final=True), stop_reason=reason)
+
+    def _commit(self, tokens, drafted, proposed, accepted) -> Step:
+        """Apply EOS, max-tokens and stop strings token by token, so nothing past a stop is emitted."""
+        kept, kept_flags = [], []
+        eos = self.pair.eos_ids
+        for tok, flag in zip(tokens, drafted):
+            if tok in eos:
+                self.stop_reason = "eos"
+                break
+            kept.append(tok)
+            kept_flags.append(flag)
+            self.tokens.append(tok)
+            self.stats.generated_tokens += 1
+            if self.stream is not None:
+                self.stream.push(tok, flag)
+                if self.stream.stop_strings and self.stream.find_stop():
+                    self.stop_reason = "stop_string"
+                    break
+            if len(self.tokens) >= self.settings.max_new_tokens:
+                self.stop_reason = "length"
+                break
+        return Step(kept, kept_flags, self._take(final=self.stop_reason is not None),
+                    proposed=proposed, accepted=accepted, stop_reason=self.stop_reason)
+
+    def _take(self, final: bool):
+        return self.stream.take(final) if self.stream else []
