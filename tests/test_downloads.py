@@ -316,7 +316,7 @@ def test_listed_path_that_leaves_the_snapshot_is_refused_and_nothing_outside_cha
     cache = tmp_path / "cache"
     hostile = HOSTILE_PATHS[case](tmp_path)
     repo = hub.repos["org/m"] = make_repo(20, extra={hostile: b'{"evil": true}'})
-    hub.static["/user/autostart/tokenizer.json"] = repo.files[hostile]  # where httpx asks once it drops the '..' segments
+    hub.static["/user/autostart/tokenizer.json"] = repo.files[hostile]  # where httpx asks, '..' segments dropped
     before = outside(tmp_path, cache)
     j = run(job(hub, [("org/m", "main")], cache))
     refused(j, "unsafe_name", "org/m", repr(hostile), "another mirror")
