@@ -3,10 +3,16 @@
 Every assistant message keeps its statistics (JSON), its stop reason and the drafted/target spans, so
 the footer and the highlighting come back after a restart. The schema carries a version
 (PRAGMA user_version) and upgrades step by step when the app is newer than the file.
+
+Start-up never fails on this file: ``open_store`` moves a damaged file aside, opens a newer or an
+unwritable one read-only, and says what it did in a notice the window shows.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -40,8 +46,23 @@ CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
 """
 
 
+# SQLite primary result codes (extended codes keep them in the low byte)
+_CORRUPT, _NOTADB, _READONLY, _CANTOPEN = 11, 26, 8, 14
+_COMPANIONS = ("-wal", "-shm", "-journal")  # SQLite's files beside the database, moved along with it
+
+
 class ChatStoreError(RuntimeError):
-    """The chat file cannot be used (for example, it was written by a newer version)."""
+    """The chat file cannot be used or written; the message says why and what to do, for the window to show."""
+
+
+class NewerSchemaError(ChatStoreError):
+    """Written by a newer version: this one may show the chats but must not change the file."""
+
+    def __init__(self, path: Path, version: int):
+        self.reason = (f"Your chats were saved by a newer version of DFlash Desktop (chat file version {version}; "
+                       f"this version understands up to {SCHEMA_VERSION}). They are shown read-only: update "
+                       "DFlash Desktop to add or change chats.")
+        super().__init__(f"{path}: {self.reason}")
 
 
 @dataclass
@@ -70,31 +91,55 @@ def default_path() -> Path:
     return paths.data_dir() / "chats.sqlite3"
 
 
+def _writes(method):
+    """A method that changes the file: refused on a read-only store, and a failed write (disk full, file made
+    read-only meanwhile) becomes a ChatStoreError the window can show instead of a traceback."""
+    @functools.wraps(method)
+    def write(self, *args, **kwargs):
+        if self.read_only:
+            raise ChatStoreError(f"Nothing was saved. {self.read_only}")
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            raise ChatStoreError(f"Nothing was saved: the chat file {self.path} could not be written ({exc}). "
+                                 "Check that its disk has free space and its folder is writable.") from exc
+    return write
+
+
 class ChatStore:
     """Small synchronous store: every call is one short transaction on the GUI thread (milliseconds)."""
 
-    def __init__(self, path: Path | str | None = None):
+    def __init__(self, path: Path | str | None = None, *, read_only: str | None = None):
+        """``read_only``: why the file must not change (a sentence for the user); the file is then opened
+        read-only, never migrated, and every writing method raises ChatStoreError with that sentence."""
         self.path = Path(path) if path else default_path()
-        self._db = sqlite3.connect(str(self.path))
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA foreign_keys = ON")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._migrate()
+        self.read_only = read_only
+        self._db = _connect_read_only(self.path) if read_only else sqlite3.connect(str(self.path))
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA foreign_keys = ON")
+            if not read_only:
+                self._migrate()
+        except BaseException:
+            self._db.close()  # an open handle would keep a damaged file from being moved aside (Windows)
+            raise
 
     def close(self) -> None:
         self._db.close()
 
     def _migrate(self) -> None:
+        """Upgrade the schema; a newer file is refused before anything in it changes (even its journal mode)."""
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise ChatStoreError(f"{self.path} was written by a newer DFlash Desktop (schema {version}, this "
-                                 f"version reads up to {SCHEMA_VERSION}). Update the app to open it.")
-        with self._db:
+            raise NewerSchemaError(self.path, version)
+        self._db.execute("PRAGMA journal_mode = WAL")
+        with self._db:  # written even when current: this is also the check that the file can be written
             if version < 1:
                 self._db.executescript(_SCHEMA_V1)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- conversations ------------------------------------------------------------------------------
+    @_writes
     def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> Conversation:
         now = time.time()
         with self._db:
@@ -111,6 +156,7 @@ class ChatStore:
         r = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         return Conversation(r["id"], r["title"], r["system_prompt"], r["created"], r["updated"]) if r else None
 
+    @_writes
     def update_conversation(self, conversation_id: int, *, title: str | None = None,
                             system_prompt: str | None = None) -> None:
         """A new system prompt counts as activity (the chat moves to the top); a new title does not."""
@@ -126,11 +172,13 @@ class ChatStore:
         with self._db:
             self._db.execute(f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?", (*args, conversation_id))
 
+    @_writes
     def delete_conversation(self, conversation_id: int) -> None:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     # -- messages -----------------------------------------------------------------------------------
+    @_writes
     def add_message(self, conversation_id: int, role: str, content: str, *, spans: list | None = None,
                     stats: dict | None = None, stop_reason: str | None = None, error: dict | None = None) -> Message:
         now = time.time()
@@ -142,6 +190,7 @@ class ChatStore:
             self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
         return Message(cur.lastrowid, conversation_id, role, content, spans, stats, stop_reason, error, now)
 
+    @_writes
     def update_message(self, message_id: int, *, content: str | None = None, spans: list | None = None,
                        stats: dict | None = None, stop_reason: str | None = None, error: dict | None = None) -> None:
         sets, args = [], []
@@ -161,10 +210,121 @@ class ChatStore:
         return [Message(r["id"], r["conversation_id"], r["role"], r["content"], _load(r["spans"]),
                         _load(r["stats"]), r["stop_reason"], _load(r["error"]), r["created"]) for r in rows]
 
+    @_writes
     def delete_from(self, conversation_id: int, message_id: int) -> None:
         """Delete a message and everything after it (regenerate, edit-and-resend)."""
         with self._db:
             self._db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id))
+
+
+def open_store(path: Path | str | None = None) -> tuple[ChatStore, str | None]:
+    """The window's chat store whatever state its file is in, and a plain-language notice for a dialog
+    (None when all is well). Call it after taking the single-instance lock: it may rename files.
+
+    A damaged file, or a folder in its place, is moved aside (kept) and a new store starts; a file from a
+    newer version, or one that cannot be written, opens read-only; anything else gives a store in memory.
+    """
+    try:
+        path = Path(path) if path else default_path()
+        if path.is_dir():
+            return _start_over(path, f"A folder was found where your chat history file belongs ({path}).")
+        if path.is_file():
+            _inspect(path)
+        return ChatStore(path), None
+    except NewerSchemaError as exc:
+        return _open_read_only(path, exc.reason)
+    except sqlite3.DatabaseError as exc:
+        if _code(exc) in (_CORRUPT, _NOTADB):
+            return _start_over(path, f"Your chat history could not be read: the file is damaged ({exc}).")
+        if _code(exc) in (_READONLY, _CANTOPEN) and path.is_file():
+            return _open_read_only(path, f"The chat history file {path} cannot be written: it or its folder is "
+                                         "read-only. Your chats are shown read-only: make the folder writable "
+                                         "and restart DFlash Desktop to add or change chats.")
+        return _in_memory(f"{exc} ({path})")
+    except OSError as exc:  # the data folder cannot be created or looked into
+        return _in_memory(str(exc))
+
+
+def _inspect(path: Path) -> None:
+    """Read the version and the conversation list without writing anything. A damaged or newer file is never
+    opened for writing: closing a writable connection may checkpoint its -wal into it, or delete the -wal."""
+    db = _connect_read_only(path)
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise NewerSchemaError(path, version)
+        if version:
+            db.execute("SELECT * FROM conversations").fetchall()
+    finally:
+        db.close()
+
+
+def _probed(store: ChatStore) -> ChatStore:
+    """Read the conversation list once, so a file this version cannot show fails here and not in the window."""
+    try:
+        store.conversations()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _start_over(path: Path, what: str) -> tuple[ChatStore, str]:
+    try:
+        moved = _move_aside(path)
+        store = ChatStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        return _in_memory(f"{path} could not be moved aside or replaced: {exc}")
+    return store, (f"{what} It was moved to {moved} (kept as it was, nothing deleted) and a new, empty chat "
+                   "history was started.")
+
+
+def _open_read_only(path: Path, reason: str) -> tuple[ChatStore, str]:
+    try:
+        return _probed(ChatStore(path, read_only=reason)), reason
+    except (ChatStoreError, sqlite3.Error) as exc:
+        return _in_memory(f"{exc} ({path})")
+
+
+def _in_memory(problem: str) -> tuple[ChatStore, str]:
+    return ChatStore(":memory:"), (f"Your chat history cannot be opened: {problem}. Chats from this session are "
+                                   "kept in memory only and are lost when you quit. Check that the data folder "
+                                   "exists and is writable, then restart DFlash Desktop.")
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """Open without ever writing. In a read-only folder SQLite cannot create the shared-memory file a WAL
+    database needs, so the file is then opened as immutable (nobody can write it there either)."""
+    uri = path.resolve().as_uri()
+    db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    try:
+        db.execute("PRAGMA user_version").fetchone()
+        return db
+    except sqlite3.OperationalError as exc:
+        db.close()
+        if _code(exc) != _CANTOPEN:
+            raise
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True)
+
+
+def _code(exc: sqlite3.Error) -> int:
+    """SQLite's primary result code (0 for errors raised by Python's sqlite3 module itself)."""
+    return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a damaged file (with SQLite's companion files) or folder to an unused
+    ``<name>.damaged-<time>[-n]<suffix>``, so nothing is lost and no earlier copy is overwritten."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in itertools.count(1):
+        target = path.with_name(f"{path.stem}.damaged-{stamp}{f'-{n}' if n > 1 else ''}{path.suffix}")
+        if not any(os.path.lexists(f"{target}{companion}") for companion in ("", *_COMPANIONS)):
+            break
+    path.rename(target)
+    for companion in _COMPANIONS:  # a stale -wal left beside a new file would be replayed into it
+        if os.path.lexists(f"{path}{companion}"):
+            os.rename(f"{path}{companion}", f"{target}{companion}")
+    return target
 
 
 def _dump(value) -> str | None:

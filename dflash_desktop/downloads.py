@@ -9,6 +9,11 @@ so a cancelled or crashed download would restart from zero. Here each file strea
 ``snapshots/<commit>/``: the same layout huggingface_hub and transformers read, so models already in
 the cache are reused and ours are usable by other tools.
 
+Nothing the hub or the catalog sends becomes a path unchecked: repo ids, revisions, commit shas, oids
+and listed file paths are validated where they enter (``_check_request``, ``_checked_listing``), and
+every write, append, delete and link first checks that no symlink leads out of the repo's folder
+(``_inside``).
+
 Mirror: pass ``endpoint=`` or set HF_ENDPOINT. Proxy: httpx reads HTTPS_PROXY / HTTP_PROXY / NO_PROXY.
 Offline: ``offline=True`` or HF_HUB_OFFLINE=1 makes no network call at all.
 """
@@ -26,7 +31,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Callable, Iterable
 
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")  # plain HTTP only: Xet transfers cannot be resumed by us
@@ -36,7 +41,8 @@ from huggingface_hub import HfApi, hf_hub_url  # noqa: E402
 from huggingface_hub.errors import (  # noqa: E402
     EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError)
 from huggingface_hub.hf_api import RepoFile  # noqa: E402
-from huggingface_hub.utils import build_hf_headers, get_session, get_token, hf_raise_for_status  # noqa: E402
+from huggingface_hub.utils import (  # noqa: E402
+    build_hf_headers, get_session, get_token, hf_raise_for_status, validate_repo_id)
 
 from . import paths  # noqa: E402
 
@@ -64,6 +70,10 @@ class DownloadError(Exception):
 
 class Cancelled(Exception):
     pass
+
+
+class UnsafeName(ValueError):
+    """A name from the hub or the catalog that could lead a path out of the model's folder."""
 
 
 class _Transient(Exception):
@@ -119,6 +129,44 @@ def wanted(path: str, allow: Iterable[str] = ALLOW_PATTERNS, ignore: Iterable[st
     return match(allow) and not (match(ignore) or any(path.startswith(p[:-1]) for p in ignore if p.endswith("/*")))
 
 
+def require_hex(value, length: int, what: str) -> str:
+    """``value`` when it is ``length`` lowercase hex digits. Commit shas and oids name folders and files in
+    the cache, so anything else (``../``, a slash, a newline) is refused before it reaches the disk."""
+    if isinstance(value, str) and re.fullmatch(f"[0-9a-f]{{{length}}}", value):
+        return value
+    raise UnsafeName(f"{what} is {value!r}, not {length} hex digits")
+
+
+def _path_problem(path) -> str | None:
+    if not isinstance(path, str):
+        return "is not text"
+    if not path:
+        return "is empty"
+    if "\\" in path:
+        return "contains a backslash (a folder separator on Windows)"
+    if "\0" in path:
+        return "contains a NUL character"
+    if path.startswith("/"):
+        return "is absolute"
+    if PureWindowsPath(path).drive:
+        return "starts with a drive letter"
+    parts = path.split("/")
+    for bad, problem in (("", "has an empty part"), ("..", "has a '..' part"), (".", "has a '.' part")):
+        if bad in parts:
+            return problem
+    return None
+
+
+def safe_relpath(path, what: str = "the path") -> str:
+    """``path`` when it is a plain relative path of names joined by '/': listed files become
+    ``snapshots/<commit>/<path>`` and revisions ``refs/<revision>``, so they must stay below that folder on
+    every system (symlinks on the disk are ``_inside``'s job)."""
+    problem = _path_problem(path)
+    if problem:
+        raise UnsafeName(f"{what} {path!r} {problem}")
+    return path
+
+
 def storage_folder(cache_dir: Path, repo_id: str) -> Path:
     return Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
 
@@ -170,7 +218,7 @@ def _write_tree(storage: Path, commit: str, files: list[RepoFile]) -> None:
         if f.lfs is not None:
             e.update(lfs_sha256=f.lfs.sha256, lfs_size=f.lfs.size)
         entries[f.path] = e
-    target = storage / "trees" / f"{commit}.json"
+    target = _inside(storage, storage / "trees" / f"{commit}.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"format_version": 1, "files": entries}, indent=1))
@@ -178,10 +226,11 @@ def _write_tree(storage: Path, commit: str, files: list[RepoFile]) -> None:
 
 
 def _commit_from_cache(storage: Path, revision: str) -> str | None:
-    if COMMIT_RE.match(revision):
+    if COMMIT_RE.fullmatch(revision):
         return revision if (storage / "snapshots" / revision).is_dir() else None
     ref = storage / "refs" / revision
-    return ref.read_text().strip() if ref.is_file() else None
+    commit = ref.read_text().strip() if ref.is_file() else ""
+    return commit if COMMIT_RE.fullmatch(commit) else None  # a ref naming anything but a commit is no cache
 
 
 def missing_from_cache(repo_id: str, revision: str = "main", cache_dir: Path | None = None,
@@ -375,6 +424,7 @@ class DownloadJob:
 
     def _plan(self, repo_id: str, revision: str) -> list[_File]:
         """Resolve the revision and list wanted files; offline (or unreachable hub) uses the cache."""
+        self._check_request(repo_id, revision)
         storage = storage_folder(self.cache_dir, repo_id)
         if self.offline:
             return self._plan_offline(repo_id, revision, storage, reason="Offline mode is on")
@@ -389,19 +439,40 @@ class DownloadJob:
                                       reason=f"The hub at {self.endpoint} cannot be reached")
         except Exception as exc:
             raise self._map_error(exc, repo_id, revision) from None
-        commit = info.sha
-        if not commit:
+        if not info.sha:
             raise DownloadError("unexpected", f"{self.endpoint} did not return a commit for {repo_id}; "
                                               "is HF_ENDPOINT a Hugging Face compatible mirror?", repo_id)
+        commit, files = self._checked_listing(repo_id, info.sha, tree, storage)
         _write_tree(storage, commit, tree)
         if revision != commit:
-            (storage / "refs").mkdir(parents=True, exist_ok=True)
-            (storage / "refs" / revision).write_text(commit)
-        self.result[repo_id] = storage / "snapshots" / commit
-        (storage / "snapshots" / commit).mkdir(parents=True, exist_ok=True)
-        return [_File(repo_id, commit, f.path, f.size, f.lfs.sha256 if f.lfs else f.blob_id,
-                      f.lfs.sha256 if f.lfs else None, storage)
-                for f in tree if wanted(f.path, self.allow, self.ignore)]
+            ref = _inside(storage, storage / "refs" / revision)
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            ref.write_text(commit)
+        snapshot = _inside(storage, storage / "snapshots" / commit)
+        snapshot.mkdir(parents=True, exist_ok=True)
+        self.result[repo_id] = snapshot
+        return files
+
+    def _check_request(self, repo_id: str, revision: str) -> None:
+        """The repo id and revision come from the catalog, which may come from the network: both name folders."""
+        try:
+            validate_repo_id(repo_id)
+            safe_relpath(revision, "the revision")
+        except ValueError as exc:
+            raise DownloadError("unsafe_name", f"Cannot download {repo_id!r}: {str(exc).rstrip('.')}. Fix the "
+                                               "pair's entry in the catalog.", repo_id) from None
+
+    def _checked_listing(self, repo_id: str, sha, tree: list[RepoFile], storage: Path) -> tuple[str, list[_File]]:
+        """The commit and the wanted files, every name that becomes a path checked before anything is written."""
+        try:
+            commit = require_hex(sha, 40, "the commit sha")
+            return commit, [_listed_file(repo_id, commit, f, storage)
+                            for f in tree if wanted(f.path, self.allow, self.ignore)]
+        except UnsafeName as exc:
+            raise DownloadError("unsafe_name", f"{self.endpoint} sent an unsafe file list for {repo_id}: {exc}. "
+                                               "Nothing was written for it. The repository or the mirror is broken "
+                                               "or hostile: report it to its owner, or use another mirror "
+                                               "(HF_ENDPOINT).", repo_id) from None
 
     def _plan_offline(self, repo_id: str, revision: str, storage: Path, reason: str) -> list[_File]:
         snap, missing = missing_from_cache(repo_id, revision, self.cache_dir, self.allow, self.ignore)
@@ -427,6 +498,10 @@ class DownloadJob:
 
     # --- internals: one file --------------------------------------------------------------------
     def _fetch(self, f: _File) -> None:
+        """Download (or resume), verify and link one file; its blob, partial file and snapshot entry are checked
+        to stay in the repo's folder first, so no write, append, delete or link below can go elsewhere."""
+        for path in (f.blob, f.partial, f.pointer):
+            _inside(f.storage, path)
         f.blob.parent.mkdir(parents=True, exist_ok=True)
         if not f.blob.exists():
             attempts, refetched = 0, False
@@ -552,6 +627,33 @@ class DownloadJob:
         if isinstance(exc, HfHubHTTPError):
             return DownloadError("http", f"The hub answered HTTP {status} for {repo_id}. Try again later.", repo_id)
         return DownloadError("unexpected", f"Could not get {repo_id}: {type(exc).__name__}: {exc}", repo_id)
+
+
+def _listed_file(repo_id: str, commit: str, entry: RepoFile, storage: Path) -> _File:
+    """A listed file with its path and oid checked: they become the snapshot entry and the blob's name."""
+    path = safe_relpath(entry.path)
+    if entry.lfs is not None:
+        sha256 = require_hex(entry.lfs.sha256, 64, f"the sha256 of {path}")
+        return _File(repo_id, commit, path, entry.size, sha256, sha256, storage)
+    return _File(repo_id, commit, path, entry.size, require_hex(entry.blob_id, 40, f"the git oid of {path}"), None,
+                 storage)
+
+
+def _inside(root: Path, path: Path) -> Path:
+    """``path`` when its real location (every symlink followed) is inside ``root``, the repo's folder.
+
+    A symlink planted in the cache must never make us write, append to, delete or link a file elsewhere.
+    """
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    if real.is_relative_to(top):
+        return path
+    steps = path.relative_to(root).parts if path.is_relative_to(root) else ()
+    link = next((root.joinpath(*steps[:i]) for i in range(1, len(steps) + 1)
+                 if root.joinpath(*steps[:i]).is_symlink()), path)
+    raise DownloadError("unsafe_cache", f"{link} is a symbolic link to {os.path.realpath(link)}, outside the "
+                                        f"model's folder {root}, so downloading would write there. Nothing was "
+                                        "written there. Delete that link (or the model's folder) and download "
+                                        "again.")
 
 
 def _size(p: Path) -> int:

@@ -9,7 +9,10 @@ Endpoints (what the library and our downloader call):
 Fault knobs on ``HubServer`` (set by tests): ``drop_once`` (paths cut mid-body on their first GET),
 ``ignore_range``, ``corrupt`` (path -> how many GETs serve damaged bytes), ``slow_bps`` (pace bodies),
 gated repos (401 without a token, 403 with a token that has no access), ``static`` plain files
-(path -> bytes). Every request is recorded.
+(path -> bytes). Hostile listings: a repo's files may have any path (``../x``, ``/abs``), its commits any
+sha, and ``Repo.listed_oids`` makes the listing announce another oid than the file's. Routes match the
+raw request path and percent-decode each part, like the hub, so a revision containing ``%2F`` arrives
+whole. Every request is recorded.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Repo:
     commits: dict[str, str]  # revision name -> commit sha
     gated: bool = False
     allowed_tokens: set[str] = field(default_factory=set)
+    listed_oids: dict[str, str] = field(default_factory=dict)  # path -> oid the listing claims (hostile hubs)
 
     def is_lfs(self, path: str) -> bool:
         return path.endswith(LFS_SUFFIXES)
@@ -130,6 +134,11 @@ class _Handler(BaseHTTPRequestHandler):
         return repo, commit
 
     # --- routes ----------------------------------------------------------------------------------
+    def _route(self, pattern: str):
+        """Match the raw path, then percent-decode each group (a quoted revision may contain '/')."""
+        m = re.fullmatch(pattern, urlsplit(self.path).path)
+        return [unquote(g) if g else g for g in m.groups()] if m else None
+
     def do_GET(self):
         self._record()
         path = unquote(urlsplit(self.path).path)
@@ -139,35 +148,37 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-        elif m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path):
-            repo, commit = self._repo_rev(m[1], m[2])
+        elif m := self._route(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)"):
+            repo, commit = self._repo_rev(m[0], m[1])
             if repo:
-                self._json(200, {"id": m[1], "sha": commit, "private": False,
+                self._json(200, {"id": m[0], "sha": commit, "private": False,
                                  "gated": "manual" if repo.gated else False,
                                  "siblings": [{"rfilename": p} for p in sorted(repo.files)]})
-        elif m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path):
-            repo, commit = self._repo_rev(m[1], m[2])
+        elif m := self._route(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?"):
+            repo, commit = self._repo_rev(m[0], m[1])
             if repo:
                 self._json(200, [self._tree_entry(repo, p) for p in sorted(repo.files)])
-        elif m := re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path):
-            self._resolve(m[1], m[2], m[3], body=True)
+        elif m := self._route(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)"):
+            self._resolve(*m, body=True)
         else:
             self._error(404, None, "Not found")
 
     def do_HEAD(self):
         self._record()
-        path = unquote(urlsplit(self.path).path)
-        if m := re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path):
-            self._resolve(m[1], m[2], m[3], body=False)
+        if m := self._route(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)"):
+            self._resolve(*m, body=False)
         else:
             self._error(404, None, "Not found")
 
     @staticmethod
     def _tree_entry(repo: Repo, path: str) -> dict:
         data = repo.files[path]
+        oid = repo.listed_oids.get(path)
         entry = {"type": "file", "path": path, "size": len(data), "oid": git_blob_sha1(data)}
         if repo.is_lfs(path):
-            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            entry["lfs"] = {"oid": oid or hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        elif oid:
+            entry["oid"] = oid
         return entry
 
     def _resolve(self, repo_id: str, rev: str, file: str, body: bool):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -263,3 +264,139 @@ def test_allow_and_ignore_patterns():
     for bad in ("pytorch_model.bin", "model.pt", "x.pkl", "original/params.json", "model.gguf", "dflash.py",
                 "README.md", "metal/model.bin"):
         assert not wanted(bad), bad
+
+
+# ----------------------------------------------------------------------------- hostile hubs and caches
+# Paths below are relative to snapshots/<commit>/ (files), blobs/ (oids) or refs/ and trees/ (revisions,
+# shas): three or four '..' climb out of the cache folder (tmp_path/cache) into tmp_path/user.
+
+def user_files(tmp_path) -> Path:
+    """A user's folder beside the cache, with files a hostile listing aims at."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "tokenizer.json").write_bytes(b"the user's own tokenizer\n")
+    (user / "config.json").write_bytes(b"the user's own config\n")
+    (user / "notes.incomplete").write_bytes(b"my notes\n")
+    return user
+
+
+def outside(tmp_path, cache) -> dict:
+    """Everything under tmp_path but outside the cache (type and bytes): a download must change none of it."""
+    found = {}
+    for folder, dirs, files in os.walk(tmp_path):
+        dirs[:] = [d for d in dirs if Path(folder, d) != cache]
+        for name in dirs + files:
+            p = Path(folder, name)
+            found[str(p)] = ("link", os.readlink(p)) if p.is_symlink() else \
+                ("dir",) if p.is_dir() else ("file", p.read_bytes())
+    return found
+
+
+def refused(j: DownloadJob, kind: str, *words: str) -> None:
+    assert j.state == "failed" and j.error is not None, f"the download was not refused (state {j.state})"
+    assert j.error.kind == kind, j.error.message
+    for word in words:
+        assert word in j.error.message, j.error.message
+
+
+HOSTILE_PATHS = {
+    "dotdot": lambda tmp: "../../../../user/autostart/tokenizer.json",
+    "absolute": lambda tmp: str(tmp / "user" / "autostart" / "tokenizer.json"),
+    "backslash": lambda tmp: "..\\..\\..\\..\\user\\autostart\\tokenizer.json",
+    "drive_letter": lambda tmp: "C:tokenizer.json",
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_PATHS)
+def test_listed_path_that_leaves_the_snapshot_is_refused_and_nothing_outside_changes(hub, tmp_path, case):
+    """A listing names a tokenizer file (matched by 'tokenizer*') in an autostart folder outside the cache.
+    Without the check the downloader fetched it and created that folder and a link there (backslash and
+    drive letter paths do that on Windows only, but are refused everywhere)."""
+    user_files(tmp_path)
+    cache = tmp_path / "cache"
+    hostile = HOSTILE_PATHS[case](tmp_path)
+    repo = hub.repos["org/m"] = make_repo(20, extra={hostile: b'{"evil": true}'})
+    hub.static["/user/autostart/tokenizer.json"] = repo.files[hostile]  # where httpx asks, '..' segments dropped
+    before = outside(tmp_path, cache)
+    j = run(job(hub, [("org/m", "main")], cache))
+    refused(j, "unsafe_name", "org/m", repr(hostile), "another mirror")
+    assert outside(tmp_path, cache) == before
+    assert not any("/resolve/" in r["path"] for r in hub.requests)  # refused before any file was fetched
+
+
+def test_commit_sha_with_a_traversal_is_refused_and_nothing_outside_changes(hub, tmp_path):
+    """The sha names trees/<sha>.json and snapshots/<sha>/: without the check both landed in tmp_path/user."""
+    user_files(tmp_path)
+    cache = tmp_path / "cache"
+    evil = "../../../user/snap"
+    hub.repos["org/m"] = make_repo(21, shards=1)
+    hub.repos["org/m"].commits = {"main": evil, evil: evil}
+    before = outside(tmp_path, cache)
+    j = run(job(hub, [("org/m", "main")], cache))
+    refused(j, "unsafe_name", "the commit sha", repr(evil), "40 hex digits")
+    assert outside(tmp_path, cache) == before
+
+
+def test_revision_with_a_traversal_is_refused_and_nothing_outside_changes(hub, tmp_path):
+    """A catalog revision names refs/<revision>: without the check the commit was written to tmp_path/user/x."""
+    user_files(tmp_path)
+    cache = tmp_path / "cache"
+    evil = "../../../user/x"
+    hub.repos["org/m"] = make_repo(22, shards=1)
+    hub.repos["org/m"].commits[evil] = hub.repos["org/m"].commits["main"]
+    before = outside(tmp_path, cache)
+    j = run(job(hub, [("org/m", evil)], cache))
+    refused(j, "unsafe_name", "the revision", "'..' part", "catalog")
+    assert outside(tmp_path, cache) == before
+
+
+@pytest.mark.parametrize("listed", [SHARD1, "config.json"], ids=["lfs_sha256", "git_oid"])
+def test_oid_with_a_traversal_is_refused_and_the_users_file_is_not_appended_to_or_deleted(hub, tmp_path, listed):
+    """The oid names blobs/<oid>.incomplete: without the check the download resumed into the user's
+    notes.incomplete (appending to it), failed its checksum and deleted it."""
+    user = user_files(tmp_path)
+    cache = tmp_path / "cache"
+    hub.repos["org/m"] = make_repo(23)
+    hub.repos["org/m"].listed_oids[listed] = "../../../user/notes"
+    before = outside(tmp_path, cache)
+    j = run(job(hub, [("org/m", "main")], cache))
+    refused(j, "unsafe_name", listed, "'../../../user/notes'", "hex digits")
+    assert (user / "notes.incomplete").read_bytes() == b"my notes\n"
+    assert outside(tmp_path, cache) == before
+
+
+
+@pytest.mark.parametrize("planted", ["blobs_folder", "partial_file", "snapshot_folder"])
+def test_symlink_in_the_cache_that_leads_outside_is_never_written_through(hub, tmp_path, planted):
+    """A link planted in the cache (by another tool or a shared folder) points at the user's folder.
+    Without the check the download wrote its partial file there, resumed into the user's notes (appending
+    to them), or deleted the user's config.json to put a snapshot link in its place."""
+    user = user_files(tmp_path)
+    cache = tmp_path / "cache"
+    repo = hub.repos["org/m"] = make_repo(24)
+    storage = storage_folder(cache, "org/m")
+    link = {"blobs_folder": storage / "blobs",
+            "partial_file": storage / "blobs" / f"{sha(repo.files[SHARD1])}.incomplete",
+            "snapshot_folder": storage / "snapshots" / repo.commits["main"]}[planted]
+    link.parent.mkdir(parents=True)
+    link.symlink_to(user / "notes.incomplete" if planted == "partial_file" else user)
+    before = outside(tmp_path, cache)
+    j = run(job(hub, [("org/m", "main")], cache))
+    refused(j, "unsafe_cache", str(link), str(user), "Delete that link")
+    assert outside(tmp_path, cache) == before
+
+
+def test_path_and_hex_rules():
+    from dflash_desktop.downloads import UnsafeName, require_hex, safe_relpath
+
+    for ok in ("config.json", "sub/dir/model.safetensors", "refs/pr/1", "v1.0", "..hidden", "a..b"):
+        assert safe_relpath(ok) == ok
+    for bad, why in (("", "empty"), ("a//b", "empty part"), ("a/", "empty part"), ("/etc/x", "absolute"),
+                     ("a/../b", "'..'"), ("./a", "'.'"), ("a\\b", "backslash"), ("C:x", "drive letter"),
+                     ("D:/x", "drive letter"), ("a\0b", "NUL"), (None, "not text")):
+        with pytest.raises(UnsafeName, match=why):
+            safe_relpath(bad)
+    assert require_hex("a" * 40, 40, "sha") == "a" * 40
+    for bad in ("A" * 40, "a" * 39, "a" * 40 + "\n", "../" + "a" * 37, None, "g" * 40):
+        with pytest.raises(UnsafeName, match="not 40 hex digits"):
+            require_hex(bad, 40, "sha")

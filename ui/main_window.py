@@ -4,7 +4,7 @@ DFlash stats dock on the right, actions in the toolbar and the model's state in 
 Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `controller`, the
 actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, `stats_action`,
 `settings_action`, `stop_action`), and `show_stats()`, `toggle_demo()`, `open_model_picker()`,
-`open_settings()`, `show_error()`.
+`open_settings()`, `show_error()`, `show_store_notice()`, `show_store_error()`, `bring_to_front()`.
 """
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QProgressBar, QSplitter, QStackedWidget, QToolBar
+from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
+                               QStackedWidget, QToolBar)
 
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import load_catalog
-from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
 from dflash_desktop.qt_worker import QtWorker
 
 from . import theme
@@ -50,7 +51,10 @@ def startup_pair(settings: settings_mod.Settings) -> dict | None:
 
 class MainWindow(QMainWindow):
     def __init__(self, worker: QtWorker | None = None, store: ChatStore | None = None,
-                 settings: settings_mod.Settings | None = None, pair: dict | None = None, autoload: bool = True):
+                 settings: settings_mod.Settings | None = None, pair: dict | None = None, autoload: bool = True,
+                 store_notice: str | None = None):
+        """Without ``store`` the chat store is opened with ``open_store``, whose notice (a damaged file moved
+        aside, a read-only store) becomes ``store_notice``; a given store may come with its own notice."""
         super().__init__()
         self.setWindowTitle("DFlash Desktop")
         self.setObjectName("mainWindow")
@@ -59,7 +63,9 @@ class MainWindow(QMainWindow):
         self._owns_worker = worker is None
         self.worker = worker or QtWorker(self)
         self._owns_store = store is None
-        self.store = store or ChatStore()
+        if store is None:
+            store, store_notice = open_store()
+        self.store, self.store_notice = store, store_notice
         self.demo = None
 
         self.chat_view = ChatView()
@@ -153,6 +159,11 @@ class MainWindow(QMainWindow):
         self.pair_label.setAccessibleName("Loaded model")
         bar.addWidget(self.status_label, 1)
         bar.addPermanentWidget(self.progress)
+        self.read_only_label = QLabel("Chats read-only")
+        self.read_only_label.setToolTip(self.store.read_only or "")
+        self.read_only_label.setAccessibleName("Chats are read-only")
+        bar.addPermanentWidget(self.read_only_label)
+        self.read_only_label.setVisible(bool(self.store.read_only))
         bar.addPermanentWidget(self.pair_label)
 
     def _wire(self) -> None:
@@ -239,6 +250,29 @@ class MainWindow(QMainWindow):
         theme.apply(app, self.settings.theme, self.settings.font_size)
         self.chat_view.set_highlight(False)
         self.chat_view.set_highlight(self.settings.highlight_drafted)   # re-render with the new colours
+
+    def _message(self, icon: QMessageBox.Icon, text: str) -> QMessageBox:
+        box = QMessageBox(icon, "DFlash Desktop", text, QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()  # window-modal, does not block: the window keeps drawing and tests can read the box
+        return box
+
+    def show_store_notice(self) -> QMessageBox | None:
+        """Tell the user what opening the chats needed (a damaged file moved aside, read-only chats)."""
+        return self._message(QMessageBox.Icon.Warning, self.store_notice) if self.store_notice else None
+
+    def show_store_error(self, error: ChatStoreError) -> QMessageBox:
+        """A refused or failed write: say so, and list the conversations as they really are stored."""
+        self.status_label.setText(str(error))
+        self.refresh_conversations()
+        return self._message(QMessageBox.Icon.Warning, str(error))
+
+    def bring_to_front(self) -> None:
+        """A second launch asked for this window."""
+        self.setWindowState((self.windowState() & ~Qt.WindowState.WindowMinimized) | Qt.WindowState.WindowActive)
+        self.show()
+        self.raise_()
+        self.activateWindow()
 
     def show_error(self, error: dict):
         """Show an engine error the way a real one appears (bubble in the chat + status line)."""
