@@ -10,9 +10,11 @@ DEVICES = {"cuda": "cuda", "apple": "mps", "cpu": "cpu"}
 # Target model_type -> device classes where greedy DFlash output is checked identical to plain decoding
 # (tests/test_engine_architectures.py runs every entry on the CPU; cuda and mps never run in this
 # project's CI: see docs/ENGINES.md).
+_ALL = ("cuda", "apple", "cpu")
 ARCHITECTURES = {
-    "qwen3": ("cuda", "apple", "cpu"),
-    "llama": ("cuda", "apple", "cpu"),
+    "qwen3": _ALL, "llama": _ALL, "qwen3_moe": _ALL,
+    "qwen3_5": _ALL, "qwen3_5_moe": _ALL,      # hybrid: Gated DeltaNet layers, rolled back by hybrid.py
+    "gpt_oss": _ALL, "gemma4": _ALL,           # sliding-window layers (gpt-oss: attention sinks, MoE)
 }
 
 

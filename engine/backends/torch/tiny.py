@@ -49,6 +49,7 @@ def target_config(arch: str = "qwen3", vocab: int = 256, hidden: int = 64, layer
                                num_local_experts=8, **{k: v for k, v in common.items() if k != "intermediate_size"},
                                intermediate_size=hidden, num_experts_per_tok=2)
     if arch in ("gemma4", "gemma4_moe"):
+        common["pad_token_id"] = 0   # Gemma 4's multimodal forward swaps image tokens for padding
         gemma = dict(head_dim=head_dim, global_head_dim=2 * head_dim, sliding_window=window,
                      layer_types=[["sliding_attention", "sliding_attention", "full_attention"][i % 3]
                                   for i in range(layers)], final_logit_softcapping=30.0)
