@@ -15,14 +15,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from engine.backends import DEVICE_CLASSES, ENGINES
+
 from . import paths
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_CATALOG_URL = "https://raw.githubusercontent.com/dflash-desktop/catalog/main/catalog.json"
 KINDS = ("hub", "embedded")
-BACKENDS = ("cuda", "mlx", "cpu")
 _TARGET_INTS = ("layers", "attention_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                 "head_dim", "vocab_size", "max_context")
 _DRAFTER_INTS = ("layers", "num_kv_heads", "head_dim", "block_size", "captured_layers")
@@ -61,7 +62,7 @@ class Pair:
     kind: str
     target: ModelSpec
     drafter: ModelSpec
-    backends: tuple[str, ...]
+    engines: dict[str, tuple[str, ...]]   # engine -> device classes it runs this pair on (best engine first)
     notes: str
     approximate: tuple[str, ...]
     raw: dict = field(repr=False, compare=False)
@@ -77,6 +78,19 @@ class Pair:
     @property
     def chat_mode(self) -> str:
         return str(self.drafter.get("chat_mode", "unknown"))
+
+    @property
+    def thinking(self) -> bool | None:
+        """Whether the drafter was trained with the chat template's thinking on (None: no such switch)."""
+        return self.drafter.get("thinking")
+
+    @property
+    def model_type(self) -> str:
+        return str(self.target["model_type"])
+
+    @property
+    def device_classes(self) -> set[str]:
+        return {d for devices in self.engines.values() for d in devices}
 
     def repos(self) -> list[tuple[str, str]]:
         """(repo_id, revision) of target then drafter, for the downloader."""
@@ -101,8 +115,8 @@ class Catalog:
                 return p
         raise KeyError(f"No pair '{pair_id}' in the catalog; known: {', '.join(p.id for p in self.pairs)}")
 
-    def for_backend(self, backend: str) -> list[Pair]:
-        return [p for p in self.pairs if backend in p.backends]
+    def for_device(self, device_class: str) -> list[Pair]:
+        return [p for p in self.pairs if device_class in p.device_classes]
 
     @property
     def demo(self) -> Pair:
@@ -149,13 +163,34 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
     for key in (_TARGET_INTS if role == "target" else _DRAFTER_INTS):
         _pos_int(d, key, where)
     if role == "target":
+        _need(isinstance(d.get("model_type"), str) and d["model_type"], where,
+              "'model_type' must name the architecture, as the model's config.json does")
         _need(d["attention_layers"] <= d["layers"], where, "'attention_layers' cannot exceed 'layers'")
         _need(d.get("native_dtype") in dtypes, where, f"unknown 'native_dtype' {d.get('native_dtype')!r}")
         _need(isinstance(d.get("recurrent_state_bytes", 0), int), where, "'recurrent_state_bytes' must be an int")
     else:
         _need(d.get("dtype") in dtypes, where, f"unknown 'dtype' {d.get('dtype')!r}")
+        _need(d.get("thinking") in (True, False, None), where, "'thinking' must be true, false or null")
     return ModelSpec(role=role, repo_id=d.get("repo_id"), revision=str(d.get("revision") or "main"),
                      path=d.get("path"), params=int(d["params"]), raw=d)
+
+
+def _engines(raw: Any, model_type: str, where: str) -> dict[str, tuple[str, ...]]:
+    """The pair's engines this app has, each with the device classes it lists. An engine a newer catalog
+    names and this version lacks is skipped; a listing the engine does not run is an error, so the
+    catalog can never promise what the code cannot do."""
+    _need(isinstance(raw, dict) and raw, where, "'engines' must map engine names to lists of devices")
+    out = {}
+    for name, devices in raw.items():
+        _need(isinstance(devices, list) and devices and set(devices) <= set(DEVICE_CLASSES), where,
+              f"engine {name!r}: devices must be a non-empty subset of {DEVICE_CLASSES} (got {devices!r})")
+        info = ENGINES.get(name)
+        if info is None:
+            continue
+        wrong = [d for d in devices if not info.runs(model_type, d)]
+        _need(not wrong, where, f"the {name} engine does not run {model_type!r} models on {', '.join(wrong)}")
+        out[name] = tuple(devices)
+    return out
 
 
 def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
@@ -181,13 +216,14 @@ def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
         seen.add(pid)
         kind = p.get("kind", "hub")
         _need(kind in KINDS, pw, f"'kind' must be one of {KINDS} (got {kind!r})")
-        backends = p.get("backends")
-        _need(isinstance(backends, list) and backends and set(backends) <= set(BACKENDS), pw,
-              f"'backends' must be a non-empty subset of {BACKENDS} (got {backends!r})")
-        pairs.append(Pair(id=pid, name=str(p.get("name") or pid), kind=kind,
-                          target=_spec(p.get("target"), "target", kind, pw, dtypes),
+        target = _spec(p.get("target"), "target", kind, pw, dtypes)
+        engines = _engines(p.get("engines"), target["model_type"], pw)
+        if not engines:
+            log.info("%s: no engine of this app version runs it; skipped", pw)
+            continue
+        pairs.append(Pair(id=pid, name=str(p.get("name") or pid), kind=kind, target=target,
                           drafter=_spec(p.get("drafter"), "drafter", kind, pw, dtypes),
-                          backends=tuple(backends), notes=str(p.get("notes", "")),
+                          engines=engines, notes=str(p.get("notes", "")),
                           approximate=tuple(p.get("approximate", ())), raw=p))
     return Catalog(pairs=tuple(pairs), dtype_bytes={k: float(v) for k, v in dtypes.items()},
                    source=source, updated=str(data.get("updated", "")))

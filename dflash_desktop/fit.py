@@ -9,6 +9,9 @@ The estimate adds, for a chosen context length:
   + runtime margin       1 GiB + 5% of the weights (CUDA/Metal context, activations, allocator slack)
 and compares it with the device budget (free VRAM, ~70% of Apple unified memory, or available RAM).
 Every term is returned so the UI can show the breakdown, not just a verdict.
+
+On a CPU, plain decoding reads every weight once per token, so its speed is about the measured memory
+streaming rate divided by the weight bytes an active token touches; the estimate says so when that is slow.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from .catalog import Catalog, Pair
 from .hardware import HardwareReport, gib
+from .run_plan import RunPlan, plan_for
 
 DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625,
                        "mxfp4": 0.53125}
@@ -25,25 +29,31 @@ MARGIN_FRACTION = 0.05
 FITS_FRACTION = 0.85  # above this share of the budget we call it "tight"
 DEFAULT_CONTEXT = 8192
 VERDICTS = ("fits", "tight", "target_only", "wont_fit")
+SLOW_TOK_S = 5.0   # below this many plain tokens per second, the picker says the pair runs slowly here
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Memory the models may use on the chosen backend."""
+    """Memory the models may use on one device class."""
 
     bytes: int
-    backend: str
+    device: str
     source: str
+    bytes_per_s: float | None = None   # measured memory streaming rate (CPU only)
 
     @classmethod
-    def from_report(cls, report: HardwareReport) -> "Budget":
-        return cls(report.budget_bytes, report.backend, report.budget_source)
+    def from_report(cls, report: HardwareReport, device: str | None = None) -> "Budget":
+        """The budget of this computer's chosen device, or of its CPU."""
+        if device in (None, report.device):
+            rate = report.memory_bytes_per_s if report.device == "cpu" else None
+            return cls(report.budget_bytes, report.device, report.budget_source, rate)
+        return cls(report.ram_available, "cpu", "available RAM", report.memory_bytes_per_s)
 
 
 @dataclass
 class FitEstimate:
     pair_id: str
-    backend: str
+    device: str
     context_tokens: int
     weight_dtype: str
     kv_dtype: str
@@ -55,7 +65,15 @@ class FitEstimate:
     verdict: str
     dflash: bool  # whether DFlash can run
     max_context_tokens: int  # longest context that still fits with DFlash on (0: not even the weights)
+    read_per_token_bytes: int  # weights plain decoding reads per token (the active ones of an MoE)
+    bytes_per_s: float | None  # measured memory streaming rate of the device (CPU only)
     sentence: str
+    plan: RunPlan | None = None
+
+    @property
+    def plain_tok_s(self) -> float | None:
+        """Estimated plain decoding speed on a CPU (None where no memory rate was measured)."""
+        return self.bytes_per_s / self.read_per_token_bytes if self.bytes_per_s and self.read_per_token_bytes else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,11 +85,13 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
         target_w = int(t["native_bytes"])
     else:
         target_w = int(t.params * wbytes)
-    drafter_w = int(d.params * dtype_bytes[d["dtype"]])
+    # the drafter loads in the target's float dtype (float32 on a CPU), never below its own
+    drafter_w = int(d.params * max(wbytes, dtype_bytes[d["dtype"]]))
     per_tok_kv = 2 * t["attention_layers"] * t["num_kv_heads"] * t["head_dim"] * kvb
     per_tok_dkv = 2 * d["layers"] * d["num_kv_heads"] * d["head_dim"] * kvb
     per_tok_feat = d["captured_layers"] * t["hidden_size"] * kvb
     rec = int(t.get("recurrent_state_bytes", 0))
+    active = t.get("active_params") or t.params   # a mixture of experts reads only its active experts
     return {
         "target_weights": target_w,
         "drafter_weights": drafter_w,
@@ -83,6 +103,7 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
         # helpers, removed before returning
         "_per_token": per_tok_kv + per_tok_dkv + per_tok_feat,
         "_target_only": int(target_w + per_tok_kv * ctx + rec + MARGIN_FIXED + MARGIN_FRACTION * target_w),
+        "_read_per_token": int(target_w * active / t.params),
     }
 
 
@@ -97,6 +118,7 @@ def estimate_fit(pair: Pair, budget: Budget, context_tokens: int = DEFAULT_CONTE
     ctx = min(int(context_tokens), int(pair.target["max_context"]))  # the model cannot use more
     terms = _terms(pair, ctx, dtype_bytes[weight_dtype], dtype_bytes[kv_dtype], dtype_bytes, weight_dtype)
     per_token, target_only = terms.pop("_per_token"), terms.pop("_target_only")
+    read_per_token = terms.pop("_read_per_token")
     total = sum(terms.values())
     fixed = total - terms["kv_cache"] - terms["drafter_kv_cache"] - terms["captured_features"]
     max_ctx = max(0, int((budget.bytes - fixed) // per_token)) if budget.bytes > fixed else 0
@@ -110,18 +132,37 @@ def estimate_fit(pair: Pair, budget: Budget, context_tokens: int = DEFAULT_CONTE
         verdict = "target_only"
     else:
         verdict = "wont_fit"
-    est = FitEstimate(pair_id=pair.id, backend=budget.backend, context_tokens=ctx, weight_dtype=weight_dtype,
+    est = FitEstimate(pair_id=pair.id, device=budget.device, context_tokens=ctx, weight_dtype=weight_dtype,
                       kv_dtype=kv_dtype, budget_bytes=int(budget.bytes), budget_source=budget.source,
                       breakdown=terms, total_bytes=int(total), target_only_bytes=int(target_only),
                       verdict=verdict, dflash=verdict in ("fits", "tight"), max_context_tokens=max_ctx,
-                      sentence="")
+                      read_per_token_bytes=read_per_token, bytes_per_s=budget.bytes_per_s, sentence="")
     est.sentence = _sentence(pair, est)
+    return est
+
+
+def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFAULT_CONTEXT,
+                  dtype_bytes: dict | None = None) -> FitEstimate | None:
+    """The fit of a pair with the engine, device and dtype it would load with here (run_plan.py);
+    None when no engine of this app runs it on this computer."""
+    plan = plan_for(pair, report)
+    if plan is None:
+        return None
+    budget = Budget.from_report(report, plan.device_class)
+    est = estimate_fit(pair, budget, context_tokens, weight_dtype=plan.catalog_dtype, kv_dtype=plan.catalog_dtype,
+                       dtype_bytes=dtype_bytes)
+    est.plan = plan
     return est
 
 
 def _sentence(pair: Pair, e: FitEstimate) -> str:
     need, have = gib(e.total_bytes), f"{gib(e.budget_bytes)} ({e.budget_source})"
     ctx = f"{e.context_tokens:,} tokens of context"
+    if e.verdict == "fits" and e.plain_tok_s is not None and e.plain_tok_s < SLOW_TOK_S:
+        return (f"{pair.name} fits ({need} of {have} at {ctx}) but runs slowly here: plain decoding would "
+                f"make about {e.plain_tok_s:.1f} tokens per second, because each token reads "
+                f"{gib(e.read_per_token_bytes)} of weights and this computer streams memory at a measured "
+                f"{gib(e.bytes_per_s)}/s. DFlash multiplies that only as far as its drafts are accepted.")
     if e.verdict == "fits":
         return f"{pair.name} with its DFlash drafter fits: about {need} of {have} at {ctx}."
     if e.verdict == "tight":
@@ -146,7 +187,7 @@ def choose_default_pair(catalog: Catalog, budget: Budget, context_tokens: int = 
     """
     rank = {"fits": 2, "tight": 1}
     best, best_key = None, None
-    for pair in catalog.for_backend(budget.backend):
+    for pair in catalog.for_device(budget.device):
         if not pair.needs_download:
             continue
         est = estimate_fit(pair, budget, context_tokens, dtype_bytes=catalog.dtype_bytes)

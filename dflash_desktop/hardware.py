@@ -1,4 +1,4 @@
-"""Hardware detection: what this computer has and which backend should run the models.
+"""Hardware detection: what this computer has and which kind of device should run the models.
 
 Two layers, so that detection can be tested on machines we do not own:
 
@@ -6,7 +6,8 @@ Two layers, so that detection can be tested on machines we do not own:
   ``/proc/cpuinfo`` and ``/proc/meminfo`` text, psutil numbers, disk usage). ``HardwareProbe.live()``
   collects them on this machine; ``to_dict``/``from_dict`` record and replay them as JSON fixtures.
 - ``detect(probe, override)`` is pure: it parses the raw outputs into a ``HardwareReport`` and picks
-  the backend (cuda / mlx / cpu) with a one-sentence reason.
+  the device class (cuda / apple / cpu, engine/backends) with a one-sentence reason. Which engine runs
+  a pair on that device is run_plan.py's decision.
 
 Never imports torch or any model runtime: this runs in the GUI process.
 """
@@ -24,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-BACKENDS = ("cuda", "mlx", "cpu")
+from engine.backends import DEVICE_CLASSES
+
 APPLE_GPU_FRACTION = 0.70  # macOS lets the GPU wire roughly 2/3 to 3/4 of unified memory
-MIN_CUDA_CC = (7, 5)  # Triton kernels need Turing or newer
+MIN_CUDA_CC = (7, 5)  # the GPU kernels the app uses need Turing or newer
 NATIVE_BF16_CC = (8, 0)
 
 SYSCTL_KEYS = (
@@ -70,6 +72,7 @@ class HardwareProbe:
     meminfo: str | None = None
     psutil: dict | None = None
     disk: dict | None = None
+    copy: dict | None = None    # {"bytes", "seconds"}: the best of three in-memory copies (memory bandwidth)
     errors: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -99,6 +102,7 @@ class HardwareProbe:
             from . import paths
             models_dir = paths.models_dir()
         _try(probe, "disk", lambda: _read_disk(models_dir))
+        _try(probe, "copy", _time_copy)
         return probe
 
 
@@ -169,6 +173,20 @@ def _read_psutil() -> dict:
             "ram_total": int(vm.total), "ram_available": int(vm.available)}
 
 
+def _time_copy(size: int = 128 << 20) -> dict:
+    """Copy 128 MB (more than any CPU cache) three times and keep the fastest: a measure of how fast this
+    CPU streams memory, which is what bounds plain decoding on a CPU (every weight is read per token)."""
+    import time
+    src = b"\x01" * size
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        copy = bytearray(src)
+        best = min(best, time.perf_counter() - start)
+        del copy
+    return {"bytes": 2 * size, "seconds": best}   # read once, written once
+
+
 def _read_disk(models_dir) -> dict:
     from .paths import existing_parent
 
@@ -224,14 +242,15 @@ class HardwareReport:
     gpus: list[GPUInfo]
     apple: AppleInfo | None
     disk: DiskInfo | None
-    backend: str
+    device: str                 # device class: cuda, apple or cpu
     reason: str
     budget_bytes: int
     budget_source: str
     gpu_index: int | None = None
-    requested_backend: str | None = None
+    requested_device: str | None = None
     override_note: str | None = None
     notes: list[str] = field(default_factory=list)
+    memory_bytes_per_s: float | None = None   # measured memory streaming rate, when probed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -338,6 +357,13 @@ def _cpu(probe: HardwareProbe, sysctl: dict[str, str]) -> CPUInfo:
                    features=sorted(features))
 
 
+def _rate(copy: dict | None) -> float | None:
+    try:
+        return float(copy["bytes"]) / float(copy["seconds"]) if copy and float(copy["seconds"]) > 0 else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -356,7 +382,7 @@ def _apple(probe: HardwareProbe, sysctl: dict[str, str], ram_total: int) -> Appl
                      efficiency_cores=_int(sysctl.get("hw.perflevel1.physicalcpu")))
 
 
-# ----------------------------------------------------------------------------- backend choice
+# ----------------------------------------------------------------------------- device choice
 
 def _cuda_problem(probe: HardwareProbe, gpus: list[GPUInfo]) -> str | None:
     """Why CUDA cannot run here, or None when it can."""
@@ -373,24 +399,24 @@ def _cuda_problem(probe: HardwareProbe, gpus: list[GPUInfo]) -> str | None:
     if not usable:
         g = gpus[0]
         cc = ".".join(map(str, g.compute_capability))
-        return (f"the {g.name} has compute capability {cc}, and the Triton kernels need "
+        return (f"the {g.name} has compute capability {cc}, and the app's GPU kernels need "
                 f"{MIN_CUDA_CC[0]}.{MIN_CUDA_CC[1]} or newer")
     return None
 
 
-def _mlx_problem(probe: HardwareProbe, apple: AppleInfo | None, sysctl: dict[str, str]) -> str | None:
+def _apple_problem(probe: HardwareProbe, apple: AppleInfo | None, sysctl: dict[str, str]) -> str | None:
     if probe.system != "Darwin":
-        return f"MLX and Metal run only on macOS with Apple Silicon, and this is {probe.system or 'another OS'}"
+        return f"Apple's GPU is used only on macOS with Apple Silicon, and this is {probe.system or 'another OS'}"
     if apple is None:
-        return "this Mac has an Intel processor; MLX needs Apple Silicon (M1 or newer)"
+        return "this Mac has an Intel processor; its GPU is used only on Apple Silicon (M1 or newer)"
     if probe.machine != "arm64":
         return ("Python is running under Rosetta (x86_64) on Apple Silicon; install the native arm64 "
-                "build of the app to use MLX")
+                "build of the app to use the GPU")
     return None
 
 
 def detect(probe: HardwareProbe, override: str | None = None) -> HardwareReport:
-    """Parse raw probe outputs and choose a backend. Pure: same probe, same report."""
+    """Parse raw probe outputs and choose a device class. Pure: same probe, same report."""
     sysctl = parse_kv(probe.sysctl)
     ps = probe.psutil or {}
     mem = parse_meminfo(probe.meminfo)
@@ -401,56 +427,56 @@ def detect(probe: HardwareProbe, override: str | None = None) -> HardwareReport:
     cpu = _cpu(probe, sysctl)
     disk = DiskInfo(**probe.disk) if probe.disk else None
 
-    problems = {"cuda": _cuda_problem(probe, gpus), "mlx": _mlx_problem(probe, apple, sysctl), "cpu": None}
-    auto = "cuda" if problems["cuda"] is None else "mlx" if problems["mlx"] is None else "cpu"
-    backend, override_note = auto, None
+    problems = {"cuda": _cuda_problem(probe, gpus), "apple": _apple_problem(probe, apple, sysctl), "cpu": None}
+    auto = "cuda" if problems["cuda"] is None else "apple" if problems["apple"] is None else "cpu"
+    device, override_note = auto, None
     if override and override != "auto":
-        if override not in BACKENDS:
-            override_note = f"Unknown backend '{override}' ignored; choose one of {', '.join(BACKENDS)}."
+        if override not in DEVICE_CLASSES:
+            override_note = f"Unknown device '{override}' ignored; choose one of {', '.join(DEVICE_CLASSES)}."
         elif problems[override]:
             override_note = (f"You asked for {_LABEL[override]}, but {problems[override]}; "
                              f"using {_LABEL[auto]} instead.")
         else:
-            backend = override
+            device = override
 
     report = HardwareReport(
         os=f"{probe.system} {probe.release} {probe.machine}".strip(), cpu=cpu, ram_total=int(ram_total),
-        ram_available=int(ram_available), gpus=gpus, apple=apple, disk=disk, backend=backend, reason="",
-        budget_bytes=0, budget_source="", requested_backend=override, override_note=override_note,
-        notes=notes)
-    _explain(report, problems, chosen_by_user=backend == override)
+        ram_available=int(ram_available), gpus=gpus, apple=apple, disk=disk, device=device, reason="",
+        budget_bytes=0, budget_source="", requested_device=override, override_note=override_note,
+        notes=notes, memory_bytes_per_s=_rate(probe.copy))
+    _explain(report, problems, chosen_by_user=device == override)
     return report
 
 
-_LABEL = {"cuda": "CUDA (NVIDIA GPU with Triton kernels)", "mlx": "MLX (Apple GPU through Metal)",
+_LABEL = {"cuda": "the NVIDIA GPU (CUDA)", "apple": "the Apple GPU (Metal)",
           "cpu": "the CPU"}
 
 
 def _explain(r: HardwareReport, problems: dict, chosen_by_user: bool) -> None:
-    """Fill backend budget and the one-sentence reason."""
+    """Fill the device's memory budget and the one-sentence reason."""
     prefix = "As you asked, " if chosen_by_user else ""
-    if r.backend == "cuda":
+    if r.device == "cuda":
         usable = [g for g in r.gpus if g.compute_capability is None or g.compute_capability >= MIN_CUDA_CC]
         g = max(usable, key=lambda g: g.memory_free)
         cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "unknown"
         r.gpu_index, r.budget_bytes = g.index, g.memory_free
         r.budget_source = f"free VRAM on GPU {g.index} ({g.name})"
-        r.reason = (f"{prefix}using CUDA with Triton kernels on the {g.name}: {gib(g.memory_free)} free of "
+        r.reason = (f"{prefix}using the {g.name} (CUDA): {gib(g.memory_free)} free of "
                     f"{gib(g.memory_total)} VRAM, compute capability {cc}, driver {g.driver_version or 'unknown'}.")
         if g.compute_capability and g.compute_capability < NATIVE_BF16_CC:
             r.notes.append("This GPU has no native bfloat16; models run in float16.")
         if len(r.gpus) > 1:
             r.notes.append(f"{len(r.gpus)} GPUs found; models run on GPU {g.index}, the one with most free memory.")
-    elif r.backend == "mlx":
+    elif r.device == "apple":
         a = r.apple
         r.budget_bytes = a.gpu_budget
         r.budget_source = f"about {round(a.gpu_budget / a.unified_memory * 100)}% of unified memory"
-        r.reason = (f"{prefix}using MLX on the GPU of the {a.chip}: {gib(a.unified_memory)} unified memory, "
+        r.reason = (f"{prefix}using the GPU of the {a.chip}: {gib(a.unified_memory)} unified memory, "
                     f"of which about {gib(a.gpu_budget)} can hold models.")
     else:
         r.budget_bytes = r.ram_available
         r.budget_source = "available RAM"
-        why = problems["mlx"] if r.os.startswith("Darwin") else problems["cuda"]
+        why = problems["apple"] if r.os.startswith("Darwin") else problems["cuda"]
         if chosen_by_user:
             r.reason = (f"As you asked, running on the CPU ({r.cpu.model}, {r.cpu.logical_cores} threads, "
                         f"{gib(r.ram_available)} RAM free); expect much slower generation than on a GPU.")

@@ -51,8 +51,9 @@ class QtWorker(QObject):
     def start(self) -> None:
         self.client.start()
 
-    def load_pair(self, target, draft=None, device: str = "cpu", dtype: str | None = None) -> str:
-        return self.client.load_pair(target, draft, device=device, dtype=dtype)
+    def load_pair(self, target, draft=None, engine: str = "torch", device: str = "auto",
+                  dtype: str | None = None) -> str:
+        return self.client.load_pair(target, draft, engine=engine, device=device, dtype=dtype)
 
     def generate(self, **kwargs) -> str:
         return self.client.generate(**kwargs)

@@ -64,6 +64,9 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
         return None
     if not has_drafter:
         return "No drafter is loaded: this is plain decoding, without DFlash."
+    if stats.get("fallback"):
+        return (f"{stats['fallback']['reason']} The text is the same either way. (Settings: Plain fallback "
+                "turns this off.)")
     tau = float(stats.get("tau") or 0.0)
     ratio = speedup(stats, baseline)
     if tau and tau < LOW_TAU:

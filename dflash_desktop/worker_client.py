@@ -135,9 +135,10 @@ class WorkerClient:
         with self._lock:
             self._ensure_worker("start")
 
-    def load_pair(self, target: str | Path, draft: str | Path | None = None, device: str = "cpu",
-                  dtype: str | None = None) -> str:
-        fields = {"target": str(target), "draft": str(draft) if draft else None, "device": device, "dtype": dtype}
+    def load_pair(self, target: str | Path, draft: str | Path | None = None, engine: str = "torch",
+                  device: str = "auto", dtype: str | None = None) -> str:
+        fields = {"target": str(target), "draft": str(draft) if draft else None, "engine": engine, "device": device,
+                  "dtype": dtype}
         rid = self._next_id("load")
         self._load_args[rid] = fields
         return self.request("load_pair", id=rid, **fields)

@@ -58,7 +58,10 @@ def test_bundled_catalog_has_every_design_pair_and_the_demo():
     (lambda d: d["pairs"][2]["drafter"].update(repo_id="no-slash"), "drafter: 'repo_id' must look like"),
     (lambda d: d["pairs"][2]["target"].update(layers=-3), "'layers' must be a positive integer (got -3)"),
     (lambda d: d["pairs"][2].update(id="qwen3-4b"), "pair 'qwen3-4b': duplicate id"),
-    (lambda d: d["pairs"][2].update(backends=["cuda", "tpu"]), "'backends' must be a non-empty subset"),
+    (lambda d: d["pairs"][2].update(engines={"torch": ["cuda", "tpu"]}), "devices must be a non-empty subset"),
+    (lambda d: d["pairs"][2]["target"].update(model_type="bert"), "the torch engine does not run 'bert' models on"),
+    (lambda d: d["pairs"][2]["target"].pop("model_type"), "'model_type' must name the architecture"),
+    (lambda d: d["pairs"][2]["drafter"].update(thinking="maybe"), "'thinking' must be true, false or null"),
     (lambda d: d["pairs"][0].update(kind="ftp"), "'kind' must be one of"),
     (lambda d: d["pairs"][0]["target"].pop("path"), "embedded models need a 'path'"),
     (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
@@ -113,3 +116,35 @@ def test_refresh_when_offline_uses_the_local_copy():
     result = refresh_catalog("http://127.0.0.1:9/catalog.json", timeout=2)  # discard port: refused
     assert not result.updated and "using the copy on this computer" in result.message
     assert result.catalog.get("qwen3-8b")
+
+
+def test_every_pair_runs_where_the_catalog_says():
+    """Catalog truth: each pair's architecture runs on every engine and device it lists (checked against
+    the engines' own tables, which tests/test_engine_architectures.py holds to account)."""
+    from engine.backends import ENGINES
+    cat = load_catalog(prefer_refreshed=False)
+    for pair in cat.pairs:
+        assert pair.engines, pair.id
+        for engine, devices in pair.engines.items():
+            assert all(ENGINES[engine].runs(pair.model_type, d) for d in devices), (pair.id, engine, devices)
+
+
+def test_an_engine_this_version_lacks_is_skipped_not_fatal():
+    """A newer catalog may list an engine this app does not have: the pair goes when nothing else runs it."""
+    data = raw()
+    data["pairs"][1]["engines"] = {"warp-drive": ["cuda"]}
+    data["pairs"][2]["engines"] = {"warp-drive": ["cuda"], "torch": ["cpu"]}
+    cat = parse_catalog(data)
+    ids = [p.id for p in cat.pairs]
+    assert data["pairs"][1]["id"] not in ids
+    assert cat.get(data["pairs"][2]["id"]).engines == {"torch": ("cpu",)}
+
+
+def test_notes_promise_no_feature_the_engines_lack():
+    """Notes are read as promises: no engine, kernel or quantization the app does not have."""
+    from engine.backends import ENGINES
+    missing = {"MLX": "mlx", "llama.cpp": "llamacpp", "Triton": None, "8-bit": None, "4-bit": None, "snapshot": None}
+    for pair in load_catalog(prefer_refreshed=False).pairs:
+        for word, engine in missing.items():
+            if engine is None or engine not in ENGINES:
+                assert word not in pair.notes, f"{pair.id}: notes mention {word!r}"

@@ -112,7 +112,7 @@ def test_default_pair_never_wont_fit(catalog):
     for fixture in ("nvidia_rtx3060_smi", "nvidia_rtx4090_nvml", "apple_m2_16gb", "cpu_only_i5"):
         b = budget_of(fixture)
         pair = choose_default_pair(catalog, b)
-        assert b.backend in pair.backends
+        assert b.device in pair.device_classes
         assert estimate_fit(pair, b).verdict in ("fits", "tight"), fixture
     assert choose_default_pair(catalog, budget_of("nvidia_rtx3060_smi")).id != "qwen3-8b"
     assert choose_default_pair(catalog, Budget(2 * GiB, "cpu", "available RAM")).id == "demo"
@@ -122,3 +122,54 @@ def test_estimate_serialises_for_the_ui(catalog):
     d = estimate_fit(catalog.get("qwen3-4b"), Budget(24 * GiB, "cuda", "x")).to_dict()
     json.dumps(d)
     assert set(d["breakdown"]) == set(QWEN3_8B_BF16) and d["sentence"]
+
+
+def report_of(fixture: str):
+    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text())))
+
+
+@pytest.mark.parametrize("fixture, engine, device, dtype", [
+    ("nvidia_rtx4090_nvml", "torch", "cuda", "bfloat16"),
+    ("nvidia_rtx3060_smi", "torch", "cuda", "bfloat16"),
+    ("apple_m2_16gb", "torch", "mps", "bfloat16"),
+    ("cpu_only_i5", "torch", "cpu", "float32"),
+])
+def test_the_plan_follows_the_hardware(catalog, fixture, engine, device, dtype):
+    from dflash_desktop.run_plan import plan_for
+    plan = plan_for(catalog.demo, report_of(fixture))
+    assert plan.request == {"engine": engine, "device": device, "dtype": dtype}
+
+
+def test_a_gpu_without_bfloat16_gets_float16(catalog):
+    from dflash_desktop.run_plan import plan_for
+    report = report_of("nvidia_rtx4090_nvml")
+    report.gpus[0].compute_capability = (7, 5)
+    assert plan_for(catalog.demo, report).dtype == "float16"
+
+
+def test_the_estimate_counts_the_bytes_the_plan_loads(catalog):
+    """On a CPU the torch engine holds weights in float32: twice the bf16 checkpoint."""
+    from dflash_desktop.fit import estimate_here
+    e = estimate_here(catalog.get("qwen3-8b"), report_of("cpu_only_i5"))
+    assert (e.weight_dtype, e.kv_dtype) == ("fp32", "fp32")
+    assert e.breakdown["target_weights"] == 8_190_735_360 * 4
+    assert e.plan.device_class == "cpu" and e.budget_source == "available RAM"
+
+
+def test_a_pair_no_engine_runs_here_has_no_estimate(catalog):
+    from dflash_desktop.fit import estimate_here
+    big = catalog.get("qwen3.5-27b")            # GPU and Mac only
+    assert estimate_here(big, report_of("cpu_only_i5")) is None
+    assert estimate_here(big, report_of("apple_m2_16gb")).plan.device == "mps"
+
+
+def test_a_slow_cpu_pair_says_about_how_slow(catalog):
+    """Plain decoding on a CPU reads every weight per token: speed = memory rate / bytes read."""
+    from dflash_desktop.fit import estimate_here
+    report = report_of("cpu_only_i5")
+    report.memory_bytes_per_s, report.budget_bytes = 20e9, 64 * GiB
+    e = estimate_here(catalog.get("qwen3-4b"), report)
+    assert e.plain_tok_s == pytest.approx(20e9 / (4_022_468_096 * 4))     # about 1.2 tokens/s
+    assert e.verdict == "fits" and "about 1.2 tokens per second" in e.sentence
+    moe = estimate_here(catalog.get("qwen3-coder-30b-a3b"), report_of("apple_m2_16gb"))
+    assert moe.plain_tok_s is None                                         # no measured rate for a GPU

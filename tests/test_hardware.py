@@ -29,7 +29,7 @@ def roundtrip(report: HardwareReport) -> None:
 
 def test_nvidia_via_nvml_picks_cuda_with_free_vram_budget():
     r = detect(probe("nvidia_rtx4090_nvml"))
-    assert r.backend == "cuda" and r.gpu_index == 0
+    assert r.device == "cuda" and r.gpu_index == 0
     (g,) = r.gpus
     assert (g.name, g.source, g.compute_capability, g.driver_version) == (
         "NVIDIA GeForce RTX 4090", "nvml", (8, 9), "550.107.02")
@@ -44,7 +44,7 @@ def test_nvidia_via_nvml_picks_cuda_with_free_vram_budget():
 
 def test_nvidia_smi_fallback_when_nvml_is_missing():
     r = detect(probe("nvidia_rtx3060_smi"))
-    assert r.backend == "cuda"
+    assert r.device == "cuda"
     (g,) = r.gpus
     assert (g.source, g.name, g.compute_capability, g.driver_version) == (
         "nvidia-smi", "NVIDIA GeForce RTX 3060", (8, 6), "535.183.01")
@@ -54,14 +54,14 @@ def test_nvidia_smi_fallback_when_nvml_is_missing():
     roundtrip(r)
 
 
-def test_apple_silicon_picks_mlx_with_seventy_percent_of_unified_memory():
+def test_apple_silicon_picks_its_gpu_with_seventy_percent_of_unified_memory():
     r = detect(probe("apple_m2_16gb"))
-    assert r.backend == "mlx" and not r.gpus
+    assert r.device == "apple" and not r.gpus
     assert r.apple.chip == "Apple M2" and r.apple.unified_memory == 16 * 2**30
     assert r.budget_bytes == int(16 * 2**30 * 0.70)
     assert (r.apple.performance_cores, r.apple.efficiency_cores) == (4, 4)
     assert {"neon", "dotprod", "bf16", "i8mm"} <= set(r.cpu.features)
-    assert "Apple M2" in r.reason and "MLX" in r.reason
+    assert "Apple M2" in r.reason and "GPU" in r.reason
     roundtrip(r)
 
 
@@ -73,7 +73,7 @@ def test_apple_wired_limit_set_by_the_user_is_the_budget():
 
 def test_cpu_only_machine_explains_why():
     r = detect(probe("cpu_only_i5"))
-    assert r.backend == "cpu" and not r.gpus
+    assert r.device == "cpu" and not r.gpus
     assert r.budget_bytes == r.ram_available == 11200000 * 1024
     assert "no NVIDIA GPU" in r.reason and "no NVIDIA driver" in r.reason
     assert "avx2" in r.cpu.features and "avx512f" not in r.cpu.features
@@ -83,30 +83,30 @@ def test_cpu_only_machine_explains_why():
 
 def test_impossible_override_falls_back_with_a_reason():
     r = detect(probe("apple_m2_16gb"), override="cuda")
-    assert r.backend == "mlx"
-    assert "You asked for CUDA" in r.override_note and "no NVIDIA GPU" in r.override_note
-    r = detect(probe("cpu_only_i5"), override="mlx")
-    assert r.backend == "cpu" and "Apple Silicon" in r.override_note
+    assert r.device == "apple"
+    assert "You asked for the NVIDIA GPU (CUDA)" in r.override_note and "no NVIDIA GPU" in r.override_note
+    r = detect(probe("cpu_only_i5"), override="apple")
+    assert r.device == "cpu" and "Apple Silicon" in r.override_note
     r = detect(probe("nvidia_rtx4090_nvml"), override="quantum")
-    assert r.backend == "cuda" and "Unknown backend" in r.override_note
+    assert r.device == "cuda" and "Unknown device" in r.override_note
 
 
 def test_possible_override_is_honoured():
     r = detect(probe("nvidia_rtx4090_nvml"), override="cpu")
-    assert r.backend == "cpu" and r.override_note is None
+    assert r.device == "cpu" and r.override_note is None
     assert r.reason.startswith("As you asked") and r.budget_source == "available RAM"
 
 
-def test_rosetta_python_on_apple_silicon_cannot_use_mlx():
+def test_rosetta_python_on_apple_silicon_cannot_use_the_gpu():
     r = detect(probe("apple_m2_16gb", machine="x86_64"))
-    assert r.backend == "cpu" and "Rosetta" in r.reason
+    assert r.device == "cpu" and "Rosetta" in r.reason
 
 
 def test_old_gpu_below_the_triton_minimum_is_not_used():
     p = probe("nvidia_rtx4090_nvml")
     p.nvml["gpus"][0].update(name="Tesla P100-PCIE-16GB", compute_capability=[6, 0])
     r = detect(p)
-    assert r.backend == "cpu" and "compute capability 6.0" in r.reason
+    assert r.device == "cpu" and "compute capability 6.0" in r.reason
 
 
 def test_live_probe_on_this_machine(tmp_path, monkeypatch):
@@ -116,11 +116,11 @@ def test_live_probe_on_this_machine(tmp_path, monkeypatch):
     r = detect(replayed)
     if r.gpus or r.apple:
         pytest.skip("this check is written for the CPU-only CI machine")
-    assert r.backend == "cpu"
+    assert r.device == "cpu"
     assert r.cpu.logical_cores >= 1 and r.ram_total > 0 and r.ram_available > 0
     assert r.budget_bytes == r.ram_available
     assert len(r.reason) > 20 and r.reason.endswith(".")
-    assert detect_live().backend == "cpu"
+    assert detect_live().device == "cpu"
 
 
 def test_app_shell_never_loads_model_runtimes_or_qt(tmp_path):

@@ -77,7 +77,9 @@ def test_demo_pair_loads_and_emits_its_folders(qtbot, picker, random_pair):
     with qtbot.waitSignal(picker.pairChosen, timeout=WAIT_MS) as chosen:
         picker.load_button.click()
     assert chosen.args[0] == {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(random_pair[0]),
-                              "draft_dir": str(random_pair[1])}
+                              "draft_dir": str(random_pair[1]), "thinking": None,
+                              "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}}
+    assert "Runs with PyTorch on the NVIDIA GPU (CUDA), bfloat16" in picker.facts.text()
 
 
 def test_wont_fit_pair_cannot_be_loaded_or_downloaded_and_says_why(picker):
@@ -123,14 +125,14 @@ def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub
     assert (Path(got["draft_dir"]) / "config.json").read_bytes() == hub.repos["org/draft"].files["config.json"]
 
 
-def test_pair_without_a_build_for_this_backend_says_where_it_runs():
+def test_pair_no_engine_runs_on_this_device_says_where_it_runs():
     cpu = detect(HardwareProbe.from_dict(json.loads((FIXTURES / "cpu_only_i5.json").read_text())))
     model = PairListModel()
     model.set_rows(build_rows(load_file(bundled_path()), cpu, {}))
     idx = next(model.index(r) for r in range(model.rowCount()) if model.index(r).data(Roles.Id) == "qwen3.5-27b")
     assert idx.data(Roles.Verdict) == "unsupported" and not idx.data(Roles.CanLoad)
-    assert idx.data(Roles.Reason) == ("Qwen3.5 27B runs only on NVIDIA GPUs (CUDA) or Apple Silicon (MLX); "
-                                      "this computer uses the CPU.")
+    assert idx.data(Roles.Reason) == ("Qwen3.5 27B runs only on an NVIDIA GPU (CUDA) or an Apple GPU, "
+                                      "and this computer has only a CPU.")
 
 
 def test_target_only_pair_loads_without_its_drafter(catalog, random_pair):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from dflash_desktop import session
+from dflash_desktop import run_plan, session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.qt_worker import QtWorker
@@ -52,6 +52,7 @@ class ChatController(QObject):
         view.regenerateRequested.connect(self.regenerate)
         view.editSubmitted.connect(self.edit_and_resend)
         view.systemPromptChanged.connect(self.set_system_prompt)
+        view.thinking.toggled.connect(self._on_thinking_toggled)
         panel.remeasureRequested.connect(self.calibrate)
 
     # -- model --------------------------------------------------------------------------------------
@@ -66,14 +67,23 @@ class ChatController(QObject):
         return self._gen is not None
 
     def load_pair(self, pair: dict) -> None:
-        """pair: {id, name, target_dir, draft_dir}; remembered as the last pair once it loads."""
+        """pair: {id, name, target_dir, draft_dir, plan: {engine, device, dtype} (run_plan.py; absent:
+        the engine's own choice), thinking}; remembered as the last pair once it loads."""
         if self._gen:
             self.stop()
         self.pair, self.pair_info = dict(pair), None
         self._calib_id = None
         self.panel.set_baseline(self.baseline())
-        self._load_id = self.worker.load_pair(pair["target_dir"], pair.get("draft_dir"))
-        self.loadingChanged.emit(True, f"Loading {pair.get('name', 'model')}…")
+        plan = pair.get("plan") or run_plan.AUTO
+        self._load_id = self.worker.load_pair(pair["target_dir"], pair.get("draft_dir"), **plan)
+        where = "" if plan["device"] == "auto" else f" on {plan['device']}"
+        self.loadingChanged.emit(True, f"Loading {pair.get('name', 'model')}{where}…")
+
+    def load_on_cpu(self) -> None:
+        """After the chosen device failed: the same pair with the engine's CPU defaults."""
+        if self.pair is not None:
+            self.load_pair({**self.pair, "plan": {"engine": (self.pair.get("plan") or run_plan.AUTO)["engine"],
+                                                  "device": "cpu", "dtype": None}})
 
     def baseline(self) -> BaselineRecord | None:
         return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
@@ -98,11 +108,15 @@ class ChatController(QObject):
         self.settings.last_pair = self.pair
         self.save_settings()
         self.view.thinking.setVisible(bool(ev.get("supports_thinking")))
+        if self.pair.get("thinking") is not None:   # match the drafter's training, so drafts get accepted
+            self.view.thinking.setChecked(bool(self.pair["thinking"]))
         self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
         self.panel.has_drafter = bool(ev.get("has_drafter"))
         self.loadingChanged.emit(False, "")
-        self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready on {ev.get('device')} "
-                                f"(block size {ev.get('block_size')}, loaded in {ev.get('load_s', 0):.1f} s)")
+        self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
+                                f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
+                                f"loaded in {ev.get('load_s', 0):.1f} s)")
+        self.panel.set_runtime(ev)
         self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
         if self.baseline() is None:
             self.calibrate()
@@ -208,6 +222,15 @@ class ChatController(QObject):
             if self.pair is None:
                 self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
 
+    def _on_thinking_toggled(self, on: bool) -> None:
+        trained = (self.pair or {}).get("thinking")
+        if trained is None or on == trained:
+            return
+        mode = "on" if trained else "off"
+        self.statusMessage.emit(f"This drafter was trained with thinking {mode}. With thinking "
+                                f"{'on' if on else 'off'} far fewer drafts are accepted, and DFlash may switch to "
+                                "plain decoding for the rest of an answer; the text is the same either way.")
+
     def _on_warning(self, ev: dict) -> None:
         self.statusMessage.emit(ev.get("message", ""))
 
@@ -258,10 +281,13 @@ class ChatController(QObject):
             self._load_id = None
             self.loadingChanged.emit(False, "")
             self.statusMessage.emit(f"Could not load the model: {ev.get('message', '')}")
+            device = (self.pair.get("plan") or run_plan.AUTO)["device"] if self.pair else "cpu"
+            way_out = (("Load on the CPU", self.load_on_cpu)
+                       if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu" else None)
             if self._gen is not None:
                 self._finish(ev)
             else:
-                self.view.add_error(ev)
+                self.view.add_error(ev, action=way_out)
         elif rid is not None and rid == self._calib_id:
             self._calib_id = None
             self.loadingChanged.emit(False, "")

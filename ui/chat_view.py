@@ -220,8 +220,8 @@ class ChatView(QWidget):
         self._add(w)
         return w
 
-    def add_error(self, error: dict, pair_info: dict | None = None) -> ErrorBubble:
-        bubble = ErrorBubble(error, pair_info, parent=self.column)
+    def add_error(self, error: dict, pair_info: dict | None = None, action=None) -> ErrorBubble:
+        bubble = ErrorBubble(error, pair_info, parent=self.column, action=action)
         self._add(bubble)
         return bubble
 

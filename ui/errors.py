@@ -6,6 +6,7 @@ from __future__ import annotations
 import platform
 import sys
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
@@ -51,9 +52,11 @@ def open_logs(error: dict | None = None) -> bool:
 
 
 class ErrorBubble(QFrame):
-    """Shown in place of (or under) the answer that failed."""
+    """Shown in place of (or under) the answer that failed; `action` (label, callback) offers a way out,
+    such as loading on the CPU when the GPU cannot be used."""
 
-    def __init__(self, error: dict, pair_info: dict | None = None, parent: QWidget | None = None):
+    def __init__(self, error: dict, pair_info: dict | None = None, parent: QWidget | None = None,
+                 action: tuple[str, Callable[[], None]] | None = None):
         super().__init__(parent)
         self.error = dict(error)
         self.diagnostics = diagnostics_text(self.error, pair_info)
@@ -71,6 +74,12 @@ class ErrorBubble(QFrame):
         layout.addWidget(self.message)
         row = QHBoxLayout()
         row.addStretch(1)
+        self.action_button = None
+        if action is not None:
+            self.action_button = QPushButton(action[0])
+            self.action_button.setAccessibleName(action[0])
+            self.action_button.clicked.connect(action[1])
+            row.addWidget(self.action_button)
         self.open_logs_button = QPushButton("Open logs")
         self.open_logs_button.setAccessibleName("Open the log folder")
         self.open_logs_button.clicked.connect(lambda: open_logs(self.error))

@@ -171,7 +171,8 @@ class MainWindow(QMainWindow):
         c.statusMessage.connect(self.status_label.setText)
         c.loadingChanged.connect(self._loading)
         c.pairLoaded.connect(lambda ev: self.pair_label.setText(
-            f"{ev['display_name']}  ·  {ev.get('device')}  ·  block {ev.get('block_size')}"
+            f"{ev['display_name']}  ·  {ev.get('engine')} on {ev.get('device')}, {ev.get('dtype')}  ·  "
+            f"block {ev.get('block_size')}"
             + ("" if ev.get("has_drafter") else "  ·  no drafter")))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))

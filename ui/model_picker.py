@@ -22,7 +22,8 @@ from dflash_desktop.hardware import HardwareReport, detect_live
 
 from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
 
-BADGE_COLORS = {"fits": QColor(46, 160, 67), "tight": QColor(191, 135, 0), "target_only": QColor(56, 139, 253),
+BADGE_COLORS = {"fits": QColor(46, 160, 67), "slow": QColor(120, 140, 40), "tight": QColor(191, 135, 0),
+                "target_only": QColor(56, 139, 253),
                 "wont_fit": QColor(218, 54, 51), "unsupported": QColor(128, 128, 128), "unknown": QColor(128, 128, 128)}
 
 
@@ -135,7 +136,7 @@ class _PairDelegate(QStyledItemDelegate):
 class ModelPicker(QDialog):
     """Lists the catalog pairs with fit and download state; emits `pairChosen` for the pair to load."""
 
-    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits)
+    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits), plan, thinking
     ready = Signal()           # catalog, hardware and disk scan are in
 
     def __init__(self, parent: QWidget | None = None, catalog: Catalog | None = None,
@@ -327,9 +328,10 @@ class ModelPicker(QDialog):
         self.badge.setStyleSheet(f"background: {color}; color: white; border-radius: 10px; padding: 3px 12px;")
         self.badge.setText(idx.data(Roles.VerdictLabel))
         gated = " · gated: needs a Hugging Face token and accepted licence" if idx.data(Roles.Gated) else ""
+        runs = f"Runs with {idx.data(Roles.PlanLabel)}\n" if idx.data(Roles.PlanLabel) else ""
         self.facts.setText(f"{idx.data(Roles.SizeText)} · licence {idx.data(Roles.License)}{gated}\n"
                            f"Drafter block size {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}\n"
-                           f"{idx.data(Roles.DownloadText)}")
+                           f"{runs}{idx.data(Roles.DownloadText)}")
         self.fit_sentence.setText(idx.data(Roles.FitSentence))
         self.fit_numbers.setText(idx.data(Roles.FitDetails))
         self.notes.setText(idx.data(Roles.Notes))
@@ -363,8 +365,10 @@ class ModelPicker(QDialog):
         idx = self.list.currentIndex()
         if not idx.isValid() or not idx.data(Roles.CanLoad):
             return
+        row = self.model.pair_row(idx.row())
         self.pairChosen.emit({"id": idx.data(Roles.Id), "name": idx.data(Roles.Name),
-                              "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir)})
+                              "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir),
+                              "plan": idx.data(Roles.Plan), "thinking": row.pair.thinking})
         self.accept()
 
     def download_selected(self) -> None:

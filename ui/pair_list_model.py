@@ -13,11 +13,12 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
 from dflash_desktop.catalog import Catalog, Pair
-from dflash_desktop.fit import FitEstimate, estimate_fit, Budget
+from dflash_desktop.fit import SLOW_TOK_S, FitEstimate, estimate_here
 from dflash_desktop.hardware import HardwareReport, gib
+from engine.backends import DEVICE_CLASSES, DEVICE_LABELS
 
-VERDICT_LABELS = {"fits": "Fits", "tight": "Tight fit", "target_only": "Target only", "wont_fit": "Won't fit",
-                  "unsupported": "Not for this device", "unknown": "Checking…"}
+VERDICT_LABELS = {"fits": "Fits", "slow": "Fits, slowly", "tight": "Tight fit", "target_only": "Target only",
+                  "wont_fit": "Won't fit", "unsupported": "Not for this device", "unknown": "Checking…"}
 TERM_LABELS = {"target_weights": "Target weights", "drafter_weights": "Drafter weights",
                "kv_cache": "Target KV cache", "drafter_kv_cache": "Drafter KV cache",
                "captured_features": "Captured features", "recurrent_state": "Recurrent state",
@@ -46,6 +47,8 @@ class Roles(IntEnum):
     TargetDir = Qt.ItemDataRole.UserRole + 19
     DraftDir = Qt.ItemDataRole.UserRole + 20      # None when only the target will run
     Subtitle = Qt.ItemDataRole.UserRole + 21      # one line under the name: size, licence, mode
+    Plan = Qt.ItemDataRole.UserRole + 22          # {engine, device, dtype} the worker will load with, or None
+    PlanLabel = Qt.ItemDataRole.UserRole + 23     # the same in words
 
 
 @dataclass
@@ -56,7 +59,7 @@ class PairRow:
     size_bytes: int
     fit: FitEstimate | None = None
     supported: bool = True
-    backend: str = ""  # this computer's backend (cuda, mlx, cpu), once known
+    device: str = ""  # this computer's device class (cuda, apple, cpu), once known
     download_state: str = "not_downloaded"
     download_fraction: float = 0.0
     download_text: str = ""
@@ -67,15 +70,18 @@ class PairRow:
     def verdict(self) -> str:
         if not self.supported:
             return "unsupported"
+        if self.fit and self.fit.verdict == "fits" and (self.fit.plain_tok_s or SLOW_TOK_S) < SLOW_TOK_S:
+            return "slow"
         return self.fit.verdict if self.fit else "unknown"
 
     @property
     def reason(self) -> str:
         """Plain words for why Load is off; empty when the pair can be loaded."""
         if not self.supported:
-            names = {"cuda": "NVIDIA GPUs (CUDA)", "mlx": "Apple Silicon (MLX)", "cpu": "the CPU"}
-            runs_on = " or ".join(names[b] for b in self.pair.backends)
-            return f"{self.pair.name} runs only on {runs_on}; this computer uses {names.get(self.backend, self.backend)}."
+            runs_on = " or ".join(f"an {DEVICE_LABELS[d]}" if d != "cpu" else "the CPU"
+                                  for d in DEVICE_CLASSES if d in self.pair.device_classes)
+            here = "only a CPU" if self.device == "cpu" else f"an {DEVICE_LABELS.get(self.device, self.device)} and a CPU"
+            return f"{self.pair.name} runs only on {runs_on}, and this computer has {here}."
         if self.verdict == "wont_fit":
             return self.fit.sentence
         if self.verdict == "unknown":
@@ -129,15 +135,13 @@ def fit_details(row: PairRow) -> str:
 
 def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict[str, dict]) -> list[PairRow]:
     """One row per pair, demo first. `local_dirs` maps pair id -> {role: folder} for pairs fully on disk."""
-    budget = Budget.from_report(report) if report else None
     pairs = sorted(catalog.pairs, key=lambda p: p.kind != "embedded")  # stable: catalog order otherwise
     rows = []
     for pair in pairs:
         row = PairRow(pair, pair_size(pair, catalog))
-        if budget is not None:
-            row.supported, row.backend = budget.backend in pair.backends, budget.backend
-            if row.supported:
-                row.fit = estimate_fit(pair, budget, dtype_bytes=catalog.dtype_bytes)
+        if report is not None:
+            row.fit = estimate_here(pair, report, dtype_bytes=catalog.dtype_bytes)
+            row.supported, row.device = row.fit is not None, report.device
         if pair.id in local_dirs:
             row.download_state, row.dirs = "ready", local_dirs[pair.id]
         elif not pair.needs_download:
@@ -213,6 +217,8 @@ class PairListModel(QAbstractListModel):
             Roles.TargetDir: lambda: str(r.dirs["target"]) if r.dirs.get("target") else None,
             Roles.DraftDir: lambda: r.draft_dir,
             Roles.Subtitle: lambda: self._subtitle(r),
+            Roles.Plan: lambda: r.fit.plan.request if r.fit and r.fit.plan else None,
+            Roles.PlanLabel: lambda: r.fit.plan.label if r.fit and r.fit.plan else "",
         }
         getter = getters.get(role)
         return getter() if getter else None

@@ -127,6 +127,12 @@ class StatsPanel(QDockWidget):
         layout = QVBoxLayout(body)
         layout.setContentsMargins(12, 10, 12, 12)
         layout.setSpacing(6)
+        self.runtime = QLabel("No model loaded.")
+        self.runtime.setObjectName("muted")
+        self.runtime.setWordWrap(True)
+        self.runtime.setAccessibleName("Where the model runs")
+        self.runtime.setToolTip("The engine, device and number format the worker actually loaded the model with.")
+        layout.addWidget(self.runtime)
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
         self.dflash_label, self.baseline_label, self.speedup_label = (
@@ -202,6 +208,12 @@ class StatsPanel(QDockWidget):
         return row
 
     # -- updates ------------------------------------------------------------------------------------
+    def set_runtime(self, loaded: dict) -> None:
+        """The loaded event's engine, device and dtype, as the worker reports them."""
+        text = f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights"
+        self.runtime.setText(text)
+        self.values["runtime"] = text
+
     def set_baseline(self, record: BaselineRecord | None, measuring: bool = False) -> None:
         self.baseline = record
         if measuring:

@@ -28,6 +28,7 @@ class EngineInfo:
     label: str
     package: str                                  # imported when a pair is loaded
     devices: dict[str, str]                       # device class -> the engine's device name
+    dtypes: dict[str, str]                        # device class -> the dtype weights load in by default
     architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
 
     def runs(self, model_type: str, device_class: str) -> bool:
@@ -36,7 +37,7 @@ class EngineInfo:
 
 def _info(package: str) -> EngineInfo:
     mod = importlib.import_module(package)
-    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.ARCHITECTURES))
+    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),)}

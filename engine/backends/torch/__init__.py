@@ -5,8 +5,10 @@ from __future__ import annotations
 
 NAME = "torch"
 LABEL = "PyTorch"
-# device class (engine/backends/__init__.py) -> torch's device name
+# device class (engine/backends/__init__.py) -> torch's device name, and the dtype weights load in there
+# (CUDA GPUs without native bfloat16, before compute capability 8.0, take float16)
 DEVICES = {"cuda": "cuda", "apple": "mps", "cpu": "cpu"}
+DTYPES = {"cuda": "bfloat16", "apple": "bfloat16", "cpu": "float32"}
 # Target model_type -> device classes where greedy DFlash output is checked identical to plain decoding
 # (tests/test_engine_architectures.py runs every entry on the CPU; cuda and mps never run in this
 # project's CI: see docs/ENGINES.md).

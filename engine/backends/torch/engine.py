@@ -16,13 +16,13 @@ from ...errors import CheckpointError, EngineError, PairMismatchError
 from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DEVICES, NAME, cpu
+from . import ARCHITECTURES, DEVICES, DTYPES, NAME, cpu
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
 from .sampling import draw, probabilities, propose, verify
 from .target import TargetModel
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class DeviceUnavailable(EngineError):
@@ -55,9 +55,9 @@ def resolve_device(device: str | None) -> torch.device:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if device.type == "mps" else torch.float32
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return torch.float16
+    return getattr(torch, DTYPES[device_class(device)])
 
 
 def device_class(device: torch.device) -> str:
@@ -126,9 +126,9 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     report = progress or (lambda stage, message: None)
     target_dir = Path(target_dir)
     dev = resolve_device(device)
-    if dtype is not None and dtype not in DTYPES:
-        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join(DTYPES)}.", code="bad_settings")
-    torch_dtype = DTYPES[dtype] if dtype else default_dtype(dev)
+    if dtype is not None and dtype not in TORCH_DTYPES:
+        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join(TORCH_DTYPES)}.", code="bad_settings")
+    torch_dtype = TORCH_DTYPES[dtype] if dtype else default_dtype(dev)
     family = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
     report("weights", f"Reading weights from {target_dir.name}" + (f" and {Path(draft_dir).name}" if draft_dir else ""))

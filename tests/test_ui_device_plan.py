@@ -1,0 +1,60 @@
+"""What the model picker decides (engine, device, dtype) is what a real worker is asked to load, decided
+from recorded NVIDIA, Apple and CPU machines. This machine has no GPU, so its CPU stands in: the worker
+refuses the GPU with a message that names it, the chat offers the CPU, and the CPU load is what the
+status bar and the stats panel then report."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dflash_desktop.catalog import load_catalog
+from dflash_desktop.hardware import HardwareProbe, detect
+from dflash_desktop.run_plan import plan_for
+from tests.ui_chat_fixtures import LOAD_TIMEOUT_MS, chat_worker, echo_pair, home, make_window  # noqa: F401
+from ui.errors import ErrorBubble
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hardware"
+
+
+def report_of(fixture: str):
+    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text())))
+
+
+@pytest.fixture
+def sent(chat_worker, monkeypatch):
+    """Every load_pair request as it leaves for the worker (recorded, then passed on unchanged)."""
+    calls = []
+    original = chat_worker.load_pair
+
+    def record(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(chat_worker, "load_pair", record)
+    return calls
+
+
+@pytest.mark.parametrize("fixture, device, refusal", [
+    ("nvidia_rtx4090_nvml", "cuda", "The NVIDIA GPU (cuda) cannot be used"),
+    ("apple_m2_16gb", "mps", "Apple's GPU (mps) cannot be used"),
+    ("cpu_only_i5", "cpu", None),
+])
+def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_pair, sent, fixture, device, refusal):
+    plan = plan_for(load_catalog(prefer_refreshed=False).demo, report_of(fixture))
+    assert plan.device == device
+    window = make_window(qtbot, chat_worker, {**echo_pair, "plan": plan.request}, wait_ready=refusal is None)
+    assert sent[0] == plan.request
+    if refusal:
+        qtbot.waitUntil(lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages),
+                        timeout=LOAD_TIMEOUT_MS)
+        bubble = next(w for w in window.chat_view.messages if isinstance(w, ErrorBubble))
+        assert refusal in bubble.message.text() and bubble.error["code"] == "device_unavailable"
+        assert bubble.action_button.text() == "Load on the CPU"
+        bubble.action_button.click()
+        qtbot.waitUntil(lambda: window.controller.ready, timeout=LOAD_TIMEOUT_MS)
+        assert sent[1] == {"engine": "torch", "device": "cpu", "dtype": None}
+    loaded = window.controller.pair_info
+    assert (loaded["engine"], loaded["device"], loaded["dtype"]) == ("torch", "cpu", "float32")
+    assert window.stats_panel.runtime.text() == "Runs on cpu · torch engine · float32 weights"
+    assert "torch on cpu, float32" in window.pair_label.text()
