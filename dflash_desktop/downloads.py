@@ -179,11 +179,21 @@ def _human(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
+_offline_setting = False   # the app's Offline switch (Settings), applied by set_offline
+
+
+def set_offline(on: bool) -> None:
+    global _offline_setting
+    _offline_setting = bool(on)
+
+
 def offline_mode() -> bool:
-    """HF_HUB_OFFLINE now, or as huggingface_hub read it at import (it then blocks every request)."""
+    """The app's Offline switch, HF_HUB_OFFLINE now, or HF_HUB_OFFLINE as huggingface_hub read it at import
+    (it then blocks every request)."""
     from huggingface_hub import constants
 
-    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE") or constants.HF_HUB_OFFLINE
+    return (_offline_setting or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+            or constants.HF_HUB_OFFLINE)
 
 
 # ----------------------------------------------------------------------------- tokens

@@ -1,8 +1,9 @@
 """Typed user settings, persisted as one JSON file (paths.settings_file()).
 
 Values are validated on the way in so an absurd number (temperature 50, top-p 2) is refused with a
-sentence that names the field, instead of reaching the engine and failing there. A damaged file never
-stops the app: unreadable or invalid fields fall back to their defaults.
+sentence that names the field, instead of reaching the engine and failing there. Generation settings
+take their ranges from the engine's one table (engine/limits.py). A damaged file never stops the app:
+unreadable or invalid fields fall back to their defaults.
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from engine.errors import SettingsError as EngineSettingsError
+from engine.limits import LIMITS
 
 from . import paths
 
@@ -25,12 +29,14 @@ class SettingsError(ValueError):
 
 @dataclass
 class Settings:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 256
+    temperature: float = LIMITS["temperature"].default
+    top_p: float = LIMITS["top_p"].default
+    top_k: int = LIMITS["top_k"].default
+    max_new_tokens: int = LIMITS["max_new_tokens"].default
     block_size: int = 0            # 0 = the drafter's own block size
     draft_cutoff: float | None = None  # None = the engine's choice by device (see GenerationSettings)
+    plain_fallback: bool = True    # plain decoding for the rest of an answer when DFlash stays below break-even
+    offline: bool = False          # no network at all: no downloads, no connection checks
     theme: str = "system"
     font_size: int = 11
     highlight_drafted: bool = True
@@ -44,22 +50,17 @@ class Settings:
             if not ok:
                 raise SettingsError(message)
 
-        num = (int, float)
-        need(isinstance(self.temperature, num) and 0.0 <= self.temperature <= 2.0,
-             f"Temperature must be between 0 and 2 (got {self.temperature}); 0 means greedy.")
-        need(isinstance(self.top_p, num) and 0.0 < self.top_p <= 1.0,
-             f"Top-p must be greater than 0 and at most 1 (got {self.top_p}).")
-        need(_is_int(self.top_k) and 0 <= self.top_k <= 100_000,
-             f"Top-k must be a whole number from 0 (off) to 100000 (got {self.top_k}).")
-        need(_is_int(self.max_new_tokens) and 1 <= self.max_new_tokens <= 32_768,
-             f"Max new tokens must be between 1 and 32768 (got {self.max_new_tokens}).")
-        limit = max_block_size or 64
+        for name in ("temperature", "top_p", "top_k", "max_new_tokens", "draft_cutoff"):
+            try:
+                LIMITS[name].check(getattr(self, name), LIMITS[name].label)
+            except EngineSettingsError as exc:
+                raise SettingsError(str(exc)) from None
+        limit = min(max_block_size or LIMITS["block_size"].high, LIMITS["block_size"].high)
         need(_is_int(self.block_size) and 0 <= self.block_size <= limit,
              f"Block size must be between 1 and {limit}, the drafter's block size, or 0 for the drafter's "
              f"own (got {self.block_size}).")
-        need(self.draft_cutoff is None or (isinstance(self.draft_cutoff, num) and not isinstance(self.draft_cutoff, bool)
-                                           and 0.0 <= self.draft_cutoff < 1.0),
-             f"Draft cutoff must be at least 0 and below 1, or empty for automatic (got {self.draft_cutoff}).")
+        need(isinstance(self.plain_fallback, bool) and isinstance(self.offline, bool),
+             "Plain fallback and offline mode are on or off.")
         need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
         need(_is_int(self.font_size) and 7 <= self.font_size <= 32,
              f"Font size must be between 7 and 32 points (got {self.font_size}).")
@@ -68,7 +69,7 @@ class Settings:
     def generation(self, max_block_size: int | None = None) -> dict:
         """The engine's `settings` dict for a generate request."""
         out = {"temperature": float(self.temperature), "top_p": float(self.top_p), "top_k": int(self.top_k),
-               "max_new_tokens": int(self.max_new_tokens)}
+               "max_new_tokens": int(self.max_new_tokens), "plain_fallback": self.plain_fallback}
         if self.block_size:
             out["block_size"] = min(self.block_size, max_block_size or self.block_size)
         if self.draft_cutoff is not None:

@@ -43,26 +43,27 @@ class Limit:
             span = f"from {self.low:g} to {self.high:g}"
         return f"0 ({self.zero}) or {span}" if self.zero else span
 
-    def check(self, value: Any) -> Any:
-        """The value, or SettingsError naming the setting and its limits."""
+    def check(self, value: Any, name: str | None = None) -> Any:
+        """The value, or SettingsError naming the setting (as `name`, default its key) and its limits."""
+        name = name or self.name
         if value is None:
             if self.optional:
                 return None
-            raise SettingsError(f"{self.name} needs a value: {self.describe()}.")
+            raise SettingsError(f"{name} needs a value: {self.describe()}.")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SettingsError(f"{self.name} must be a number, got {value!r}.")
+            raise SettingsError(f"{name} must be a number, got {value!r}.")
         if self.kind is int:
             if isinstance(value, float) and not value.is_integer():
-                raise SettingsError(f"{self.name} must be a whole number, got {value!r}.")
+                raise SettingsError(f"{name} must be a whole number, got {value!r}.")
             value = int(value)
         elif not math.isfinite(value):
-            raise SettingsError(f"{self.name} must be a finite number, got {value!r}.")
+            raise SettingsError(f"{name} must be a finite number, got {value!r}.")
         if self.zero and value == 0:
             return self.kind(0)
         below = value <= self.low if self.open_low else value < self.low
         above = value >= self.high if self.open_high else value > self.high
         if below or above:
-            raise SettingsError(f"{self.name} must be {self.describe()}, got {value!r}.")
+            raise SettingsError(f"{name} must be {self.describe()}, got {value!r}.")
         return self.kind(value)
 
 

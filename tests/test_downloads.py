@@ -226,6 +226,20 @@ def test_offline_with_partial_cache_names_the_missing_files(hub, tmp_path, reque
     assert j.error.kind == "offline_missing" and "org/never" in j.error.message
 
 
+def test_the_settings_offline_switch_stops_every_request(hub, tmp_path, request):
+    """Settings' Offline switch (what the offline message points to) makes a job use the cache only."""
+    from dflash_desktop import downloads
+    hub.repos["org/m"] = make_repo(14)
+    request.getfixturevalue("no_sockets")
+    downloads.set_offline(True)
+    try:
+        assert downloads.offline_mode()
+        j = run(job(hub, [("org/m", "main")], tmp_path))
+    finally:
+        downloads.set_offline(False)
+    assert j.error.kind == "offline_missing" and "turn off offline mode in Settings" in j.error.message
+
+
 def test_unreachable_hub_reuses_a_complete_cache(hub, tmp_path):
     hub.repos["org/m"] = make_repo(13)
     online = run(job(hub, [("org/m", "main")], tmp_path))

@@ -171,3 +171,37 @@ def test_block_size_above_drafter_is_refused(pair):
 def test_empty_prompt_is_refused(pair):
     with pytest.raises(SettingsError, match="empty"):
         Generation(pair, [], GenerationSettings())
+
+
+def test_a_drafter_that_is_always_wrong_falls_back_to_plain_decoding(pair):
+    """Every draft rejected: each DFlash step commits one token for the price of a draft and a verify,
+    so after one window of steps the loop switches to plain decoding, with the same output."""
+    from engine.loop import FALLBACK_WINDOW
+    prompt = prompt_of(20, seed=7)
+    ref = baseline(pair, prompt, 60)
+    run = Generation(OraclePair(pair, ref.tokens, wrong_every=1), prompt,
+                     GenerationSettings(max_new_tokens=60, block_size=8, draft_cutoff=0.0)).run()
+    assert run.tokens == ref.tokens
+    assert run.fallback is not None and run.stats.fallback == run.fallback
+    assert run.stats.drafted == FALLBACK_WINDOW * 7, "no drafts after the fallback"
+    assert run.fallback["tau"] == 1.0 and "break-even" in run.fallback["reason"]
+    assert run.fallback["after_tokens"] <= FALLBACK_WINDOW + 2   # prefill token, maybe one probe step, the window
+
+
+def test_accepted_drafts_never_fall_back(pair):
+    prompt = prompt_of(20, seed=8)
+    ref = baseline(pair, prompt, 80)
+    run = Generation(OraclePair(pair, ref.tokens), prompt,
+                     GenerationSettings(max_new_tokens=60, block_size=8, draft_cutoff=0.0)).run()
+    assert run.tokens == ref.tokens[:60] and run.fallback is None
+
+
+@pytest.mark.parametrize("settings", [dict(plain_fallback=False), dict(temperature=0.8, seed=3)],
+                         ids=["switched off", "seeded sampling"])
+def test_no_fallback_when_switched_off_or_when_a_seed_must_reproduce(pair, settings):
+    """A fallback point depends on timing, so a seeded sampled answer (which must come out the same
+    every time) never falls back; nor does any answer with the setting off."""
+    prompt = prompt_of(20, seed=9)
+    run = Generation(pair, prompt, GenerationSettings(max_new_tokens=60, block_size=8, draft_cutoff=0.0,
+                                                      **settings)).run()
+    assert run.fallback is None and run.stats.drafted == 7 * run.stats.steps

@@ -3,6 +3,7 @@ that falls back field by field instead of stopping the app."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -11,14 +12,17 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("temperature", 50.0, "Temperature must be between 0 and 2"),
+    ("temperature", 50.0, "Temperature must be 0 (greedy) or from 0.01 to 2"),
     ("temperature", -1, "Temperature"),
-    ("top_p", 0.0, "Top-p must be greater than 0"),
+    ("temperature", 1e-40, "Temperature must be 0 (greedy) or from 0.01"),
+    ("top_p", 0.0, "Top-p must be above 0 and at most 1"),
     ("top_p", 1.5, "Top-p"),
-    ("top_k", -3, "Top-k must be a whole number"),
-    ("top_k", 2.5, "Top-k"),
-    ("max_new_tokens", 0, "Max new tokens must be between 1 and 32768"),
+    ("top_k", -3, "Top-k must be 0 (off) or from 1 to 100000"),
+    ("top_k", 2.5, "Top-k must be a whole number"),
+    ("max_new_tokens", 0, "Max new tokens must be from 1 to 32768"),
     ("max_new_tokens", 10**6, "Max new tokens"),
+    ("max_new_tokens", True, "Max new tokens must be a number"),
+    ("plain_fallback", "yes", "Plain fallback"),
     ("block_size", 17, "Block size must be between 1 and 16"),
     ("draft_cutoff", 1.0, "Draft cutoff must be at least 0 and below 1"),
     ("draft_cutoff", "high", "Draft cutoff"),
@@ -28,13 +32,14 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
 ])
 def test_absurd_values_are_refused_with_a_clear_message(field, value, message):
     s = S.Settings(**{field: value})
-    with pytest.raises(S.SettingsError, match=message):
+    with pytest.raises(S.SettingsError, match=re.escape(message)):
         s.validate(max_block_size=16)
 
 
 def test_defaults_are_valid_and_generation_dict():
     s = S.Settings().validate(16)
-    assert s.generation(16) == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256}
+    assert s.generation(16) == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256,
+                                "plain_fallback": True}
     assert S.Settings(block_size=12).generation(8)["block_size"] == 8
     assert S.Settings(draft_cutoff=0.0).generation(16)["draft_cutoff"] == 0.0   # None (automatic) is left out
 

@@ -189,9 +189,12 @@ def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pa
     assert dialogs, "Ctrl+, did not open the settings"
     dialog = dialogs[-1]
     assert dialog.block_size.maximum() == 8   # the drafter's block size from pair_info
-    dialog.temperature.setValue(3.0)
+    assert dialog.temperature.maximum() == 2.0 and "greedy" in dialog.temperature.toolTip()   # the limits table
+    dialog.top_p.setValue(0.0)
     dialog.accept()
-    assert dialog.isVisible() and "Temperature must be between 0 and 2" in dialog.error.text()
+    assert dialog.isVisible() and "Top-p must be above 0 and at most 1" in dialog.error.text()
+    dialog.top_p.setValue(1.0)
+    dialog.plain_fallback.setChecked(False)
     dialog.temperature.setValue(0.7)
     dialog.top_k.setValue(40)
     dialog.block_size.setValue(4)
@@ -203,7 +206,7 @@ def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pa
     saved = settings_mod.load()
     assert (saved.temperature, saved.top_k, saved.block_size, saved.theme) == (0.7, 40, 4, "dark")
     assert window.settings.generation(8) == {"temperature": 0.7, "top_p": 1.0, "top_k": 40, "max_new_tokens": 24,
-                                             "block_size": 4, "draft_cutoff": 0.1}
+                                             "block_size": 4, "draft_cutoff": 0.1, "plain_fallback": False}
     done = send_and_wait(qtbot, window, "y")
     assert done["stats"]["block_size"] == 4
     # its lowest step reads "automatic" and gives the choice back to the engine

@@ -323,3 +323,16 @@ def test_loaded_event_says_whether_thinking_can_be_switched(client, pair_dirs, t
     thinking = client.wait(client.load_pair(str(target), str(draft)), T)
     assert thinking["chat_template"] is True and thinking["supports_thinking"] is True
     assert client.wait(client.load_pair(*pair_dirs), T)["event"] == "loaded"  # leave the module's pair loaded
+
+
+def test_a_plain_fallback_is_announced_and_kept_in_the_stats(client, pair_dirs):
+    """A random drafter is almost never right: the worker warns when the loop switches to plain decoding."""
+    ensure_loaded(client, pair_dirs)
+    rid = client.generate(prompt="Hello there", settings={"max_new_tokens": 80, "draft_cutoff": 0.0})
+    done = client.wait(rid, T)
+    warnings = of(client, rid, "warning")
+    assert [w["code"] for w in warnings] == ["plain_fallback"] and "break-even" in warnings[0]["message"]
+    assert done["stats"]["fallback"]["reason"] == warnings[0]["message"]
+    off = client.wait(client.generate(prompt="Hello there", settings={"max_new_tokens": 80, "draft_cutoff": 0.0,
+                                                                       "plain_fallback": False}), T)
+    assert off["stats"]["fallback"] is None and off["token_ids"] == done["token_ids"]

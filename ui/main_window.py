@@ -15,6 +15,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
                                QStackedWidget, QToolBar)
 
+from dflash_desktop import downloads
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
@@ -60,6 +61,7 @@ class MainWindow(QMainWindow):
         self.setObjectName("mainWindow")
         self.resize(1280, 820)
         self.settings = settings or settings_mod.load()
+        downloads.set_offline(self.settings.offline)
         self._owns_worker = worker is None
         self.worker = worker or QtWorker(self)
         self._owns_store = store is None
@@ -247,6 +249,7 @@ class MainWindow(QMainWindow):
         for field in DIALOG_FIELDS:
             setattr(self.settings, field, getattr(new, field))
         self.controller.save_settings()
+        downloads.set_offline(self.settings.offline)
         app = QApplication.instance()
         theme.apply(app, self.settings.theme, self.settings.font_size)
         self.chat_view.set_highlight(False)

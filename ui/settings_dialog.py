@@ -1,17 +1,21 @@
-"""Settings (Ctrl+,): sampling, block size, draft cutoff, theme and font size. Values are checked by
-Settings.validate(), and a refused value is explained under the form instead of silently clamped."""
+"""Settings (Ctrl+,): sampling, block size, draft cutoff, plain fallback, offline mode, theme and font
+size. Generation fields take their ranges and help texts from the engine's limits table
+(engine/limits.py); values are checked by Settings.validate(), and a refused value is explained under the
+form instead of silently clamped."""
 from __future__ import annotations
 
 import dataclasses
 
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QLabel,
+                               QSpinBox, QVBoxLayout, QWidget)
 
 from dflash_desktop.settings import THEMES, Settings, SettingsError
+from engine.limits import LIMITS
 
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 # the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
-FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "theme", "font_size")
+FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "plain_fallback",
+          "offline", "theme", "font_size")
 
 
 class SettingsDialog(QDialog):
@@ -26,33 +30,44 @@ class SettingsDialog(QDialog):
         form.setHorizontalSpacing(16)
         form.setVerticalSpacing(8)
 
-        self.temperature = self._double(0.0, 5.0, 0.05, settings.temperature, "Temperature (0 = greedy)")
-        self.top_p = self._double(0.0, 1.0, 0.05, settings.top_p, "Top-p")
-        self.top_k = self._int(0, 1_000_000, settings.top_k, "Top-k (0 = off)")
-        self.max_new_tokens = self._int(0, 1_000_000, settings.max_new_tokens, "Maximum new tokens")
-        self.block_size = self._int(0, max_block_size or 64, settings.block_size, "Block size")
+        # spin boxes span 0 to each limit's top; validate() names any value the table refuses (top-p 0)
+        self.temperature = self._double("temperature", 0.0, 0.05, settings.temperature)
+        self.top_p = self._double("top_p", 0.0, 0.05, settings.top_p)
+        self.top_k = self._int("top_k", 0, settings.top_k)
+        self.max_new_tokens = self._int("max_new_tokens", 0, settings.max_new_tokens)
+        self.block_size = self._int("block_size", 0, settings.block_size, top=max_block_size)
         self.block_size.setSpecialValueText("drafter's own")
         # the lowest value stands for "automatic" (None): the engine picks by device
         cutoff = AUTOMATIC_CUTOFF if settings.draft_cutoff is None else settings.draft_cutoff
-        self.draft_cutoff = self._double(AUTOMATIC_CUTOFF, 0.99, 0.01, cutoff, "Draft cutoff")
+        self.draft_cutoff = self._double("draft_cutoff", AUTOMATIC_CUTOFF, 0.01, cutoff)
+        self.draft_cutoff.setMaximum(0.99)
         self.draft_cutoff.setSpecialValueText("automatic")
-        self.draft_cutoff.setToolTip(
-            "Verify a drafted block only up to the first token the drafter is this unsure of "
-            "(0 = always the whole block). Automatic: 0.05 on a CPU, where every verified token costs "
-            "time, 0 on a GPU. The output is the same either way; only the speed changes.")
+        self.plain_fallback = QCheckBox("Switch to plain decoding when DFlash does not pay")
+        self.plain_fallback.setChecked(settings.plain_fallback)
+        self.plain_fallback.setAccessibleName("Plain fallback")
+        self.plain_fallback.setToolTip(
+            "When drafts keep being rejected, so that DFlash runs slower than plain decoding on this computer, "
+            "the rest of the answer uses plain decoding. The text is the same either way.")
+        self.offline = QCheckBox("Offline: no downloads and no connection checks")
+        self.offline.setChecked(settings.offline)
+        self.offline.setAccessibleName("Offline mode")
+        self.offline.setToolTip("Models already on this computer keep working; nothing is fetched.")
         self.theme = QComboBox()
         self.theme.addItems([t.capitalize() for t in THEMES])
         self.theme.setCurrentIndex(THEMES.index(settings.theme))
         self.theme.setAccessibleName("Theme")
-        self.font_size = self._int(1, 100, settings.font_size, "Font size in points")
+        self.font_size = QSpinBox()
+        self.font_size.setRange(1, 100)
+        self.font_size.setValue(settings.font_size)
+        self.font_size.setAccessibleName("Font size in points")
 
-        form.addRow("Temperature", self.temperature)
-        form.addRow("Top-p", self.top_p)
-        form.addRow("Top-k", self.top_k)
-        form.addRow("Max new tokens", self.max_new_tokens)
+        for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
+            form.addRow(LIMITS[name].label, getattr(self, name))
         limit = f"1–{max_block_size}" if max_block_size else "up to the drafter's"
         form.addRow(f"Block size ({limit})", self.block_size)
-        form.addRow("Draft cutoff", self.draft_cutoff)
+        form.addRow(LIMITS["draft_cutoff"].label, self.draft_cutoff)
+        form.addRow("", self.plain_fallback)
+        form.addRow("", self.offline)
         form.addRow("Theme", self.theme)
         form.addRow("Font size", self.font_size)
 
@@ -70,20 +85,24 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.error)
         layout.addWidget(buttons)
 
-    def _double(self, lo, hi, step, value, name) -> QDoubleSpinBox:
+    def _double(self, name: str, lo: float, step: float, value: float) -> QDoubleSpinBox:
+        limit = LIMITS[name]
         box = QDoubleSpinBox()
-        box.setRange(lo, hi)
+        box.setRange(lo, limit.high)
         box.setSingleStep(step)
         box.setDecimals(2)
         box.setValue(value)
-        box.setAccessibleName(name)
+        box.setAccessibleName(limit.label)
+        box.setToolTip(limit.help)
         return box
 
-    def _int(self, lo, hi, value, name) -> QSpinBox:
+    def _int(self, name: str, lo: int, value: int, top: int | None = None) -> QSpinBox:
+        limit = LIMITS[name]
         box = QSpinBox()
-        box.setRange(lo, hi)
+        box.setRange(lo, int(min(top or limit.high, limit.high)))
         box.setValue(value)
-        box.setAccessibleName(name)
+        box.setAccessibleName(limit.label)
+        box.setToolTip(limit.help)
         return box
 
     def values(self) -> Settings:
@@ -91,7 +110,7 @@ class SettingsDialog(QDialog):
             self._base, temperature=self.temperature.value(), top_p=self.top_p.value(), top_k=self.top_k.value(),
             max_new_tokens=self.max_new_tokens.value(), block_size=self.block_size.value(),
             draft_cutoff=None if self.draft_cutoff.value() < 0 else self.draft_cutoff.value(),
-            theme=THEMES[self.theme.currentIndex()], font_size=self.font_size.value())
+            plain_fallback=self.plain_fallback.isChecked(), offline=self.offline.isChecked(), theme=THEMES[self.theme.currentIndex()], font_size=self.font_size.value())
 
     def accept(self) -> None:
         candidate = self.values()
