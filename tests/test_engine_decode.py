@@ -175,17 +175,17 @@ def test_empty_prompt_is_refused(pair):
 
 def test_a_drafter_that_is_always_wrong_falls_back_to_plain_decoding(pair):
     """Every draft rejected: each DFlash step commits one token for the price of a draft and a verify,
-    so after one window of steps the loop switches to plain decoding, with the same output."""
-    from engine.loop import FALLBACK_WINDOW
+    so after the fallback's wait the loop switches to plain decoding, with the same output."""
+    from engine.loop import FALLBACK_MIN_STEPS
     prompt = prompt_of(20, seed=7)
     ref = baseline(pair, prompt, 60)
     run = Generation(OraclePair(pair, ref.tokens, wrong_every=1), prompt,
                      GenerationSettings(max_new_tokens=60, block_size=8, draft_cutoff=0.0)).run()
     assert run.tokens == ref.tokens
     assert run.fallback is not None and run.stats.fallback == run.fallback
-    assert run.stats.drafted == FALLBACK_WINDOW * 7, "no drafts after the fallback"
+    assert run.stats.drafted == FALLBACK_MIN_STEPS * 7, "no drafts after the fallback"
     assert run.fallback["tau"] == 1.0 and "break-even" in run.fallback["reason"]
-    assert run.fallback["after_tokens"] <= FALLBACK_WINDOW + 2   # prefill token, maybe one probe step, the window
+    assert run.fallback["after_tokens"] <= FALLBACK_MIN_STEPS + 2   # prefill token, maybe one probe step, the wait
 
 
 def test_accepted_drafts_never_fall_back(pair):

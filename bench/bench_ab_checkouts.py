@@ -1,0 +1,90 @@
+"""Two checkouts of the app, the same demo pair, one run: plain decoding and DFlash through each checkout's
+own worker process, alternating prompt by prompt (this machine's speed drifts by 10-30% within minutes,
+so separate runs cannot compare them). Numbers come from each worker's `done` stats, so both sides are
+measured by their own code, the way the window sees them.
+
+    git worktree add --detach /tmp/before <commit>
+    python bench/bench_ab_checkouts.py /tmp/before [--after .] [--limit 20] [--max-new-tokens 256]
+
+Only the protocol both versions speak is used (no `engine` field, no new settings), so the "after"
+side runs with its defaults, plain fallback included.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from dflash_desktop.worker_client import WorkerClient  # noqa: E402
+from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
+
+
+def start(checkout: Path) -> WorkerClient:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONIOENCODING": "utf-8"}
+    client = WorkerClient(command=[sys.executable, "-m", "engine.worker"], env=env)
+    loaded = client.wait(client.request("load_pair", target=str(DEMO_DIR / "target"), draft=str(DEMO_DIR / "draft"),
+                                        device="cpu"), 600)
+    assert loaded["event"] == "loaded", loaded
+    return client
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("before", type=Path, help="checkout of the earlier version")
+    ap.add_argument("--after", type=Path, default=ROOT)
+    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(DEMO_DIR / "target" / "tokenizer.json"))
+    prompts = [tok.encode(text, add_special_tokens=False).ids for _, text in demo_prompts(args.limit)]
+    sides = {"before": start(args.before.resolve()), "after": start(args.after.resolve())}
+    keys = [(side, mode) for side in sides for mode in ("baseline", "dflash")]
+    tokens, seconds = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0.0)
+    decode_tokens, decode_s = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0.0)
+    identical, fallbacks = 0, 0
+    settings = {"max_new_tokens": args.max_new_tokens}
+    for i, ids in enumerate([prompts[0]] + prompts):     # the first prompt twice: the first round warms up
+        outputs = set()
+        for side, mode in keys:
+            done = sides[side].wait(sides[side].generate(prompt_ids=ids, settings=settings, mode=mode), 600)
+            assert done["event"] == "done", done
+            s = done["stats"]
+            outputs.add(tuple(done["token_ids"]))
+            if i:
+                tokens[(side, mode)] += s["generated_tokens"]
+                seconds[(side, mode)] += s["ttft_s"] + s["decode_s"]
+                decode_tokens[(side, mode)] += s["generated_tokens"] - 1
+                decode_s[(side, mode)] += s["decode_s"]
+                fallbacks += bool(s.get("fallback"))
+        identical += i > 0 and len(outputs) == 1
+    for client in sides.values():
+        client.shutdown()
+    rate = {k: tokens[k] / seconds[k] for k in keys}
+    decode = {k: decode_tokens[k] / decode_s[k] for k in keys}
+    print(machine_line())
+    print(f"{'checkout':<8}{'mode':<10}{'tok/s':>9}{'decode tok/s':>14}")
+    for side, mode in keys:
+        print(f"{side:<8}{mode:<10}{rate[(side, mode)]:>9.1f}{decode[(side, mode)]:>14.1f}")
+    for side in sides:
+        print(f"{side}: DFlash over plain {rate[(side, 'dflash')] / rate[(side, 'baseline')]:.2f}x end to end, "
+              f"{decode[(side, 'dflash')] / decode[(side, 'baseline')]:.2f}x decoding only")
+    for mode in ("baseline", "dflash"):
+        print(f"after over before, {mode}: {rate[('after', mode)] / rate[('before', mode)]:.3f}x end to end")
+    print(f"all four outputs identical on {identical}/{len(prompts)} prompts; plain fallbacks (after): {fallbacks}")
+    if args.json:
+        args.json.write_text(json.dumps({"tok_s": {f"{s}/{m}": v for (s, m), v in rate.items()},
+                                         "decode_tok_s": {f"{s}/{m}": v for (s, m), v in decode.items()},
+                                         "identical": identical, "prompts": len(prompts), "fallbacks": fallbacks,
+                                         "machine": machine_line(), "date": time.strftime("%Y-%m-%d")}, indent=2))
+    return 0 if identical == len(prompts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
