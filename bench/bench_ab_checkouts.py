@@ -6,31 +6,55 @@ measured by their own code, the way the window sees them.
     git worktree add --detach /tmp/before <commit>
     python bench/bench_ab_checkouts.py /tmp/before [--after .] [--limit 20] [--max-new-tokens 256]
 
-Only the protocol both versions speak is used (no `engine` field, no new settings), so the "after"
-side runs with its defaults, plain fallback included.
+Each worker is driven over its pipes directly, with only the commands both versions speak (no hello,
+no `engine` field, no new settings), so the "after" side runs with its defaults, plain fallback included.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from dflash_desktop.worker_client import WorkerClient  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 
+TERMINAL = {"loaded", "done", "error", "ok"}
 
-def start(checkout: Path) -> WorkerClient:
-    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONIOENCODING": "utf-8"}
-    client = WorkerClient(command=[sys.executable, "-m", "engine.worker"], env=env)
-    loaded = client.wait(client.request("load_pair", target=str(DEMO_DIR / "target"), draft=str(DEMO_DIR / "draft"),
-                                        device="cpu"), 600)
+
+class Worker:
+    """One checkout's worker process, one request at a time, over its stdin and stdout."""
+
+    def __init__(self, checkout: Path):
+        env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONIOENCODING": "utf-8"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.worker"], cwd=checkout, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.ids = iter(range(1, 1 << 30))
+
+    def ask(self, cmd: str, **fields) -> dict:
+        rid = f"{cmd}-{next(self.ids)}"
+        self.proc.stdin.write((json.dumps({"cmd": cmd, "id": rid, **fields}) + "\n").encode())
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event.get("id") == rid and event["event"] in TERMINAL:
+                return event
+        raise RuntimeError(f"the worker of {cmd} exited")
+
+    def close(self) -> None:
+        self.ask("shutdown")
+        self.proc.wait(10)
+
+
+def start(checkout: Path) -> Worker:
+    worker = Worker(checkout)
+    loaded = worker.ask("load_pair", target=str(DEMO_DIR / "target"), draft=str(DEMO_DIR / "draft"), device="cpu")
     assert loaded["event"] == "loaded", loaded
-    return client
+    return worker
 
 
 def main() -> int:
@@ -53,7 +77,7 @@ def main() -> int:
     for i, ids in enumerate([prompts[0]] + prompts):     # the first prompt twice: the first round warms up
         outputs = set()
         for side, mode in keys:
-            done = sides[side].wait(sides[side].generate(prompt_ids=ids, settings=settings, mode=mode), 600)
+            done = sides[side].ask("generate", prompt_ids=ids, settings=settings, mode=mode)
             assert done["event"] == "done", done
             s = done["stats"]
             outputs.add(tuple(done["token_ids"]))
@@ -64,8 +88,8 @@ def main() -> int:
                 decode_s[(side, mode)] += s["decode_s"]
                 fallbacks += bool(s.get("fallback"))
         identical += i > 0 and len(outputs) == 1
-    for client in sides.values():
-        client.shutdown()
+    for worker in sides.values():
+        worker.close()
     rate = {k: tokens[k] / seconds[k] for k in keys}
     decode = {k: decode_tokens[k] / decode_s[k] for k in keys}
     print(machine_line())

@@ -11,7 +11,7 @@ from typing import Any
 from .errors import EngineError
 from .limits import GenerationSettings
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_LINE_BYTES = 64 * 1024 * 1024   # a line longer than this is refused, not buffered forever
 
 # Commands (GUI -> worker). Each maps field -> (accepted types, required).

@@ -166,3 +166,22 @@ def test_multimodal_checkpoints_load_as_their_text_decoder_and_stay_lossless(tmp
     ref = out[0, PROMPT_LEN:].tolist()
     assert plain(pair, prompt, 20).tokens == ref
     assert Generation(pair, prompt, settings(max_new_tokens=20)).run().tokens == ref
+
+
+def test_the_engines_page_lists_what_the_engines_claim():
+    """docs/ENGINES.md's table, row by row, against the engines' own tables."""
+    from pathlib import Path
+
+    from engine.backends import ENGINES
+    lines = (Path(__file__).parent.parent / "docs" / "ENGINES.md").read_text().splitlines()
+    header = [h.strip() for h in next(line for line in lines if line.startswith("| target")).split("|")[1:-1]]
+    documented = {}
+    for line in (line for line in lines if line.startswith("| `")):
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        for column, cell in zip(header[2:], cells[2:]):
+            engine, device = column.split(": ")
+            if cell.startswith("yes"):
+                documented.setdefault((engine, cells[0].strip("`")), set()).add(device.split(" ")[0])
+    claimed = {(name, arch): set(devices) for name, info in ENGINES.items()
+               for arch, devices in info.architectures.items()}
+    assert documented == claimed
