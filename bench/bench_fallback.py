@@ -44,7 +44,7 @@ def main() -> int:
     prompts = [good.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
     on = GenerationSettings(max_new_tokens=args.max_new_tokens)
     off = GenerationSettings(max_new_tokens=args.max_new_tokens, plain_fallback=False)
-    runs = {"plain": (good, on, True), "good, fallback on": (good, on, False), "good, fallback off": (good, off, False),
+    runs = {"plain": (good, on, True), "good, fallback off": (good, off, False), "good, fallback on": (good, on, False),
             "collapsed, fallback on": (bad, on, False), "collapsed, fallback off": (bad, off, False)}
     for pair in (good, bad):   # warm-up; also times the plain step the fallback compares with
         Generation(pair, prompts[0], GenerationSettings(max_new_tokens=32), baseline=True).run()

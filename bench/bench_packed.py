@@ -1,4 +1,4 @@
-"""Packed oneDNN weights (engine/packed.py) against stock F.linear, in the real decoding loop on the demo
+"""Packed oneDNN weights (engine/backends/torch/packed.py) against stock F.linear, in the real decoding loop on the demo
 pair: plain decoding and DFlash, each with stock and packed weights, alternating prompt by prompt.
 
     python bench/bench_packed.py [--limit 20] [--max-new-tokens 256]

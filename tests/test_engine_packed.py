@@ -1,4 +1,4 @@
-"""Packed oneDNN weights (engine/packed.py) must compute what the stock layers compute, keep the model's
+"""Packed oneDNN weights (engine/backends/torch/packed.py) must compute what the stock layers compute, keep the model's
 parameters and files as they were, and follow in-place weight changes."""
 import pytest
 import torch
