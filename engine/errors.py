@@ -29,6 +29,11 @@ class PromptTooLongError(EngineError):
     code = "prompt_too_long"
 
 
+class Cancelled(EngineError):
+    """A request stopped on the user's cancel before it finished (a load between its stages)."""
+    code = "cancelled"
+
+
 class SettingsError(EngineError):
     """Generation settings outside their valid range."""
     code = "bad_settings"

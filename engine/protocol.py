@@ -56,6 +56,7 @@ ERROR_CODES = {
     "template_error": "The model's chat template failed or took too long.",
     "out_of_memory": "The model or the generation did not fit in memory.",
     "engine_unavailable": "The engine's libraries (torch, transformers) could not be imported.",
+    "cancelled": "The request was cancelled before it finished (a load stops between its stages).",
     "internal": "An unexpected error inside the worker.",
     # raised by the client, never by the worker
     "worker_crashed": "The engine process stopped unexpectedly.",

@@ -57,10 +57,12 @@ def engine_info(name: str) -> EngineInfo:
 
 
 def load_pair(engine: str, target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None,
-              progress: Callable[[str, str], None] | None = None) -> "LoadedPair":
-    """Load a target (and drafter) with the named engine; progress(stage, message) reports stages."""
+              progress: Callable[[str, str], None] | None = None,
+              cancelled: Callable[[], bool] = lambda: False) -> "LoadedPair":
+    """Load a target (and drafter) with the named engine; progress(stage, message) reports each stage, and
+    between stages a true cancelled() stops the load with engine.errors.Cancelled."""
     return importlib.import_module(engine_info(engine).package).load_pair(
-        target_dir, draft_dir, device=device, dtype=dtype, progress=progress)
+        target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
 
 
 class LoadedPair(Protocol):

@@ -20,9 +20,10 @@ ARCHITECTURES = {
 }
 
 
-def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None):
+def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,
+              cancelled=lambda: False):
     from .engine import load_pair as load
-    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress)
+    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
 
 
 def describe() -> dict:

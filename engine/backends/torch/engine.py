@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from ...config import DraftConfig
-from ...errors import CheckpointError, EngineError, PairMismatchError
+from ...errors import Cancelled, CheckpointError, EngineError, PairMismatchError
 from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from .. import architecture
@@ -119,11 +119,18 @@ def check_pair(target: TargetModel, cfg: DraftConfig) -> None:
 
 
 def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: str | None = None,
-              progress: Callable[[str, str], None] | None = None) -> "TorchPair":
-    """Load and check a pair; draft_dir None gives a target-only pair (plain decoding)."""
+              progress: Callable[[str, str], None] | None = None,
+              cancelled: Callable[[], bool] = lambda: False) -> "TorchPair":
+    """Load and check a pair; draft_dir None gives a target-only pair (plain decoding). Each stage is
+    reported to progress(stage, message); a true cancelled() between stages stops the load."""
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # progress is ours to report, not stderr noise
-    report = progress or (lambda stage, message: None)
+
+    def report(stage: str, message: str) -> None:
+        if cancelled():
+            raise Cancelled("Loading was cancelled; nothing is loaded.")
+        if progress is not None:
+            progress(stage, message)
     target_dir = Path(target_dir)
     dev = resolve_device(device)
     if dtype is not None and dtype not in TORCH_DTYPES:
@@ -131,14 +138,18 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     torch_dtype = TORCH_DTYPES[dtype] if dtype else default_dtype(dev)
     family = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
-    report("weights", f"Reading weights from {target_dir.name}" + (f" and {Path(draft_dir).name}" if draft_dir else ""))
+    report("weights", f"Reading the target's weights from {target_dir.name}")
     target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev)
     drafter = None
     if cfg is not None:
         check_pair(target, cfg)
         target.capture(cfg.target_layer_ids)
+        report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
         drafter = DFlashDrafter.from_pretrained(draft_dir, dtype=torch_dtype, device=dev)
-    return TorchPair(target, drafter, ChatTokenizer.from_folder(target_dir), target_dir.name, family)
+    report("tokenizer", "Reading the tokenizer")
+    tokenizer = ChatTokenizer.from_folder(target_dir)
+    report("tuning", "Preparing the model for this device")
+    return TorchPair(target, drafter, tokenizer, target_dir.name, family)
 
 
 class TorchPair:
