@@ -70,6 +70,10 @@ class ChatTokenizer:
         try:
             tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
         except Exception as exc:  # tokenizers raise many types for damaged files
+            if "trust_remote_code" in str(exc):
+                raise CheckpointError(f"The tokenizer in {path} can only be loaded by running code from the "
+                                      "model folder (its tokenizer_config.json names its own class), and the app "
+                                      "never does that. Use a model whose tokenizer transformers knows.") from None
             raise CheckpointError(f"The tokenizer in {path} could not be loaded ({type(exc).__name__}: {exc}). "
                                   "Re-download the model.") from exc
         return cls(tok, eos_ids_of(path, tok))

@@ -151,7 +151,7 @@ def test_directory_without_weights(tmp_path, saved_pair):
     draft = write_draft(tmp_path, target)
     (draft / "model.safetensors").unlink()
     (draft / "pytorch_model.bin").write_bytes(b"pickle")
-    with pytest.raises(CheckpointError, match="No \\*.safetensors.*pickled weights are not loaded"):
+    with pytest.raises(CheckpointError, match="No \\*.safetensors.*pickled weights are never loaded"):
         load_pair(root / "target", draft)
 
 

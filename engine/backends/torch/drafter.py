@@ -15,6 +15,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotat
 
 from ...config import DraftConfig
 from ...errors import CheckpointError
+from ...weights import bytes_as, check_fits, folder_tensors, layer_count
 
 
 def rope_config(cfg: DraftConfig):
@@ -113,16 +114,23 @@ class DFlashDrafter(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32,
-                        device: str | torch.device = "cpu") -> "DFlashDrafter":
+                        device: str | torch.device = "cpu", available_bytes: int | None = None) -> "DFlashDrafter":
+        """Load by tensor name. The config is checked against the files' headers, and the size against
+        available_bytes, before any tensor is allocated or read."""
         path = Path(path)
         if not path.is_dir():
             raise CheckpointError(f"Drafter folder {path} does not exist. Check the path or download the pair again.")
         cfg = DraftConfig.from_file(path / "config.json")
-        state = load_safetensors_dir(path)
-        model = cls(cfg)
-        expected = {k for k in model.state_dict() if not k.startswith("rotary.")}
-        missing = sorted(expected - state.keys())
-        unexpected = sorted(k for k in state.keys() - expected)
+        header = folder_tensors(path)
+        if layer_count(header) != cfg.num_hidden_layers:
+            raise CheckpointError(
+                f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "
+                f"{layer_count(header)} layers: config and weights do not belong together. Re-download the drafter.")
+        check_fits(bytes_as(header, dtype.itemsize), available_bytes, "The drafter")
+        with torch.device("meta"):   # shapes only: nothing is allocated until the names and shapes agree
+            shapes = {k: tuple(v.shape) for k, v in cls(cfg).state_dict().items() if not k.startswith("rotary.")}
+        missing = sorted(shapes.keys() - header.keys())
+        unexpected = sorted(header.keys() - shapes.keys())
         if missing:
             raise CheckpointError(
                 f"Drafter weights in {path} lack {len(missing)} tensors (first: {', '.join(missing[:3])}). "
@@ -131,13 +139,13 @@ class DFlashDrafter(nn.Module):
             raise CheckpointError(
                 f"Drafter weights in {path} hold {len(unexpected)} unknown tensors (first: "
                 f"{', '.join(unexpected[:3])}); this drafter architecture is not supported.")
-        own = model.state_dict()
-        for name, tensor in state.items():
-            if tuple(tensor.shape) != tuple(own[name].shape):
+        for name, tensor in header.items():
+            if tensor.shape != shapes[name]:
                 raise CheckpointError(
-                    f"Drafter tensor {name} in {path} has shape {tuple(tensor.shape)} but config.json "
-                    f"implies {tuple(own[name].shape)}: config and weights do not belong together.")
-        model.load_state_dict(state, strict=False)
+                    f"Drafter tensor {name} in {path / tensor.file} has shape {tensor.shape} but config.json "
+                    f"implies {shapes[name]}: config and weights do not belong together.")
+        model = cls(cfg)
+        model.load_state_dict(load_safetensors_dir(path), strict=False)
         return model.to(device=device, dtype=dtype).eval()
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -155,17 +163,12 @@ class DFlashDrafter(nn.Module):
 
 
 def load_safetensors_dir(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of every *.safetensors file in a folder, with corrupt files named in the error."""
+    """All tensors of every *.safetensors file in a folder (whose headers were checked), with a file that
+    fails to read named in the error."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth")]
-        hint = (f" It has {', '.join(pickles)}: pickled weights are not loaded for safety."
-                if pickles else "")
-        raise CheckpointError(f"No *.safetensors weights in {path}.{hint} Re-download the model.")
     state: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in sorted(path.glob("*.safetensors")):
         try:
             state.update(load_file(str(f)))
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:

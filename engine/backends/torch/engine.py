@@ -54,6 +54,16 @@ def resolve_device(device: str | None) -> torch.device:
         raise DeviceUnavailable(f"Device {device!r} is not valid here ({exc}).") from None
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """Memory a load may still take on this device (None where no honest figure exists: mps)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        import psutil
+        return int(psutil.virtual_memory().available)
+    return None
+
+
 def default_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return torch.float16
@@ -139,13 +149,14 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     family = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
     report("weights", f"Reading the target's weights from {target_dir.name}")
-    target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev)
+    target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev, available_bytes=free_bytes(dev))
     drafter = None
     if cfg is not None:
         check_pair(target, cfg)
         target.capture(cfg.target_layer_ids)
         report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
-        drafter = DFlashDrafter.from_pretrained(draft_dir, dtype=torch_dtype, device=dev)
+        drafter = DFlashDrafter.from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
+                                                available_bytes=free_bytes(dev))
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
     report("tuning", "Preparing the model for this device")

@@ -18,6 +18,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ...errors import CheckpointError, PairMismatchError
+from ...weights import check_target
 from .hybrid import DeltaNetRollback
 
 
@@ -49,14 +50,15 @@ class TargetModel:
         self.capture(capture_layers)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32,
-                        device: str = "cpu", capture_layers: Sequence[int] = ()) -> "TargetModel":
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu",
+                        capture_layers: Sequence[int] = (), available_bytes: int | None = None) -> "TargetModel":
+        """Load with transformers' own classes, never with code from the folder; the config is checked
+        against the weights' headers and the size against available_bytes first (engine/weights.py)."""
         from transformers import AutoModelForCausalLM
         path = Path(path)
         if not (path / "config.json").is_file():
             raise CheckpointError(f"No config.json in target folder {path}. Point to a downloaded model folder.")
-        if not any(path.glob("*.safetensors")):
-            raise CheckpointError(f"No *.safetensors weights in target folder {path}. Re-download the model.")
+        check_target(path, dtype.itemsize, available_bytes)
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True,
                                                          trust_remote_code=False)

@@ -1,0 +1,137 @@
+"""What a model folder holds, read from the safetensors headers alone (a few kilobytes, no tensor data),
+so a config that does not match its weights, or weights that cannot fit, are refused before anything
+is built or allocated. The format is a little-endian u64 header length, then that many bytes of JSON
+mapping tensor names to dtype, shape and offsets. Pure standard library."""
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+from .errors import CheckpointError
+
+MAX_HEADER_BYTES = 100 << 20
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+
+def read_header(path: Path) -> dict[str, Tensor]:
+    """Tensor name -> (file, dtype, shape), or CheckpointError naming the file and what is wrong."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            (length,) = struct.unpack("<Q", raw) if len(raw) == 8 else (0,)
+            if not 0 < length <= MAX_HEADER_BYTES:
+                raise CheckpointError(f"Weights file {path} is truncated or corrupt (no valid safetensors header). "
+                                      "Delete it and download it again.")
+            header = json.loads(f.read(length))
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc}).") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CheckpointError(f"Weights file {path} is truncated or corrupt ({exc}). "
+                              "Delete it and download it again.") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"Weights file {path} is corrupt (its header is not a JSON object). "
+                              "Delete it and download it again.")
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise CheckpointError(f"{path}: tensor {name!r} has no valid shape. Download the file again.")
+        out[name] = Tensor(path.name, str(entry.get("dtype")), tuple(shape))
+    return out
+
+
+def folder_tensors(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of every *.safetensors file in a folder, from the headers."""
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        pickles = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
+        hint = (f" It has {', '.join(pickles)}: pickled weights are never loaded, because unpickling can run "
+                "code." if pickles else "")
+        raise CheckpointError(f"No *.safetensors weights in {folder}.{hint} Re-download the model.")
+    tensors: dict[str, Tensor] = {}
+    for f in files:
+        tensors.update(read_header(f))
+    return tensors
+
+
+def layer_count(tensors: dict[str, Tensor], prefix: str = "") -> int:
+    """1 + the highest `layers.N.` index among tensor names starting with prefix (0 when none)."""
+    ids = [int(m.group(1)) for name in tensors if name.startswith(prefix) and (m := _LAYER.search(name))]
+    return max(ids) + 1 if ids else 0
+
+
+def bytes_as(tensors: dict[str, Tensor], dtype_bytes: int) -> int:
+    """Memory the floating-point tensors take once loaded in a dtype of this many bytes."""
+    return sum(t.numel * (dtype_bytes if t.dtype.startswith(("F", "BF")) else DTYPE_BYTES.get(t.dtype, 1))
+               for t in tensors.values())
+
+
+def config_int(cfg: dict, key: str, source: str, low: int = 1, high: int = 1 << 24) -> int:
+    """cfg[key] as a whole number in [low, high], or CheckpointError naming the key and the file."""
+    return whole(cfg.get(key), key, source, low, high)
+
+
+def whole(value, name: str, source: str, low: int = 1, high: int = 1 << 24) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CheckpointError(f"{source}: {name} must be a whole number from {low:,} to {high:,}, got {value!r}. "
+                              "The file is damaged or not a model config; re-download it.")
+    return value
+
+
+def check_fits(needed: int, available: int | None, what: str) -> None:
+    if available is not None and needed > available:
+        raise CheckpointError(f"{what} needs about {needed / 1e9:.1f} GB but only {available / 1e9:.1f} GB is "
+                              "free on this device. Close other programs, or pick a smaller model.",
+                              code="out_of_memory")
+
+
+def check_target(folder: Path, dtype_bytes: int, available: int | None) -> None:
+    """A target folder's config.json against its weights' headers and the free memory, before any loader
+    builds a model from the config: a damaged number names its key, a config that disagrees with the
+    weights names both, and weights that cannot fit say how much they need."""
+    folder = Path(folder)
+    source = str(folder / "config.json")
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CheckpointError(f"{source} cannot be read ({exc.strerror or exc}).") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CheckpointError(f"{source} is not valid JSON ({exc}). Re-download the model.") from None
+    text = cfg.get("text_config") if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict) else cfg
+    if not isinstance(text, dict):
+        raise CheckpointError(f"{source} must hold a JSON object. Re-download the model.")
+    layers = config_int(text, "num_hidden_layers", source, 1, 1024)
+    hidden = config_int(text, "hidden_size", source, 1, 1 << 17)
+    config_int(text, "vocab_size", source, 1, 1 << 23)
+    tensors = folder_tensors(folder)
+    embed = next((n for n in sorted(tensors) if n.endswith("embed_tokens.weight")), None)
+    if embed is not None:
+        width = tensors[embed].shape[-1] if tensors[embed].shape else None
+        if width != hidden:
+            raise CheckpointError(f"{source} says hidden_size {hidden:,}, but {embed} in {tensors[embed].file} is "
+                                  f"{width} wide: config and weights do not belong together. Re-download the model.")
+        found = layer_count(tensors, embed.removesuffix("embed_tokens.weight"))
+        if found != layers:
+            raise CheckpointError(f"{source} says num_hidden_layers {layers:,}, but the weights hold {found} decoder "
+                                  "layers: config and weights do not belong together. Re-download the model.")
+    check_fits(bytes_as(tensors, dtype_bytes), available, "The target model")
