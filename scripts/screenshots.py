@@ -148,6 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         os.kill(window.worker.client.pid, signal.SIGKILL)
         wait_until(app, lambda: bool(finished), 60, "the crash report")
         shots.shoot("06-error-worker-killed")
+
+        # 7. settings: the limits' help as tooltips, the plain fallback and offline switches
+        dialog = window.open_settings()
+        shots.shoot("07-settings", dialog)
+        dialog.reject()
+
+        # 8. a model planned for an NVIDIA GPU on a computer without one: refused, with the way out
+        from ui.errors import ErrorBubble
+        c.new_chat()
+        c.load_pair({**pair, "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}})
+        wait_until(app, lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages), 120,
+                   "the GPU refusal")
+        window.show_stats(True)
+        shots.shoot("08-gpu-refused-offers-cpu")
     finally:
         window.close()
     too_big = [p.name for p in shots.saved if p.stat().st_size > 300 * 1024]
