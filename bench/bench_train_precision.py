@@ -2,7 +2,7 @@
 two drafters from the same initial weights take the same batches, step by step in turn (so machine
 load hits both alike), then both are scored on held-out sequences that neither trained on.
 
-    python bench/bench_train_precision.py [--steps 150] [--data work-data/demo/drafter_run/draft_data.pt]
+    python bench/bench_train_precision.py [--steps 150] [--data work-data/demo/drafter_run/draft_data.safetensors]
 
 The data file is what `scripts/build_demo_pair.py --stage drafter` saves after regenerating responses.
 Prints seconds per step of each and the held-out loss, top-1 accuracy and acceptance length: the
@@ -20,12 +20,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, machine_line  # noqa: E402
+from engine.training.checkpoint import load_sequences  # noqa: E402
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, draft_loss,  # noqa: E402
                                            length_groups, lr_at, sample_batch, target_features,
                                            train_step)
 
 SCORE_BATCHES = 8    # of 8 held-out sequences each
-DEFAULT_DATA = Path(__file__).resolve().parent.parent / "work-data" / "demo" / "drafter_run" / "draft_data.pt"
+DEFAULT_DATA = Path(__file__).resolve().parent.parent / "work-data" / "demo" / "drafter_run" / "draft_data.safetensors"
 
 
 def batches(seqs, feats, count, size, anchors, block, seed):
@@ -47,7 +48,7 @@ def main() -> int:
                  "drafter` once (it saves them), or pass --data.")
     settings = DraftTrainSettings(anchors_per_sequence=16, batch_sequences=16, lr=2e-3)
     trainer = DraftTrainer(DEMO_DIR / "target", Path(tempfile.mkdtemp()) / "d", Path(tempfile.mkdtemp()), settings)
-    seqs = torch.load(args.data)["seqs"]
+    seqs = load_sequences(args.data)
     gen = torch.Generator().manual_seed(0)
     order = torch.randperm(len(seqs), generator=gen).tolist()
     train = [seqs[i] for i in order[:args.train_sequences]]

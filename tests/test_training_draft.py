@@ -9,9 +9,11 @@ import torch
 from engine.backends.torch.drafter import DFlashDrafter
 from engine.backends.torch.engine import load_pair
 from engine.backends.torch.tiny import save_random_pair
+from engine.training.checkpoint import save_sequences
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, TrainingError,
                                            block_sparse_mask, default_layer_ids, draft_loss, lr_at,
                                            target_features)
+from tests.test_no_pickle import no_unpickling  # noqa: F401  (fixture)
 
 DOCS = ["def add(a, b):\n    return a + b\n" * 6, "class Point:\n    x = 0\n    y = 0\n" * 6,
         "for i in range(10):\n    print(i)\n" * 6]
@@ -49,7 +51,7 @@ def test_schedule_and_layer_choice():
     assert default_layer_ids(36, 5)[-1] == 35
 
 
-def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir):
+def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir, no_unpickling):
     trainer = DraftTrainer(target_dir, tmp_path / "draft", tmp_path / "work", tiny_settings())
     prompts = [trainer.pair.tokenizer.encode_prompt("def f(x):\n", raw=True)]
     result = trainer.train(DOCS, prompts)
@@ -65,6 +67,38 @@ def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir):
     assert again.train(DOCS)["steps"] == 12
     assert any("resumed at step 8" in line for line in logs)
     assert any("reusing 6 regenerated sequences" in line for line in logs)
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["draft_checkpoint.safetensors",
+                                                                      "draft_data.safetensors"]
+
+
+def test_interrupted_regeneration_resumes_from_its_partial_file(tmp_path, target_dir, no_unpickling):
+    settings = tiny_settings(steps=1, generate_batch=2, prompt_lengths=(16,))
+    trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings)
+    full = trainer.data(DOCS)
+    (tmp_path / "w" / "draft_data.safetensors").unlink()
+    save_sequences(tmp_path / "w" / "draft_data.partial.safetensors", full[:2])    # stopped after one batch
+    logs = []
+    again = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings, log=logs.append)
+    assert again.data(DOCS) == full
+    assert "resuming regeneration after 2 sequences" in logs
+    assert not (tmp_path / "w" / "draft_data.partial.safetensors").exists()
+
+
+def test_files_of_older_versions_are_reported_never_loaded(tmp_path, target_dir, no_unpickling):
+    work = tmp_path / "w"
+    work.mkdir()
+    old = {name: f"pickled by an older version: {name}".encode()
+           for name in ("draft_data.pt", "draft_data.partial.pt", "draft_checkpoint.pt")}
+    for name, content in old.items():
+        (work / name).write_bytes(content)
+    logs = []
+    trainer = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=1), log=logs.append)
+    assert trainer.train(DOCS)["steps"] == 1
+    for name, content in old.items():
+        assert any(line.startswith(f"found {name} in {work} from an older version: it is not loaded, because "
+                                   "reading it would need unpickling") for line in logs), name
+        assert (work / name).read_bytes() == content
+    assert not any("reusing" in line or "resum" in line for line in logs)
 
 
 @pytest.mark.parametrize("bf16", [False, True])

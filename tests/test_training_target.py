@@ -12,6 +12,7 @@ import torch
 from engine.training import corpus as corpus_mod
 from engine.training import target_lm
 from engine.training import tokenizer as tok_mod
+from tests.test_no_pickle import no_unpickling  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -154,7 +155,7 @@ def _tiny_setup(vocab=64):
     return ids[:3000], ids[3000:], model_cfg, train_cfg
 
 
-def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, keep_threads):
+def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, keep_threads, no_unpickling):
     train, held, model_cfg, cfg = _tiny_setup()
     ref, ref_summary = target_lm.train_target(train, held, model_cfg, cfg, tmp_path / "ref", log=lambda m: None)
     assert ref_summary["steps"] == 8 and math.isfinite(ref_summary["held_out_loss"])
@@ -166,14 +167,17 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path, keep_t
         if "checkpoint saved at step 5" in msg:
             raise Interrupt
 
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "target_checkpoint.pt").write_bytes(b"pickled by an older version")
     with pytest.raises(Interrupt):
         target_lm.train_target(train, held, model_cfg, cfg, tmp_path / "run", log=interrupting_log)
     msgs = []
     resumed, summary = target_lm.train_target(train, held, model_cfg, cfg, tmp_path / "run", log=msgs.append)
     assert any("resumed" in m and "step 5" in m for m in msgs)
+    assert any(m.startswith("found target_checkpoint.pt") and "not loaded" in m for m in msgs)
     assert summary["resumed"] == 1 and summary["steps"] == 8
     for (name, a), (_, b) in zip(ref.state_dict().items(), resumed.state_dict().items()):
-        torch.testing.assert_close(a, b, msg=name)
+        assert torch.equal(a, b), name  # exactly: the checkpoint holds all the state
 
     # Other settings with the same work dir are refused rather than silently mixed.
     other = target_lm.TrainConfig(**{**cfg.__dict__, "lr": 5e-4})

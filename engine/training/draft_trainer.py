@@ -26,6 +26,8 @@ from ..config import DraftConfig
 from ..errors import EngineError
 from ..limits import GenerationSettings
 from ..loop import Generation
+from .checkpoint import (load_checkpoint, load_sequences, report_old_pickles, restore_training,
+                         save_checkpoint, save_sequences, training_checkpoint)
 
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}
 
@@ -247,6 +249,7 @@ class DraftTrainer:
         for p in self.pair.target.model.parameters():
             p.requires_grad_(False)
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        report_old_pickles(self.work_dir, ("draft_data.pt", "draft_data.partial.pt", "draft_checkpoint.pt"), log)
         self.regenerate_minutes = 0.0     # this run's regeneration time (0 when reusing a saved set)
 
     def make_drafter(self) -> DFlashDrafter:
@@ -277,24 +280,25 @@ class DraftTrainer:
         return drafter
 
     def data(self, documents: list[str]):
-        cache, partial = self.work_dir / "draft_data.pt", self.work_dir / "draft_data.partial.pt"
+        cache = self.work_dir / "draft_data.safetensors"
+        partial = self.work_dir / "draft_data.partial.safetensors"
         if cache.exists():
-            saved = torch.load(cache)
-            self.log(f"reusing {len(saved['seqs'])} regenerated sequences from {cache}")
-            return saved["seqs"]
+            seqs = load_sequences(cache)
+            self.log(f"reusing {len(seqs)} regenerated sequences from {cache}")
+            return seqs
         if not documents or not any(d.strip() for d in documents):
             raise TrainingError("The corpus is empty: give at least one non-empty text file.")
         tok = self.pair.tokenizer.tokenizer
         docs = [tok.encode(d, add_special_tokens=False) for d in documents if d.strip()]
         rng = random.Random(self.s.seed)
         prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, rng)
-        done = torch.load(partial)["seqs"] if partial.exists() else []
+        done = load_sequences(partial) if partial.exists() else []
         start = time.time()
         if done:
             self.log(f"resuming regeneration after {len(done)} sequences")
         seqs = regenerate(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch,
-                          log=self.log, done=done, save=lambda so_far: torch.save({"seqs": so_far}, partial))
-        torch.save({"seqs": seqs}, cache)
+                          log=self.log, done=done, save=lambda so_far: save_sequences(partial, so_far))
+        save_sequences(cache, seqs)
         partial.unlink(missing_ok=True)
         self.regenerate_minutes = round((time.time() - start) / 60, 1)
         return seqs
@@ -307,12 +311,11 @@ class DraftTrainer:
         self.log(f"target features for {len(seqs)} sequences in {time.time() - start:.0f}s")
         opt = torch.optim.AdamW(drafter.parameters(), lr=self.s.lr, weight_decay=0.01)
         state = TrainState()
-        ckpt = self.work_dir / "draft_checkpoint.pt"
+        ckpt = self.work_dir / "draft_checkpoint.safetensors"
         if ckpt.exists():
-            saved = torch.load(ckpt)
-            drafter.load_state_dict(saved["drafter"])
-            opt.load_state_dict(saved["optimizer"])
-            state = TrainState(**saved["state"])
+            tensors, meta = load_checkpoint(ckpt)
+            restore_training(tensors, meta, drafter, opt)
+            state = TrainState(**meta["state"])
             self.log(f"resumed at step {state.step}/{state.total_steps}")
         rng = torch.Generator().manual_seed(self.s.seed + state.step)
         gamma = self.s.resolved_gamma()
@@ -353,8 +356,8 @@ class DraftTrainer:
                 self.log(f"held-out acceptance length tau {tau:.2f} at step {state.step}")
                 drafter.train()
             if state.step % self.s.checkpoint_every == 0:
-                torch.save({"drafter": drafter.state_dict(), "optimizer": opt.state_dict(),
-                            "state": asdict(state)}, ckpt)
+                tensors, meta = training_checkpoint(drafter, opt)
+                save_checkpoint(ckpt, tensors, {**meta, "state": asdict(state)})
         drafter.eval()
         drafter.save_pretrained(self.out_dir)
         tau = self.held_out_tau(drafter, eval_prompts) if eval_prompts else None

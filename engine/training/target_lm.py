@@ -14,6 +14,7 @@ batches an uninterrupted one would have.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -25,6 +26,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from .checkpoint import load_checkpoint, report_old_pickles, restore_training, save_checkpoint, training_checkpoint
 
 
 @dataclass
@@ -281,12 +284,6 @@ def advance_progress(progress: float, step: int, total_steps: int, warmup_steps:
 # Checkpoints
 
 
-def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 @dataclass
 class TrainState:
     step: int = 0
@@ -316,7 +313,10 @@ def train_target(
     """Train (or resume) the target. Returns (model in fp32, summary dict)."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_path = work_dir / "target_checkpoint.pt"
+    ckpt_path = work_dir / "target_checkpoint.safetensors"
+    report_old_pickles(work_dir, ("target_checkpoint.pt",), log)
+    # as JSON gives them back, to compare with a checkpoint's
+    settings = json.loads(json.dumps({"model_cfg": asdict(model_cfg), "train_cfg": asdict(cfg)}))
 
     data = PackedBatches(train_ids, cfg.seq_len, cfg.batch_size, cfg.seed)
     held = eval_windows(held_out_ids, cfg.seq_len)
@@ -332,16 +332,15 @@ def train_target(
     )
     state = TrainState()
     if ckpt_path.exists():
-        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        if ck["model_cfg"] != asdict(model_cfg) or ck["train_cfg"] != asdict(cfg):
+        tensors, meta = load_checkpoint(ckpt_path)
+        if meta["settings"] != settings:
             raise RuntimeError(
                 f"checkpoint {ckpt_path} was made with other settings; delete it to start over"
             )
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        state = TrainState(**ck["state"])
+        restore_training(tensors, meta, model, opt)
+        state = TrainState(**meta["state"])
         state.resumed += 1
-        torch.set_rng_state(ck["torch_rng"])
+        torch.set_rng_state(tensors["torch_rng"])
         log(
             f"resumed from {ckpt_path} at step {state.step}"
             f" ({fmt_s(state.train_elapsed_s)} of {fmt_s(cfg.budget_s)} already spent)"
@@ -361,19 +360,11 @@ def train_target(
     def elapsed() -> float:
         return base_elapsed + (time.monotonic() - run_start)
 
-    def save_checkpoint() -> None:
+    def checkpoint_now() -> None:
         state.train_elapsed_s = elapsed()
-        _atomic_torch_save(
-            {
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "state": asdict(state),
-                "model_cfg": asdict(model_cfg),
-                "train_cfg": asdict(cfg),
-                "torch_rng": torch.get_rng_state(),
-            },
-            ckpt_path,
-        )
+        tensors, meta = training_checkpoint(model, opt)
+        tensors["torch_rng"] = torch.get_rng_state()
+        save_checkpoint(ckpt_path, tensors, {**meta, "state": asdict(state), "settings": settings})
 
     def run_eval(step: int, full: bool = False) -> float:
         t = time.monotonic()
@@ -504,13 +495,13 @@ def train_target(
         if state.step % cfg.replan_every == 0:
             maybe_replan()
         if time.monotonic() - last_ckpt >= cfg.checkpoint_every_s:
-            save_checkpoint()
+            checkpoint_now()
             last_ckpt = time.monotonic()
             log(f"  checkpoint saved at step {state.step}")
 
     final_loss = run_eval(state.step, full=True)
     state.train_elapsed_s = elapsed()
-    save_checkpoint()
+    checkpoint_now()
     sec = timed_s / timed_steps if timed_steps else state.sec_per_step
     summary = {
         "parameters": n_params,
