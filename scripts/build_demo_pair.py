@@ -38,6 +38,7 @@ if str(REPO) not in sys.path:
 from engine.training import corpus as corpus_mod  # noqa: E402
 from engine.training import tokenizer as tok_mod  # noqa: E402
 from engine.bench import file_opening  # noqa: E402
+from engine.errors import EngineError  # noqa: E402
 
 DEFAULT_OUT = REPO / "assets" / "demo"
 DEFAULT_WORK = REPO / "work-data" / "demo"
@@ -403,7 +404,7 @@ def main(argv=None) -> int:
         for stage in [s for s in STAGES if s in args.stage]:
             log(f"=== stage {stage} ===")
             getattr(build, f"stage_{stage}")()
-    except (RecipeError, corpus_mod.CorpusError) as exc:
+    except (RecipeError, corpus_mod.CorpusError, EngineError) as exc:  # EngineError: training input, work files
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
