@@ -204,3 +204,22 @@ def test_cli_arguments_that_are_not_text_are_refused(pair_dirs):
                            b"--target", str(pair_dirs[0]).encode()], capture_output=True, timeout=T)
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 2 and "not valid UTF-8" in err and "Traceback" not in err
+
+
+def test_every_transformers_loader_is_told_never_to_run_folder_code():
+    """A source scan: each from_pretrained call of a transformers class passes trust_remote_code=False
+    (our own TargetModel and DFlashDrafter loaders read only JSON and safetensors)."""
+    import ast
+    root = Path(__file__).resolve().parent.parent
+    ours = {"TargetModel", "DFlashDrafter"}
+    bad = []
+    for folder in ("engine", "dflash_desktop", "ui", "scripts", "bench"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "from_pretrained"
+                        and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ours)):
+                    flag = next((k.value for k in node.keywords if k.arg == "trust_remote_code"), None)
+                    if not (isinstance(flag, ast.Constant) and flag.value is False):
+                        bad.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not bad, f"from_pretrained without trust_remote_code=False: {bad}"

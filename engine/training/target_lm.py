@@ -559,8 +559,8 @@ def greedy_samples(model_dir: Path | str, prompts: list[str], max_new_tokens: in
     """Greedy continuations from a saved target dir (loads it the way the app would)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, trust_remote_code=False).eval()
     outs = []
     for prompt in prompts:
         enc = tok(prompt, return_tensors="pt")
