@@ -6,6 +6,7 @@ The full description, with examples, is docs/PROTOCOL.md; this module is its exe
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .errors import EngineError
@@ -75,21 +76,51 @@ class ProtocolError(Exception):
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One message as one UTF-8 line. Non-ASCII text stays readable; NaN is refused (not JSON)."""
-    return (json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    """One message as one UTF-8 line. Non-ASCII text stays readable; NaN is refused (not JSON). Text that
+    UTF-8 cannot hold (an unpaired surrogate, say in an id echoed back) is written as JSON escapes
+    instead, so every message can be sent and the other side always reads valid JSON."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return (text + "\n").encode()
+    except UnicodeEncodeError:
+        return (json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
 
 
 def decode(line: bytes | str) -> dict[str, Any]:
-    """Parse one line into a JSON object, or raise ProtocolError('bad_message')."""
+    """Parse one line into a JSON object, or raise ProtocolError('bad_message'), whatever the line holds."""
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError("bad_message", f"Line of {len(line)} bytes exceeds the {MAX_LINE_BYTES}-byte limit.")
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise ProtocolError("bad_message", "Not a command: the JSON is nested too deeply.") from None
+    except Exception as exc:  # ValueError, UnicodeDecodeError, MemoryError: anything the parser raises
         raise ProtocolError("bad_message", f"Not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("bad_message", f"Expected a JSON object, got {type(obj).__name__}.")
     return obj
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unpaired_surrogate(msg: dict[str, Any]) -> str | None:
+    """Where a command holds text that is not valid Unicode (a lone UTF-16 surrogate, which JSON can
+    escape but UTF-8 cannot hold), or None. Iterative, so no nesting the parser accepts can overflow it."""
+    todo: list[tuple[str, Any]] = [("", msg)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return f"field {where!r}"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if _SURROGATE.search(key):
+                    return f"field name {ascii(key)}"
+                todo.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{i}]", item) for i, item in enumerate(value) if isinstance(item, (str, dict, list)))
+    return None
 
 
 def _type_ok(value: Any, types) -> bool:
@@ -106,6 +137,10 @@ def validate_command(msg: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("bad_message", 'A command needs a string field "cmd".')
     if "id" in msg and not isinstance(msg["id"], str):
         raise ProtocolError("bad_message", 'The "id" field must be a string.')
+    bad_text = _unpaired_surrogate(msg)
+    if bad_text:
+        raise ProtocolError("bad_message", f"The {bad_text} holds an unpaired surrogate (half of a UTF-16 pair, "
+                            "such as \\ud800), which is not valid Unicode text: send valid UTF-8 text.")
     schema = COMMANDS.get(cmd)
     if schema is None:
         raise ProtocolError("unknown_command", f"Unknown command {cmd!r}; known: {', '.join(COMMANDS)}.")

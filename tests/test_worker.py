@@ -94,6 +94,26 @@ def test_protocol_encode_decode_and_validation():
         P.encode({"x": float("nan")})
 
 
+def test_any_line_decodes_or_is_bad_message_and_any_reply_encodes():
+    hostile = [b"[" * 100_000, b'{"a":' * 100_000, b"\xff\xfe", b'{"n": 1' + b"0" * 5000 + b"}",
+               b'{"cmd":"hello","id":"\\ud800","protocol":2}',
+               b'{"cmd":"hello","id":"h","protocol":2,"\\udfffx":1}',
+               b'{"cmd":"generate","id":"g","messages":[{"role":"user","content":"a\\ud83d"}]}']
+    for raw in hostile:
+        with pytest.raises(P.ProtocolError) as info:
+            P.validate_command(P.decode(raw))
+        assert info.value.code == "bad_message", raw[:40]
+    assert "nested too deeply" in str(pytest.raises(P.ProtocolError, P.decode, b"[" * 100_000).value)
+    with pytest.raises(P.ProtocolError, match=r"field name '\\udfffx' holds an unpaired surrogate"):
+        P.validate_command(P.decode(hostile[5]))
+    with pytest.raises(P.ProtocolError, match=r"field 'messages\[0\]\.content' holds an unpaired surrogate"):
+        P.validate_command(P.decode(hostile[6]))
+    assert P.validate_command(P.decode('{"cmd":"generate","id":"g","prompt":"\\ud83d\\ude00"}'.encode()))  # a pair
+    reply = P.error_event("bad_message", "x", "\ud800", **{"odd\udc80": "\udfff"})
+    line = P.encode(reply)
+    assert line.decode("utf-8").count("\n") == 1 and P.decode(line) == reply
+
+
 def test_worker_command_for_source_and_frozen(monkeypatch):
     assert worker_command(frozen=False, executable="/opt/py/bin/python3") == ["/opt/py/bin/python3", "-m", "engine.worker"]
     assert worker_command(frozen=True, executable="/Applications/DFlash.app/MacOS/DFlash") == [
@@ -216,10 +236,10 @@ def test_kill_9_reports_within_a_second_and_next_request_restarts(client, pair_d
     assert any(e["event"] == "loaded" and e["id"].startswith("auto-reload") for e in client.events)
 
 
-# -- workers that cannot start or do not speak our protocol -------------------------------------------
+# -- workers that cannot start, do not speak our protocol, or get hostile input -----------------------
 
-def test_raw_protocol_errors_and_eof_exit(home):
-    """Straight to the worker process over pipes: malformed, unknown and mismatched messages."""
+def raw_worker():
+    """The worker process on bare pipes, and ask(line) -> its next reply, which must be valid UTF-8 JSON."""
     proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=worker_env())
     lines: queue.Queue = queue.Queue()
@@ -229,6 +249,12 @@ def test_raw_protocol_errors_and_eof_exit(home):
         proc.stdin.write(raw + b"\n")
         proc.stdin.flush()
         return P.decode(lines.get(timeout=20))
+    return proc, ask
+
+
+def test_raw_protocol_errors_and_eof_exit(home):
+    """Straight to the worker process over pipes: malformed, unknown and mismatched messages."""
+    proc, ask = raw_worker()
     try:
         assert ask(b'{"cmd":"hello","id":"h","protocol":%d}' % P.PROTOCOL_VERSION)["event"] == "hello"
         assert ask(b"{oops")["code"] == "bad_message"
@@ -243,6 +269,27 @@ def test_raw_protocol_errors_and_eof_exit(home):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_no_line_kills_the_worker(home):
+    """Deep nesting and lone surrogates (in the id, a field name, the text) each get one `bad_message`,
+    with the id echoed as a JSON escape, and the worker answers the next command."""
+    proc, ask = raw_worker()
+    hello = b'{"cmd":"hello","id":"h","protocol":%d}' % P.PROTOCOL_VERSION
+    try:
+        for raw in (b"[" * 100_000, b'{"a":' * 100_000, b"\xff" * 10):
+            err = ask(raw)
+            assert (err["event"], err["id"], err["code"]) == ("error", None, "bad_message")
+        surrogate_id = ask(b'{"cmd":"hello","id":"\\ud800","protocol":%d}' % P.PROTOCOL_VERSION)
+        assert surrogate_id["id"] == "\ud800" and surrogate_id["code"] == "bad_message"
+        field = ask(b'{"cmd":"hardware","id":"f","\\udc80":1}')
+        assert field["id"] == "f" and field["code"] == "bad_message" and "field name" in field["message"]
+        text = ask(b'{"cmd":"generate","id":"t","prompt":"\\udbff"}')
+        assert text["id"] == "t" and text["code"] == "bad_message" and "'prompt'" in text["message"]
+        assert ask(hello)["event"] == "hello"
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_broken_torch_install_is_an_error_not_a_hang(home, pair_dirs, tmp_path):
