@@ -59,6 +59,7 @@ class QtWorker(QObject):
         return self.client.generate(**kwargs)
 
     def cancel(self, target_id: str | None = None) -> str | None:
+        """Stop a generation or a load (None: the generation, else the load that runs)."""
         return self.client.cancel(target_id)
 
     def unload(self) -> str:

@@ -80,20 +80,26 @@ class _Proc:
         self.started = False           # the handshake succeeded
         self.expected_exit = False     # we asked it to stop
         self.failure: tuple[str, str] | None = None  # (code, message) when we killed it on purpose
+        self.load_timers: dict[str, threading.Timer] = {}  # load_pair id -> its deadline
         self.stderr_thread: threading.Thread | None = None
         self.reader: threading.Thread | None = None
 
 
 class WorkerClient:
-    """Thread-safe; every method returns at once. Events reach `on_event` on a background thread."""
+    """Thread-safe; every method returns at once. Events reach `on_event` on a background thread.
+
+    A worker that does not answer `hello` within `start_timeout` seconds, or a load_pair within
+    `load_timeout` seconds of sending it (an import or a file read that hangs), is killed and reported, so
+    no request waits for ever; the next request starts a fresh worker."""
 
     def __init__(self, on_event: EventCallback | None = None, command: list[str] | None = None,
                  env: dict | None = None, start_timeout: float = 60.0, log_path: Path | None = None,
-                 stderr_tail: int = 40, app_version: str | None = None):
+                 stderr_tail: int = 40, app_version: str | None = None, load_timeout: float = 600.0):
         self._on_event = on_event or (lambda ev: None)
         self._command = list(command) if command else worker_command()
         self._env = env if env is not None else worker_env()
         self._start_timeout = start_timeout
+        self._load_timeout = load_timeout
         self._tail_lines = stderr_tail
         self._app_version = app_version
         self._log = WorkerLog(log_path)
@@ -104,8 +110,8 @@ class WorkerClient:
         self._pending: dict[str, tuple[str, _Proc, bool]] = {}   # id -> (cmd, process, internal)
         self._results: collections.OrderedDict[str, dict] = collections.OrderedDict()
         self._load_args: dict[str, dict] = {}
-        self._last_pair: dict | None = None    # load_pair fields of the last successful load
-        self.pair_info: dict | None = None     # the last `loaded` event, None when nothing is loaded
+        self._last_pair: dict | None = None    # load_pair fields of the pair the worker holds (reloaded after a crash)
+        self.pair_info: dict | None = None     # the `loaded` event of that pair, None when nothing is loaded
         self.hello_info: dict | None = None
         self._spawn_error = ""
 
@@ -154,13 +160,13 @@ class WorkerClient:
         return self.request("generate", **fields)
 
     def cancel(self, target_id: str | None = None) -> str | None:
-        """Stop a generation (the running one when target_id is None). No worker, nothing to cancel."""
+        """Stop a generation or a load (target_id None: the generation, else the load that runs). No worker,
+        nothing to cancel."""
         if not self.running:
             return None
         return self.request("cancel", target_id=target_id)
 
     def unload(self) -> str:
-        self._last_pair, self.pair_info = None, None
         return self.request("unload")
 
     def hardware(self) -> str:
@@ -252,12 +258,38 @@ class WorkerClient:
         return proc
 
     def _send(self, proc: _Proc, msg: dict, internal: bool) -> None:
-        self._pending[msg["id"]] = (msg["cmd"], proc, internal)
+        """Write one command. One that cannot be written as JSON ends at once with `bad_message`, since the
+        worker never sees it; a failed write means the process is dying, and the reader reports that."""
         try:
-            proc.popen.stdin.write(P.encode(msg))
+            line = P.encode(msg)
+        except (ValueError, TypeError, RecursionError) as exc:  # NaN, an object JSON cannot hold, a cycle
+            self._finish(P.error_event(
+                "bad_message", f"The {msg['cmd']} request could not be sent: {exc}. Pass plain JSON values "
+                "(text, finite numbers, lists, dicts).", msg["id"]))
+            return
+        self._pending[msg["id"]] = (msg["cmd"], proc, internal)
+        if msg["cmd"] == "load_pair":
+            self._watch_load(proc, msg["id"])
+        try:
+            proc.popen.stdin.write(line)
             proc.popen.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass  # the process is dying; the reader reports it, this request included
+
+    def _watch_load(self, proc: _Proc, rid: str) -> None:
+        timer = threading.Timer(self._load_timeout, self._load_overdue, args=(proc, rid))
+        timer.daemon = True
+        proc.load_timers[rid] = timer
+        timer.start()
+
+    def _load_overdue(self, proc: _Proc, rid: str) -> None:
+        """A load that never answers (an import that hangs) would keep the app waiting for ever: stop the
+        worker; _exited reports the load (and anything queued behind it) as `timeout`."""
+        with self._lock:
+            if self._pending.get(rid, (None, None))[1] is not proc:
+                return  # answered just now
+        self._kill(proc, "timeout", f"The model did not finish loading within {self._load_timeout:g} s, so the "
+                   "engine was stopped. Try again, try another model, or look in the worker log for where it hung.")
 
     def _check_started(self, proc: _Proc) -> None:
         if not proc.started and proc.popen.poll() is None:
@@ -305,16 +337,26 @@ class WorkerClient:
                     f"The engine speaks protocol {event.get('protocol')}, the app {P.PROTOCOL_VERSION}.")
                 self._kill(proc, "version_mismatch", message)
                 return
-        if kind == "loaded" and rid in self._load_args:
-            self._last_pair = self._load_args.pop(rid)
-            self.pair_info = event
-        elif P.is_terminal(event) and self._load_args.pop(rid, None) is not None:
-            self._last_pair, self.pair_info = None, None  # a failed load leaves the worker with no pair
+        self._track_pair(event)
         self._deliver(event)
         if P.is_terminal(event) and rid is not None:
             with self._lock:
                 self._pending.pop(rid, None)
+                timer = proc.load_timers.pop(rid, None)
+            if timer is not None:
+                timer.cancel()
             self._finish(event, deliver=False)
+
+    def _track_pair(self, event: dict) -> None:
+        """Follow the worker's pair from its answers alone, never from what was sent: `loaded` sets it, the
+        `ok` to an unload clears it, and an error to a load or unload that ran says in `pair` what is left
+        (null: nothing). A refusal (busy) changes nothing and carries no `pair`."""
+        rid, kind = event.get("id"), event.get("event")
+        released = kind == "error" and "pair" in event and event["pair"] is None
+        if kind == "loaded" and rid in self._load_args:
+            self._last_pair, self.pair_info = self._load_args[rid], event
+        elif released or (kind == "ok" and event.get("cmd") == "unload"):
+            self._last_pair, self.pair_info = None, None
 
     def _exited(self, proc: _Proc, returncode: int | None) -> None:
         with self._lock:
@@ -323,6 +365,9 @@ class WorkerClient:
             mine = {rid: v for rid, v in self._pending.items() if v[1] is proc}
             for rid in mine:
                 del self._pending[rid]
+            timers, proc.load_timers = list(proc.load_timers.values()), {}
+        for timer in timers:
+            timer.cancel()
         self._log.write(f"worker exited with {signal_name(returncode) or returncode}", proc.pid)
         self._log.flush()
         if proc.expected_exit and proc.failure is None:
@@ -351,6 +396,7 @@ class WorkerClient:
         rid = event.get("id")
         if rid is None:
             return
+        self._load_args.pop(rid, None)
         with self._cond:
             self._results[rid] = event
             while len(self._results) > _RESULTS_KEPT:

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from engine import protocol as P
+from engine.errors import Cancelled
 
 log = logging.getLogger("engine.worker")
 
@@ -59,7 +60,8 @@ def load_engine(name: str = DEFAULT_ENGINE) -> SimpleNamespace:
     try:
         from engine import backends, limits, loop
         importlib.import_module(backends.engine_info(name).package + ".engine")
-    except Exception as exc:  # ImportError, or OSError for a broken native library
+    except BaseException as exc:  # ImportError, OSError for a broken native library, even a SystemExit at
+        # import; this never runs on the main thread, so no KeyboardInterrupt is swallowed here
         raise EngineUnavailable(
             f"The {name} engine's libraries could not be loaded ({type(exc).__name__}: {exc}). "
             "Reinstall the app, or check the worker log for details.") from exc
@@ -83,9 +85,10 @@ class Worker:
     def __init__(self, out):
         self._out, self._out_lock = out, threading.Lock()
         self._jobs: queue.Queue = queue.Queue()
-        self._lock = threading.Lock()          # guards the generation slot below
+        self._lock = threading.Lock()          # guards the generation and load slots below
         self._gen_id: str | None = None        # generate request queued or running
         self._generation = None
+        self._loads: list[str] = []            # load_pair requests queued or running, in arrival order
         self._cancelled: set[str] = set()
         self.pair = None
         self.pair_info: dict | None = None
@@ -147,6 +150,8 @@ class Worker:
                 return None
             if cmd == "generate":
                 self._gen_id = rid or ""
+            elif cmd == "load_pair":
+                self._loads.append(rid or "")
         self._jobs.put(msg)
         return None
 
@@ -163,29 +168,28 @@ class Worker:
         return None
 
     def _cancel(self, msg):
-        target = msg.get("target_id")
         with self._lock:
-            active = self._gen_id
-            hit = active is not None and (target is None or target == active)
-            if hit:
-                self._cancelled.add(active)
-                if self._generation is not None:
+            hit = self._cancel_target(msg.get("target_id"))
+            if hit is not None:
+                self._cancelled.add(hit)  # a load reads this between its stages, a queued one before it starts
+                if hit == self._gen_id and self._generation is not None:
                     self._generation.cancel()
-        self.emit({"event": "ok", "id": msg.get("id"), "cmd": "cancel", "cancelled": active if hit else None})
+        self.emit({"event": "ok", "id": msg.get("id"), "cmd": "cancel", "cancelled": hit})
         return None
 
+    def _cancel_target(self, target: str | None) -> str | None:
+        """What a cancel stops (caller holds the lock): the named generate or load_pair while it is queued
+        or running; with no name, the generation, else the load that runs (or runs next)."""
+        if target is None:
+            return self._gen_id if self._gen_id is not None else next(iter(self._loads), None)
+        return target if target == self._gen_id or target in self._loads else None
+
     def _hardware(self, rid):
-        try:
-            self.emit({"event": "hardware", "id": rid, **hardware_info()})
-        except EngineUnavailable as exc:
-            self.error(rid, exc.code, str(exc))
-        except Exception as exc:
-            log.exception("hardware probe failed")
-            self.error(rid, "internal", f"The hardware probe failed: {exc}")
+        self.emit(self._answer(rid, lambda: {"event": "hardware", "id": rid, **hardware_info()}))
 
     def _stop(self, wait_s: float) -> None:
-        """Cancel a running generation and wait for its `done`; a load (or the start-up import) cannot be
-        interrupted and its answer would go nowhere, so that is not waited for."""
+        """Cancel a running generation and wait for its `done`; a load (or the start-up import) is not
+        waited for: its answer would go nowhere."""
         with self._lock:
             generating = self._gen_id is not None
             if generating:
@@ -203,25 +207,49 @@ class Worker:
         except EngineUnavailable as exc:
             log.error("%s", exc)
         while (msg := self._jobs.get()) is not None:
-            rid = msg.get("id")
-            try:
-                final = getattr(self, "_do_" + msg["cmd"])(msg)
-            except (P.ProtocolError, EngineUnavailable) as exc:
-                final = self._error_event(rid, exc.code, str(exc))
-            except Exception as exc:
-                final = self._engine_failure(rid, exc)
-            if msg["cmd"] == "generate":  # free the slot before the answer, so an immediate retry is not busy
+            rid, cmd = msg.get("id"), msg["cmd"]
+            final = self._answer(rid, lambda: getattr(self, "_do_" + cmd)(msg))
+            if cmd == "generate":  # free the slot before the answer, so an immediate retry is not busy
                 with self._lock:
                     self._cancelled.discard(self._gen_id)
                     self._gen_id, self._generation = None, None
+            elif cmd == "load_pair":
+                final = self._settle_load(rid, final)
+            if cmd in ("load_pair", "unload") and final["event"] == "error":
+                final["pair"] = self.pair_info  # what is loaded now: the client learns it from answers only
             self.emit(final)
+
+    def _answer(self, rid, work) -> dict:
+        """Run one request to its final event, whatever it raises. BaseException too: a SystemExit from a
+        library would otherwise end this thread silently, and every later request would wait for ever.
+        Nothing here must propagate: this is never the main thread (KeyboardInterrupt goes there), and the
+        process ends through the main thread's os._exit."""
+        try:
+            return work()
+        except (P.ProtocolError, EngineUnavailable) as exc:
+            return self._error_event(rid, exc.code, str(exc))
+        except BaseException as exc:
+            return self._engine_failure(rid, exc)
+
+    def _settle_load(self, rid, final: dict) -> dict:
+        """Free a load's slot. A cancel acknowledged before this point wins even over a finished load, so
+        an `ok` that names a load always means it ends with `cancelled` and nothing loaded."""
+        key = rid or ""
+        with self._lock:
+            self._loads.remove(key)
+            cancelled = key in self._cancelled
+            self._cancelled.discard(key)
+        if cancelled and final["event"] == "loaded":
+            self._release()
+            return self._error_event(rid, "cancelled", "Loading was cancelled; nothing is loaded.")
+        return final
 
     def _error_event(self, rid, code: str, message: str) -> dict:
         log.info("error %s for %s: %s", code, rid, message)
         return P.error_event(code, message, rid)
 
-    def _engine_failure(self, rid, exc: Exception) -> dict:
-        code = getattr(exc, "code", None)
+    def _engine_failure(self, rid, exc: BaseException) -> dict:
+        code = getattr(exc, "code", None) if isinstance(exc, Exception) else None  # not SystemExit's exit code
         if _is_oom(exc):
             gc.collect()
             return self._error_event(rid, "out_of_memory", f"Out of memory: {exc}. Try a smaller model, a shorter "
@@ -237,6 +265,11 @@ class Worker:
 
     def _do_load_pair(self, msg) -> None:
         rid, t0 = msg.get("id"), time.perf_counter()
+
+        def cancelled() -> bool:  # the engine asks between stages
+            return (rid or "") in self._cancelled
+        if cancelled():
+            raise Cancelled("Loading was cancelled before it started; the loaded model, if any, is unchanged.")
         engine = msg.get("engine") or DEFAULT_ENGINE
         self._progress(rid, "import", "Loading the engine libraries")
         eng = load_engine(engine)
@@ -246,7 +279,7 @@ class Worker:
             if path is not None and not Path(path).is_dir():
                 raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist.")
         pair = eng.backends.load_pair(engine, target, draft, device=msg.get("device") or "auto",
-                                      dtype=msg.get("dtype"),
+                                      dtype=msg.get("dtype"), cancelled=cancelled,
                                       progress=lambda stage, message: self._progress(rid, stage, message))
         self._progress(rid, "ready", "Model ready")
         self.pair = pair

@@ -236,6 +236,32 @@ def test_kill_9_reports_within_a_second_and_next_request_restarts(client, pair_d
     assert any(e["event"] == "loaded" and e["id"].startswith("auto-reload") for e in client.events)
 
 
+def test_refused_load_and_unload_keep_the_pair(client, pair_dirs):
+    """The client believes the worker's answers, not its own requests: a `busy` refusal changes nothing."""
+    ensure_loaded(client, pair_dirs)
+    info = client.pair_info
+    rid = client.generate(prompt="Keep going:", settings={"max_new_tokens": LONG})
+    wait_for(lambda: of(client, rid, "tokens"), T, "first tokens")
+    assert client.wait(client.unload(), T)["code"] == "busy"
+    assert client.wait(client.load_pair(*pair_dirs), T)["code"] == "busy"
+    assert client.pair_info is info and client._last_pair is not None  # what a restart would reload
+    client.wait(client.cancel(rid), 10)
+    assert client.wait(rid, 10)["stop_reason"] == "cancelled"
+    uid = client.unload()
+    assert client.wait(uid, T) == {"event": "ok", "id": uid, "cmd": "unload", "unloaded": True}
+    assert client.pair_info is None and client._last_pair is None
+
+
+def test_a_request_that_cannot_be_sent_ends_with_bad_message(client, pair_dirs):
+    """Text with a lone surrogate or a NaN setting from the window's side: one error, and the client is not left busy."""
+    ensure_loaded(client, pair_dirs)
+    err = client.wait(client.generate(prompt="\ud800"), T)
+    assert err["code"] == "bad_message" and "surrogate" in err["message"] and not client.busy
+    err = client.wait(client.generate(prompt="x", settings={"temperature": float("nan")}), 5)
+    assert err["code"] == "bad_message" and "could not be sent" in err["message"] and not client.busy
+    assert client.wait(client.generate(prompt="ok", settings={"max_new_tokens": 2}), T)["event"] == "done"
+
+
 # -- workers that cannot start, do not speak our protocol, or get hostile input -----------------------
 
 def raw_worker():
@@ -290,6 +316,100 @@ def test_no_line_kills_the_worker(home):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+# The real worker (engine.worker.main) with engine.backends.load_pair wrapped, for failures no model gives on
+# demand: a target folder named "exit" raises SystemExit, one named "hang" never returns, and any other load
+# is held after its first stage until it is cancelled or the test creates the gate file (one file, one load).
+PATCHED_WORKER = """
+import os, sys, time
+import engine.backends
+from engine.worker import main
+
+real_load_pair, gate = engine.backends.load_pair, sys.argv[1]
+
+def load_pair(engine, target, *args, progress=None, cancelled=lambda: False, **kwargs):
+    name = os.path.basename(target)
+    if name == "exit":
+        raise SystemExit(3)
+    if name == "hang":
+        time.sleep(3600)
+    held = [True]
+
+    def hold(stage, message):
+        progress(stage, message)
+        while held[0] and not cancelled():
+            if os.path.exists(gate):
+                os.remove(gate)
+                held[0] = False
+            time.sleep(0.01)
+    return real_load_pair(engine, target, *args, progress=hold, cancelled=cancelled, **kwargs)
+
+engine.backends.load_pair = load_pair
+main()
+"""
+
+
+def patched_client(gate, **options) -> WorkerClient:
+    events: list[dict] = []
+    c = WorkerClient(on_event=events.append, command=[sys.executable, "-c", PATCHED_WORKER, str(gate)], **options)
+    c.events, c.gate = events, gate
+    return c
+
+
+@pytest.fixture(scope="module")
+def patched(home, tmp_path_factory):
+    c = patched_client(tmp_path_factory.mktemp("gate") / "open")
+    yield c
+    assert c.shutdown(10) == 0
+
+
+def test_system_exit_in_a_load_is_answered_and_the_worker_goes_on(patched, tmp_path):
+    (tmp_path / "exit").mkdir()
+    err = patched.wait(patched.load_pair(tmp_path / "exit"), T)
+    assert err["code"] == "internal" and "SystemExit" in err["message"] and err["pair"] is None
+    assert patched.wait(patched.unload(), T)["event"] == "ok" and patched.running
+
+
+def test_cancel_stops_a_running_load_between_stages(patched, pair_dirs):
+    patched.gate.touch()
+    assert patched.wait(patched.load_pair(*pair_dirs), T)["event"] == "loaded"  # a pair the next load replaces
+    rid = patched.load_pair(*pair_dirs)
+    wait_for(lambda: [e["stage"] for e in of(patched, rid, "progress")] == ["import", "weights"], T, "the first stage")
+    assert patched.wait(patched.cancel(), 10)["cancelled"] == rid  # no target: the load that runs
+    err = patched.wait(rid, T)
+    assert err["code"] == "cancelled" and err["pair"] is None and patched.pair_info is None
+    assert not of(patched, rid, "loaded")
+    assert patched.wait(patched.generate(prompt="x"), T)["code"] == "no_pair"  # nothing stays loaded
+
+
+def test_cancel_answers_a_queued_load_without_loading_it(patched, pair_dirs):
+    first = patched.load_pair(*pair_dirs)
+    wait_for(lambda: of(patched, first, "progress"), T, "the first load to start")
+    second = patched.load_pair(*pair_dirs)
+    assert patched.wait(patched.cancel(second), 10)["cancelled"] == second
+    patched.gate.touch()  # let the first load finish
+    assert patched.wait(first, T)["event"] == "loaded"
+    err = patched.wait(second, T)
+    assert err["code"] == "cancelled" and "before it started" in err["message"]
+    assert of(patched, second) == [err] and patched.pair_info["id"] == first  # no progress: it never ran
+    assert patched.wait(patched.generate(prompt="x", settings={"max_new_tokens": 2}), T)["event"] == "done"
+
+
+def test_a_load_that_hangs_times_out_and_the_next_request_gets_a_fresh_worker(home, tmp_path):
+    (tmp_path / "hang").mkdir()
+    c = patched_client(tmp_path / "gate", load_timeout=2)
+    try:
+        rid = c.load_pair(tmp_path / "hang")
+        old_pid = c.pid
+        err = c.wait(rid, 20)
+        assert err["code"] == "timeout" and "within 2 s" in err["message"]
+        assert not c.busy and c.pair_info is None
+        wait_for(lambda: not c.running, 10, "the stuck worker to be stopped")
+        hello = c.wait(c.request("hello", protocol=P.PROTOCOL_VERSION), T)
+        assert hello["event"] == "hello" and hello["pid"] != old_pid
+    finally:
+        assert c.shutdown(10) == 0
 
 
 def test_broken_torch_install_is_an_error_not_a_hang(home, pair_dirs, tmp_path):

@@ -97,3 +97,16 @@ def test_real_worker_through_signals_keeps_gui_responsive(qtbot, tmp_path, monke
     finally:
         timer.stop()
         assert w.shutdown(10) == 0
+
+
+def test_text_the_worker_cannot_take_ends_with_one_error_signal(qtbot, tmp_path, monkeypatch):
+    """A lone surrogate from the window (a broken paste, say) gets one `error` and leaves nothing busy."""
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    w = QtWorker()
+    try:
+        with qtbot.waitSignal(w.error, timeout=30_000) as err:
+            rid = w.generate(prompt="broken \ud800 paste")
+        assert err.args[0]["id"] == rid and err.args[0]["code"] == "bad_message"
+        assert "surrogate" in err.args[0]["message"] and not w.busy
+    finally:
+        assert w.shutdown(10) == 0
