@@ -34,6 +34,15 @@ FALLBACK_MARGIN = 0.8
 
 
 @dataclass
+class Chunk:
+    """What an engine that runs its own speculative loop (a server) streams: tokens as they come, and on
+    its last chunk the totals it reports (engine/backends/__init__.py, LoadedPair.stream)."""
+    tokens: list[int]
+    drafted: list[bool] | None = None   # per token, when the engine can tell (None: it cannot)
+    totals: dict | None = None          # drafted, accepted, steps: each a count, or None if not reported
+
+
+@dataclass
 class Step:
     """What one verify pass committed (the first Step is the prefill's token)."""
     tokens: list[int]
@@ -107,6 +116,9 @@ class Generation:
         return self
 
     def __iter__(self):
+        if hasattr(self.pair, "stream"):
+            yield from self._consume()
+            return
         pair, s = self.pair, self.settings
         drafting = self.block_size > 1
         # Timing decides when the fallback happens, and a sampled answer depends on it: a seeded sampled
@@ -156,6 +168,32 @@ class Generation:
             yield step
         self.stats.decode_s = time.perf_counter() - decode_start
         self.stats.peak_memory_bytes = int(pair.memory().get("peak_bytes", 0))
+
+    def _consume(self):
+        """The loop for an engine that drafts and verifies on its own (a llama-server, a remote server):
+        the same stop rules, text and statistics over the tokens it streams; stopping closes its stream,
+        which cancels the request there."""
+        start = time.perf_counter()
+        chunks = self.pair.stream(self.prompt, self.settings, baseline=self.block_size == 1)
+        decode_start = None
+        try:
+            for chunk in chunks:
+                if chunk.totals is not None:
+                    self.stats.record_totals(**chunk.totals)
+                if chunk.tokens and decode_start is None:
+                    decode_start = time.perf_counter()
+                    self.stats.prefill_s = self.stats.ttft_s = decode_start - start
+                step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens), 0, 0)
+                if step.tokens or step.spans or step.stop_reason:
+                    yield step
+                if self.stop_reason is not None or self._cancel.is_set():
+                    break
+        finally:
+            chunks.close()
+        if self.stop_reason is None:
+            yield self._end("cancelled" if self._cancel.is_set() else "eos")
+        self.stats.decode_s = time.perf_counter() - (decode_start or start)
+        self.stats.peak_memory_bytes = int(self.pair.memory().get("peak_bytes", 0))
 
     def _judge(self, steps: list[tuple[int, float]], costs: StepCosts) -> dict | None:
         """Switch to plain decoding when DFlash commits tokens at under FALLBACK_MARGIN of plain decoding's

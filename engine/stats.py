@@ -19,6 +19,14 @@ class Stats:
     decode_s: float = 0.0
     peak_memory_bytes: int = 0
     fallback: dict | None = None     # set when the loop switched to plain decoding (engine/loop.py)
+    unknown: tuple[str, ...] = ()    # counts an engine running its own loop did not report
+
+    def record_totals(self, drafted: int | None = None, accepted: int | None = None,
+                      steps: int | None = None) -> None:
+        """The counts an engine that runs its own loop reports at the end; None means not reported."""
+        self.drafted, self.accepted, self.steps = drafted or 0, accepted or 0, steps or 0
+        self.unknown = tuple(name for name, value in (("drafted", drafted), ("accepted", accepted),
+                                                      ("steps", steps)) if value is None)
 
     def record_step(self, drafted: int, accepted: int) -> None:
         self.steps += 1
@@ -37,7 +45,9 @@ class Stats:
     @property
     def tau(self) -> float:
         """Mean tokens committed per target verify pass (1.0 for plain decoding)."""
-        return sum(self.acceptance_lengths) / len(self.acceptance_lengths) if self.acceptance_lengths else 0.0
+        if self.acceptance_lengths:
+            return sum(self.acceptance_lengths) / len(self.acceptance_lengths)
+        return (self.accepted + self.steps) / self.steps if self.steps and "accepted" not in self.unknown else 0.0
 
     @property
     def position_rates(self) -> list[float]:
@@ -80,5 +90,5 @@ class Stats:
             "ttft_s": self.ttft_s, "prefill_s": self.prefill_s, "prefill_tok_s": self.prefill_tok_s,
             "decode_s": self.decode_s, "decode_tok_s": self.decode_tok_s,
             "end_to_end_tok_s": self.end_to_end_tok_s, "peak_memory_bytes": self.peak_memory_bytes,
-            "fallback": self.fallback,
+            "fallback": self.fallback, "unknown": list(self.unknown),
         }

@@ -97,3 +97,21 @@ class LoadedPair(Protocol):
 
     def memory(self) -> dict:
         """Bytes in use: at least peak_bytes (the process or device peak during the last generation)."""
+
+
+class StreamingPair(Protocol):
+    """An engine that drafts and verifies on its own (llama-server, a remote vLLM/SGLang server) offers
+    this instead of prefill/draft/verify/commit; the loop applies the same stop rules, text and stats."""
+
+    info: dict
+    tokenizer: object | None
+    eos_ids: tuple[int, ...]
+    block_size: int
+    max_positions: int
+
+    def stream(self, prompt: list[int], settings, baseline: bool):
+        """A generator of engine.loop.Chunk: tokens as they come, the last chunk with the totals the engine
+        reports. The loop closes it (GeneratorExit) to stop early: the engine then cancels its request."""
+
+    def memory(self) -> dict:
+        """As LoadedPair.memory."""
