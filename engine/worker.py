@@ -110,7 +110,7 @@ class Worker:
     # -- main loop ----------------------------------------------------------------------------------
     def serve(self, stdin) -> int:
         self._executor.start()
-        for raw in stdin:
+        for raw in lines(stdin):
             if not raw.strip():
                 continue
             if self.handle(raw) == "shutdown":
@@ -263,7 +263,7 @@ class Worker:
     def _progress(self, rid, stage: str, message: str) -> None:
         self.emit({"event": "progress", "id": rid, "stage": stage, "message": message})
 
-    def _do_load_pair(self, msg) -> None:
+    def _do_load_pair(self, msg) -> dict:
         rid, t0 = msg.get("id"), time.perf_counter()
 
         def cancelled() -> bool:  # the engine asks between stages
@@ -295,12 +295,12 @@ class Worker:
         if release is not None:
             release()
 
-    def _do_unload(self, msg) -> None:
+    def _do_unload(self, msg) -> dict:
         had = self.pair is not None
         self._release()
         return {"event": "ok", "id": msg.get("id"), "cmd": "unload", "unloaded": had}
 
-    def _do_generate(self, msg) -> None:
+    def _do_generate(self, msg) -> dict:
         rid = msg.get("id")
         if self.pair is None:
             raise P.ProtocolError("no_pair", "No model is loaded: load a pair before generating.")
@@ -342,6 +342,16 @@ class Worker:
                        "generated": generated, "elapsed_s": time.perf_counter() - t0})
         return {"event": "done", "id": rid, "stop_reason": gen.stop_reason, "text": gen.text,
                 "token_ids": gen.tokens, "stats": gen.stats.to_dict()}
+
+
+def lines(stdin):
+    """Command lines from stdin, each read with a bound: a line past protocol.MAX_LINE_BYTES is never held
+    whole in memory; what was read of it is handed on (decode refuses it) and the rest is skipped."""
+    while raw := stdin.readline(P.MAX_LINE_BYTES + 1):
+        if len(raw) > P.MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while (rest := stdin.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+        yield raw
 
 
 def main(argv: list[str] | None = None) -> int:

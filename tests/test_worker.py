@@ -503,3 +503,17 @@ def test_a_plain_fallback_is_announced_and_kept_in_the_stats(client, pair_dirs):
     off = client.wait(client.generate(prompt="Hello there", settings={"max_new_tokens": 80, "draft_cutoff": 0.0,
                                                                        "plain_fallback": False}), T)
     assert off["stats"]["fallback"] is None and off["token_ids"] == done["token_ids"]
+
+
+def test_an_endless_line_is_read_in_bounded_pieces(monkeypatch):
+    """A line past the limit is never held whole: its first piece is refused, the rest skipped, and the
+    next line is read as usual."""
+    import io
+
+    from engine import worker
+    monkeypatch.setattr(P, "MAX_LINE_BYTES", 100)
+    stream = io.BytesIO(b"x" * 10_000 + b"\n" + b'{"cmd": "hello"}\n')
+    got = list(worker.lines(stream))
+    assert [len(g) for g in got] == [101, 17]
+    with pytest.raises(P.ProtocolError, match="exceeds the 100-byte limit"):
+        P.decode(got[0])
