@@ -40,7 +40,8 @@ def _info(package: str) -> EngineInfo:
     return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES))
 
 
-ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),)}
+ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),
+                                                                   _info("engine.backends.mlx"))}
 
 
 def architecture(model_type: str) -> str:

@@ -34,11 +34,11 @@ def load_target(folder: Path, family: str, config: dict, dtype: mx.Dtype, availa
     if not list(folder.glob("model*.safetensors")):
         raise CheckpointError(f"{folder} holds no model*.safetensors files, the names mlx-lm reads. "
                               "Re-download the model or convert it with mlx_lm.convert.")
-    check_layer_pattern(family, config, folder)
+    overrides = config_overrides(family, config, folder)
     module = importlib.import_module(f"mlx_lm.models.{MODULES[family]}")
     try:
-        model, _ = load_model(folder, lazy=True, strict=True, model_config=rope_theta_on_top(config),
-                              get_model_classes=lambda _: (module.Model, module.ModelArgs), trust_remote_code=False)
+        model, _ = load_model(folder, lazy=True, strict=True, model_config=overrides,
+                              get_model_classes=lambda config: (module.Model, module.ModelArgs), trust_remote_code=False)
     except Exception as exc:  # mlx-lm raises ValueError, KeyError, TypeError, RuntimeError for unusable folders
         raise CheckpointError(f"Target model in {folder} could not be loaded by mlx-lm ({type(exc).__name__}: {exc}). "
                               "The files may be corrupt or of an unsupported variant.") from exc
@@ -56,26 +56,40 @@ def cast(model: nn.Module, dtype: mx.Dtype) -> None:
         model.parameters()))
 
 
-def rope_theta_on_top(config: dict) -> dict:
-    """transformers 5 writes rope_theta inside rope_parameters; mlx-lm's older model classes (Qwen3-MoE)
-    read it at the top level only."""
+def config_overrides(family: str, config: dict, folder: Path) -> dict:
+    """Keys mlx-lm's classes read in an older spelling than the folder's config.json uses; without them
+    the model would load and silently run as another model.
+
+    - transformers 5 writes rope_theta and rope_scaling inside rope_parameters; mlx-lm's Llama, Qwen3-MoE
+      and gpt-oss classes read them at the top level only.
+    - mlx-lm's Qwen3.5 places its DeltaNet layers by full_attention_interval (default 4) and ignores
+      layer_types, which transformers 5 writes alone."""
+    out = {}
     rope = config.get("rope_parameters")
-    if "rope_theta" not in config and isinstance(rope, dict) and "rope_theta" in rope:
-        return {"rope_theta": rope["rope_theta"]}
-    return {}
+    if isinstance(rope, dict):
+        if "rope_theta" not in config and "rope_theta" in rope:
+            out["rope_theta"] = rope["rope_theta"]
+        if "rope_scaling" not in config and rope.get("rope_type", "default") != "default":
+            out["rope_scaling"] = rope
+    if family in ("qwen3_5", "qwen3_5_moe"):
+        nested = isinstance(config.get("text_config"), dict)
+        text = config["text_config"] if nested else config
+        interval = deltanet_interval(text, folder)
+        if interval is not None and interval != text.get("full_attention_interval", 4):
+            out.update({"text_config": {**text, "full_attention_interval": interval}} if nested
+                       else {"full_attention_interval": interval})
+    return out
 
 
-def check_layer_pattern(family: str, config: dict, folder: Path) -> None:
-    """mlx-lm's Qwen3.5 places its DeltaNet layers by full_attention_interval and ignores layer_types: a
-    folder whose layer_types says otherwise would run as another model."""
-    if family not in ("qwen3_5", "qwen3_5_moe"):
-        return
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    types, interval = text.get("layer_types"), text.get("full_attention_interval", 4)
+def deltanet_interval(text: dict, folder: Path) -> int | None:
+    """The full_attention_interval that lays out layer_types (None without layer_types); a layout no
+    interval makes is refused."""
+    types = text.get("layer_types")
     if types is None:
-        return
-    implied = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(len(types))]
-    if list(types) != implied:
-        raise CheckpointError(f"{folder / 'config.json'}: layer_types does not follow full_attention_interval "
-                              f"{interval}, the layout mlx-lm builds. This checkpoint cannot run on the mlx engine; "
-                              "use the torch engine.", code="unsupported_architecture")
+        return None
+    for interval in range(1, len(types) + 1):
+        if list(types) == ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(len(types))]:
+            return interval
+    raise CheckpointError(f"{folder / 'config.json'}: layer_types is not one full-attention layer after every k "
+                          "DeltaNet layers, the only layout mlx-lm builds. This checkpoint cannot run on the mlx "
+                          "engine; use the torch engine.", code="unsupported_architecture")
