@@ -217,6 +217,13 @@ class MlxPair:
     def stop_drafting(self) -> None:
         self._drafting, self._context = False, []
 
+    def close(self) -> None:
+        """Give the memory back when the worker drops this pair: the weights, the caches, then MLX's buffer
+        cache (on Apple's GPU it otherwise keeps freed buffers for reuse)."""
+        self.target = self.drafter = None
+        self._context, self._verified, self._q = [], (0, None), None
+        mx.clear_cache()
+
     def memory(self) -> dict:
         if self.device == mx.gpu:
             return {"peak_bytes": int(mx.get_peak_memory())}
