@@ -137,7 +137,20 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("05-model-picker", picker)
         picker.reject()
 
+        # 8. a model planned for an NVIDIA GPU on a computer without one: refused, with the way out
+        from ui.errors import ErrorBubble
+        c.new_chat()
+        c.load_pair({**pair, "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}})
+        wait_until(app, lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages), 120,
+                   "the GPU refusal")
+        window.show_stats(True)
+        shots.shoot("08-gpu-refused-offers-cpu")
+        next(w for w in window.chat_view.messages if isinstance(w, ErrorBubble)).action_button.click()
+        wait_until(app, lambda: c.ready, 240, "the model to load on the CPU")
+        window.show_stats(False)
+
         # 6. an error: the engine killed in the middle of an answer
+        c.new_chat()
         finished.clear()
         window.settings.max_new_tokens = 2000
         window.chat_view.input.setPlainText("class Stack:\n")
@@ -153,15 +166,6 @@ def main(argv: list[str] | None = None) -> int:
         dialog = window.open_settings()
         shots.shoot("07-settings", dialog)
         dialog.reject()
-
-        # 8. a model planned for an NVIDIA GPU on a computer without one: refused, with the way out
-        from ui.errors import ErrorBubble
-        c.new_chat()
-        c.load_pair({**pair, "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}})
-        wait_until(app, lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages), 120,
-                   "the GPU refusal")
-        window.show_stats(True)
-        shots.shoot("08-gpu-refused-offers-cpu")
     finally:
         window.close()
     too_big = [p.name for p in shots.saved if p.stat().st_size > 300 * 1024]

@@ -141,6 +141,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
             raise Cancelled("Loading was cancelled; nothing is loaded.")
         if progress is not None:
             progress(stage, message)
+
     target_dir = Path(target_dir)
     dev = resolve_device(device)
     if dtype is not None and dtype not in TORCH_DTYPES:
