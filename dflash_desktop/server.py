@@ -34,6 +34,7 @@ from .remote import is_loopback
 log = logging.getLogger("dflash_desktop.server")
 DEFAULT_PORT = 8765
 MIN_NETWORK_KEY = 16
+DISCONNECT_CHECK_S = 0.25
 LOAD_WAIT_S = 660.0   # the worker client stops a load after 600 s, so its `timeout` error comes first
 
 
@@ -64,6 +65,7 @@ class _Bridge:
     def __init__(self):
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.checked = self.loop.time()   # when the client's connection was last looked at
 
     def put(self, event: dict) -> None:
         with contextlib.suppress(RuntimeError):   # the loop is closing: nobody is waiting any more
@@ -120,14 +122,18 @@ def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[
                                "Content-Type: application/json.") from None
 
     async def next_event(bridge: _Bridge, request: Request, job) -> dict:
-        """The job's next event; a client that went away cancels the job (and this raises)."""
+        """The job's next event; a client that went away (looked for every DISCONNECT_CHECK_S, however many
+        events come meanwhile) cancels the job, and this raises."""
         while True:
-            try:
-                return await asyncio.wait_for(bridge.queue.get(), 0.25)
-            except asyncio.TimeoutError:
+            if bridge.loop.time() - bridge.checked >= DISCONNECT_CHECK_S:
+                bridge.checked = bridge.loop.time()
                 if await request.is_disconnected():
                     jobs.cancel(job.id)
                     raise ConnectionAbortedError(job.id)
+            try:
+                return await asyncio.wait_for(bridge.queue.get(), DISCONNECT_CHECK_S)
+            except asyncio.TimeoutError:
+                pass
 
     async def models(request: Request):
         authorize(request)
