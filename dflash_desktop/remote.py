@@ -436,7 +436,7 @@ class _Answer:
             stats.record_totals(proposed, max(stats.generated_tokens - steps, 0), steps)
             return None if proposed is not None else "SGLang reported verify passes but not the drafted tokens."
         if kind == "vllm" and before is not None and after is not None and "steps" in after:
-            # server-wide counters: other clients' requests in the same moments count too (docs/REMOTE.md)
+            # server-wide counters: other clients' requests meanwhile count too (README, Remote servers)
             delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("steps", "drafted", "accepted")}
             stats.record_totals(int(delta["drafted"]), int(delta["accepted"]), int(delta["steps"]))
             stats.position_accepts = [int(after["positions"].get(i, 0) - before["positions"].get(i, 0))

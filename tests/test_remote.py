@@ -122,7 +122,8 @@ def test_sglang_raw_prompts_use_generate_and_report_meta_info(remote):
     fake = FakeServer("sglang")
     try:
         assert load(remote, fake.url)["server"] == "sglang"
-        done = generate(remote, prompt="def parse", raw=True, settings={"max_new_tokens": 32, "stop_strings": ["\n\n\n"]})
+        done = generate(remote, prompt="def parse", raw=True,
+                        settings={"max_new_tokens": 32, "stop_strings": ["\n\n\n"]})
         assert done["text"] == WORDS_TEXT and done["stop_reason"] == "length"
         assert [len(t) for c in remote.events.of("gen", "tokens") for t, _ in c["spans"]][:3] == [3, 6, 1]  # deltas
         s = done["stats"]

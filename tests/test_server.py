@@ -112,7 +112,8 @@ def test_streamed_chat_completion_is_the_engines_text(client, reference):
     finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
     usage = chunks[-1].usage
-    assert (usage.prompt_tokens, usage.completion_tokens) == (reference["prompt_tokens"], reference["completion_tokens"])
+    assert (usage.prompt_tokens, usage.completion_tokens) == (reference["prompt_tokens"],
+                                                              reference["completion_tokens"])
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert_extension(finals[0].model_extra["dflash"], usage.completion_tokens)
     assert any(c.model_extra["dflash"]["drafted_span"] for c in chunks if c.choices and c.choices[0].delta.content)
@@ -127,7 +128,8 @@ def test_plain_completion_is_the_engines_text(client, reference):
 
 
 def test_plain_decoding_on_request_writes_the_same_text(client, reference):
-    done = client.completions.create(model="demo", prompt=PROMPT, max_tokens=N, extra_body={"dflash": {"mode": "baseline"}})
+    done = client.completions.create(model="demo", prompt=PROMPT, max_tokens=N,
+                                     extra_body={"dflash": {"mode": "baseline"}})
     ext = done.model_extra["dflash"]
     assert done.choices[0].text == reference["text"]
     assert ext["mode"] == "baseline" and ext["block_size"] == 1 and ext["drafted"] == 0 and ext["tau"] == 1.0

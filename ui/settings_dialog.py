@@ -1,7 +1,7 @@
 """Settings (Ctrl+,): sampling, block size, draft cutoff, plain fallback, offline mode, theme, font
-size, and the local server's port and API key. Generation fields take their ranges and help texts from the engine's limits table
-(engine/limits.py); values are checked by Settings.validate(), and a refused value is explained under the
-form instead of silently clamped."""
+size, and the local server's port and API key. Generation fields take their ranges and help texts from
+the engine's limits table (engine/limits.py); values are checked by Settings.validate(), and a refused
+value is explained under the form instead of silently clamped."""
 from __future__ import annotations
 
 import dataclasses
