@@ -21,6 +21,7 @@ from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
 
 from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
+from .remote_dialog import AddServerDialog
 
 BADGE_COLORS = {"fits": QColor(46, 160, 67), "slow": QColor(120, 140, 40), "tight": QColor(191, 135, 0),
                 "target_only": QColor(56, 139, 253),
@@ -136,15 +137,18 @@ class _PairDelegate(QStyledItemDelegate):
 class ModelPicker(QDialog):
     """Lists the catalog pairs with fit and download state; emits `pairChosen` for the pair to load."""
 
-    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits), plan, thinking
+    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits), plan, thinking;
+    #                            or id, name, remote {base_url, api_key} for a server (Add a server…)
     ready = Signal()           # catalog, hardware and disk scan are in
 
     def __init__(self, parent: QWidget | None = None, catalog: Catalog | None = None,
-                 hardware: HardwareReport | None = None):
+                 hardware: HardwareReport | None = None, servers: list[dict] | None = None):
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 620)
         self.catalog, self.hardware = catalog, hardware
+        self.servers = servers or []     # remote servers used before, the latest first
+        self.server_dialog: AddServerDialog | None = None
         self.model = PairListModel(self)
         self.online = False
         self._jobs: dict[str, downloads.DownloadJob] = {}
@@ -203,7 +207,12 @@ class ModelPicker(QDialog):
         self.load_button.clicked.connect(self.load_selected)
         close = QPushButton("Close")
         close.clicked.connect(self.reject)
+        self.server_button = QPushButton("Add a server…")
+        self.server_button.setToolTip("Chat with a model on a vLLM or SGLang server started with DFlash, for models "
+                                      "this computer cannot hold")
+        self.server_button.clicked.connect(self.add_server)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.server_button)
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
@@ -370,6 +379,13 @@ class ModelPicker(QDialog):
                               "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir),
                               "plan": idx.data(Roles.Plan), "thinking": row.pair.thinking})
         self.accept()
+
+    def add_server(self) -> AddServerDialog:
+        """Ask for a server's address and key; Connect loads it as the pair."""
+        self.server_dialog = AddServerDialog(self.servers, self)
+        self.server_dialog.accepted.connect(lambda: (self.pairChosen.emit(self.server_dialog.pair()), self.accept()))
+        self.server_dialog.open()
+        return self.server_dialog
 
     def download_selected(self) -> None:
         idx = self.list.currentIndex()
