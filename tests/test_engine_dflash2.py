@@ -212,6 +212,25 @@ def test_the_runner_computes_what_the_module_computes(checkpoint, target):
     torch.testing.assert_close(got_rows, rows, rtol=1e-4, atol=1e-5)
 
 
+def test_input_embedding_scale_multiplies_the_block_embedding(target):
+    """Read from the top level when dflash_config lacks it, as the reference does."""
+    drafter = random_drafter(target, seed=2, generation=2, layers=1, block_size=8, input_embedding_scale=3.0)
+    assert drafter.config.input_embedding_scale == 3.0
+    pair = TorchPair(target, drafter, None)
+    prompt, settings = list(range(1, 20)), GenerationSettings(draft_cutoff=0.0)
+    with torch.inference_mode():
+        first = pair.prefill(prompt, settings, drafting=True)
+        ctx = pair._context[0].clone()
+        drafts = pair.draft(first, len(prompt), 8)
+        block = torch.full((8,), drafter.config.mask_token_id)
+        block[0] = first
+        proposed = {}
+        for scale in (1.0, 3.0):
+            runner = Draft2Runner(drafter, target.head.weight, pair.runner.dtype)
+            proposed[scale] = runner.propose(target.embed(block) * scale, ctx, first, settings, None)[0].tolist()
+    assert drafts == proposed[3.0] != proposed[1.0]
+
+
 # ---- each new sublayer against an independent computation --------------------------------------------
 
 def reference_conv(x, base, taps, group):
