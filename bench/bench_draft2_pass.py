@@ -1,12 +1,14 @@
 """What one draft pass costs on this machine: a DFlash drafter and a DFlash2 drafter of the same sizes
 (random weights), each through its packed runner, proposing one block with `--context` positions already
-cached and `--new` context rows fed with the block (the accepted tokens of the step before). The DFlash2 pass adds two convolutions per sublayer, a top-k over the LM head's logits and the
-candidate selector's walk. Variants alternate call by call (this machine's speed drifts); medians.
+cached and `--new` context rows fed with the block (the accepted tokens of the step before). The DFlash2
+pass adds two convolutions per sublayer, a top-k over the LM head's logits and the candidate selector's
+walk. Variants alternate call by call (this machine's speed drifts); medians.
 
     python bench/bench_draft2_pass.py [--hidden 1024 --layers 5 --vocab 32768] [--reps 40] [--threads N]
 
 Sizes default to a small drafter; a real one (Qwen3.8-27B-DFlash2: hidden 5120, 5 layers, vocabulary
-248320, intermediate 17408, 32/8 heads of 128) needs about 9 GB in bfloat16 (`--dtype bfloat16`).
+248320, intermediate 17408, 32/8 heads of 128) is built in float32 first and then packed: it needs more
+than 16 GB of memory even with `--dtype bfloat16`.
 """
 from __future__ import annotations
 
@@ -62,8 +64,8 @@ def build(args, generation: int, head: torch.Tensor):
 def main() -> int:
     ap = argparse.ArgumentParser()
     for name, default in (("hidden", 1024), ("layers", 5), ("vocab", 32768), ("heads", 8), ("kv-heads", 2),
-                          ("head-dim", 0), ("intermediate", 0), ("captured", 5), ("block", 16), ("context", 500), ("new", 2),
-                          ("top-k", 16), ("rank", 256), ("group", 16), ("reps", 40), ("threads", 0)):
+                          ("head-dim", 0), ("intermediate", 0), ("captured", 5), ("block", 16), ("context", 500),
+                          ("new", 2), ("top-k", 16), ("rank", 256), ("group", 16), ("reps", 40), ("threads", 0)):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = ap.parse_args()

@@ -342,7 +342,8 @@ def test_masks_follow_the_reference_rule(window, causal):
     for i in range(n):
         q = end - n + i
         for key in range(end):
-            visible = (not causal or key <= q) and (window is None or (q - key < window and (causal or key - q < window)))
+            near = window is None or (q - key < window and (causal or key - q < window))
+            visible = (not causal or key <= q) and near
             assert bool(mask[i, key]) == visible, (i, key)
     assert block_mask(end, n, None, False) is None
 
@@ -366,7 +367,8 @@ def test_settings_read_nested_first_then_from_the_top_level():
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"architectures": ["DFlash3DraftModel"]}, "This drafter is a DFlash3DraftModel.*DFlashDraftModel.*DFlash2DraftModel"),
+    ({"architectures": ["DFlash3DraftModel"]},
+     "This drafter is a DFlash3DraftModel.*DFlashDraftModel.*DFlash2DraftModel"),
     ({"dflash_config": {"tree_width": 4}}, "dflash_config.tree_width is not a DFlash2 setting"),
     ({"dflash_config": {"conv_group_size": 24}}, "conv_group_size 24 does not divide hidden_size 64"),
     ({"dflash_config": {"selector_top_k": 4096}}, "selector_top_k must be a whole number from 1 to 48"),

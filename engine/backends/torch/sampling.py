@@ -29,7 +29,8 @@ class Candidates:
 
     def row(self, n: int, vocab: int) -> torch.Tensor:
         """Row n over the whole vocabulary."""
-        return torch.zeros(vocab, dtype=self.probs.dtype, device=self.probs.device).scatter(0, self.ids[n], self.probs[n])
+        dense = torch.zeros(vocab, dtype=self.probs.dtype, device=self.probs.device)
+        return dense.scatter(0, self.ids[n], self.probs[n])
 
 
 def probabilities(logits: torch.Tensor, s: GenerationSettings) -> torch.Tensor:
