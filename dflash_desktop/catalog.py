@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends import DEVICE_CLASSES, ENGINES
+from engine.config import GENERATIONS
 
 from . import paths
 
@@ -78,6 +79,11 @@ class Pair:
     @property
     def chat_mode(self) -> str:
         return str(self.drafter.get("chat_mode", "unknown"))
+
+    @property
+    def generation(self) -> int:
+        """The drafter's generation: 1 DFlash, 2 DFlash2 (engine/config.py GENERATIONS)."""
+        return int(self.drafter.get("generation", 1))
 
     @property
     def thinking(self) -> bool | None:
@@ -171,14 +177,18 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
     else:
         _need(d.get("dtype") in dtypes, where, f"unknown 'dtype' {d.get('dtype')!r}")
         _need(d.get("thinking") in (True, False, None), where, "'thinking' must be true, false or null")
+        gen = d.get("generation", 1)
+        _need(isinstance(gen, int) and not isinstance(gen, bool) and gen >= 1, where,
+              f"'generation' must be a whole number from 1 (got {gen!r})")
     return ModelSpec(role=role, repo_id=d.get("repo_id"), revision=str(d.get("revision") or "main"),
                      path=d.get("path"), params=int(d["params"]), raw=d)
 
 
-def _engines(raw: Any, model_type: str, where: str) -> dict[str, tuple[str, ...]]:
+def _engines(raw: Any, model_type: str, generation: int, where: str) -> dict[str, tuple[str, ...]]:
     """The pair's engines this app has, each with the device classes it lists. An engine a newer catalog
-    names and this version lacks is skipped; a listing the engine does not run is an error, so the
-    catalog can never promise what the code cannot do."""
+    names and this version lacks is skipped; a listing the engine does not run (the target's architecture
+    on a device, or the drafter's generation) is an error, so the catalog can never promise what the code
+    cannot do."""
     _need(isinstance(raw, dict) and raw, where, "'engines' must map engine names to lists of devices")
     out = {}
     for name, devices in raw.items():
@@ -189,6 +199,9 @@ def _engines(raw: Any, model_type: str, where: str) -> dict[str, tuple[str, ...]
             continue
         wrong = [d for d in devices if not info.runs(model_type, d)]
         _need(not wrong, where, f"the {name} engine does not run {model_type!r} models on {', '.join(wrong)}")
+        _need(generation in info.drafter_generations, where,
+              f"the {name} engine does not run DFlash{'' if generation == 1 else generation} drafters "
+              f"(generation {generation})")
         out[name] = tuple(devices)
     return out
 
@@ -217,12 +230,17 @@ def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
         kind = p.get("kind", "hub")
         _need(kind in KINDS, pw, f"'kind' must be one of {KINDS} (got {kind!r})")
         target = _spec(p.get("target"), "target", kind, pw, dtypes)
-        engines = _engines(p.get("engines"), target["model_type"], pw)
+        drafter = _spec(p.get("drafter"), "drafter", kind, pw, dtypes)
+        generation = drafter.get("generation", 1)
+        if generation not in GENERATIONS.values():   # a newer catalog's drafter kind: no engine here runs it
+            log.info("%s: drafter generation %s is unknown to this app version; skipped", pw, generation)
+            continue
+        engines = _engines(p.get("engines"), target["model_type"], generation, pw)
         if not engines:
             log.info("%s: no engine of this app version runs it; skipped", pw)
             continue
         pairs.append(Pair(id=pid, name=str(p.get("name") or pid), kind=kind, target=target,
-                          drafter=_spec(p.get("drafter"), "drafter", kind, pw, dtypes),
+                          drafter=drafter,
                           engines=engines, notes=str(p.get("notes", "")),
                           approximate=tuple(p.get("approximate", ())), raw=p))
     return Catalog(pairs=tuple(pairs), dtype_bytes={k: float(v) for k, v in dtypes.items()},

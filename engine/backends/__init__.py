@@ -30,6 +30,7 @@ class EngineInfo:
     devices: dict[str, str]                       # device class -> the engine's device name
     dtypes: dict[str, str]                        # device class -> the dtype weights load in by default
     architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
+    drafter_generations: tuple[int, ...] = (1,)   # drafter generations it decodes with (engine/config.py)
 
     def runs(self, model_type: str, device_class: str) -> bool:
         return device_class in self.architectures.get(architecture(model_type), ())
@@ -37,7 +38,9 @@ class EngineInfo:
 
 def _info(package: str) -> EngineInfo:
     mod = importlib.import_module(package)
-    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES))
+    # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
+    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
+                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),)}
