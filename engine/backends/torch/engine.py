@@ -160,8 +160,9 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
         check_pair(target, cfg)
         target.capture(cfg.target_layer_ids)
         report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
-        drafter = DRAFTERS[cfg.generation][0].from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
-                                                              available_bytes=free_bytes(dev))
+        drafter_class, _ = DRAFTERS[cfg.generation]
+        drafter = drafter_class.from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
+                                                available_bytes=free_bytes(dev))
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
     report("tuning", "Preparing the model for this device")
