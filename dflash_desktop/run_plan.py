@@ -41,7 +41,8 @@ class RunPlan:
         return "fp16" if self.variant else self.catalog_dtype
 
 
-AUTO = {"engine": "torch", "device": "auto", "dtype": None}   # before the hardware is known: the engine decides
+# before the hardware is known: the worker decides (engine.backends.auto_engine)
+AUTO = {"engine": "auto", "device": "auto", "dtype": None}
 
 
 def plan_for(pair: Pair, report: HardwareReport, engine: str | None = None) -> RunPlan | None:
