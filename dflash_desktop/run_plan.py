@@ -60,6 +60,16 @@ def plan_for(pair: Pair, report: HardwareReport, engine: str | None = None) -> R
     return None
 
 
+def engine_choices(pair: Pair, current: str, device_class: str, missing: dict) -> list[str]:
+    """Engines that could run the loaded pair from the same folders, for the settings: those built here that
+    list this device or the CPU, without files of their own (a variant needs its own download, which the
+    model list does), or only the current engine when it loaded a variant."""
+    if pair.variant(current):
+        return [current]
+    return [name for name, devices in pair.engines.items()
+            if name not in missing and not pair.variant(name) and {device_class, "cpu"} & set(devices)]
+
+
 def engines_for(pair: Pair, report: HardwareReport) -> list[RunPlan]:
     """Every engine that can run the pair here, in the catalog's order of preference (the settings offer
     the choice when there is more than one)."""

@@ -132,7 +132,7 @@ def report_of(fixture: str):
     ("nvidia_rtx4090_nvml", "torch", "cuda", "bfloat16"),
     ("nvidia_rtx3060_smi", "torch", "cuda", "bfloat16"),
     ("apple_m2_16gb", "torch", "mps", "bfloat16"),
-    ("cpu_only_i5", "torch", "cpu", "float32"),
+    ("cpu_only_i5", "llamacpp", "cpu", "float32"),     # llama.cpp decodes the demo pair faster on a CPU
 ])
 def test_the_plan_follows_the_hardware(catalog, fixture, engine, device, dtype):
     from dflash_desktop.run_plan import plan_for

@@ -83,9 +83,13 @@ def run_converter(args: list[str], what: str, cancelled: Callable[[], bool]) -> 
             time.sleep(0.1)
         if proc.returncode != 0:
             log.seek(0)
-            lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()][-8:]
-            raise CheckpointError(f"llama.cpp's converter could not convert {what} (exit code {proc.returncode}):\n"
-                                  + "\n".join(lines))
+            text = log.read().decode(errors="replace")
+            lines = [ln for ln in text.splitlines() if ln.strip()][-8:]
+            hint = (" Its tokenizer's pre-tokenizer is unknown to llama.cpp's converter: this model cannot be "
+                    "converted by this build; use a GGUF file made for it instead." if "pre-tokenizer was not "
+                    "recognized" in text else "")
+            raise CheckpointError(f"llama.cpp's converter could not convert {what} (exit code {proc.returncode})."
+                                  f"{hint} Its log ends with:\n" + "\n".join(lines))
 
 
 def convert(source: Path, out: Path, outtype: str, target_dir: Path | None, what: str,
