@@ -186,3 +186,30 @@ def test_converted_drafters_keep_their_dflash_settings(which, other_pair):
     assert meta["dflash.block_size"] == dflash.get("block_size", cfg.get("block_size"))
     assert meta["tokenizer.ggml.mask_token_id"] == dflash["mask_token_id"]
     assert meta["dflash.block_count"] == cfg["num_hidden_layers"]
+
+
+def all_servers() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-server"}
+
+
+def test_a_worker_runs_the_demo_pair_with_llamacpp_and_its_server_dies_with_it(pair):
+    """engine "auto" (the first start) picks llama.cpp on this CPU; a killed worker leaves no server behind."""
+    from dflash_desktop.worker_client import WorkerClient
+    before = all_servers()
+    client = WorkerClient()
+    try:
+        loaded = client.wait(client.load_pair(TARGET, DRAFT, engine="auto", device="auto"), 120)
+        assert loaded["event"] == "loaded", loaded
+        assert loaded["engine"] == "llamacpp" and loaded["speculation"]["reason"]
+        done = client.wait(client.generate(prompt="import os\n\n\ndef main():", raw=True,
+                                           settings={"max_new_tokens": 32}), 60)
+        assert done["event"] == "done" and done["stats"]["generated_tokens"] == 32, done
+        assert done["stats"]["unknown"] == []
+        assert all_servers() - before, "the worker's llama-server runs"
+        os.kill(client.pid, 9)
+        deadline = time.monotonic() + 10
+        while all_servers() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not all_servers() - before, "a killed worker's llama-server must end with it"
+    finally:
+        client.shutdown(10)

@@ -7,11 +7,14 @@ crashed server becomes an EngineError, never a hang.
 """
 from __future__ import annotations
 
+import ctypes
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -64,13 +67,25 @@ def clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_ARG_", "LLAMA_"))}
 
 
+def _die_with_parent():
+    """Linux: the server gets SIGTERM when the worker that started it dies, even by SIGKILL, so a killed
+    worker leaves no server holding the model's memory. The signal follows the starting thread, which in
+    the worker is its one long-lived executor thread. (Elsewhere the worker's normal exit stops it.)"""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def set_pdeathsig():
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    return set_pdeathsig
+
+
 class Server:
     def __init__(self, launch: Launch):
         self.launch = launch
         self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(launch.args(self.port), stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=clean_env())
+                                     stderr=subprocess.STDOUT, env=clean_env(), preexec_fn=_die_with_parent())
         try:
             self._wait_ready()
         except BaseException:
@@ -143,11 +158,11 @@ class Server:
 
     def memory(self) -> int:
         """The server process's resident bytes (its peak where the OS reports it)."""
+        import psutil
         try:
-            import psutil
             info = psutil.Process(self.proc.pid).memory_full_info()
             return int(getattr(info, "peak_wset", 0) or info.rss)
-        except Exception:          # the process is gone, or psutil is not installed
+        except (psutil.Error, OSError):   # the process is gone
             return 0
 
     def stop(self) -> None:
