@@ -211,6 +211,8 @@ class StatsPanel(QDockWidget):
     def set_runtime(self, loaded: dict) -> None:
         """The loaded event's engine, device and dtype, as the worker reports them."""
         text = f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights"
+        if loaded.get("speculation"):        # an engine that chose DFlash's settings or plain decoding itself
+            text += f"\n{loaded['speculation']['reason']}"
         self.runtime.setText(text)
         self.values["runtime"] = text
 

@@ -114,8 +114,9 @@ class LlamaCppPair:
         self.server: Server | None = None
         self.choice: dict | None = None
         self.max_positions = launch.context
-        self.server_for(None)              # plain: ready for /tokenize and a baseline at once
+        # the target's Hugging Face tokenizer when it is beside the GGUF, else the server's own
         self.tokenizer = ChatTokenizer.from_folder(tokenizer_dir) or ServerTokenizer(self, meta)
+        self.server_for(None)              # plain: ready for /tokenize and a baseline at once
         self.eos_ids = tuple(self.tokenizer.eos_ids)
         arch = metadata.architecture(meta)
         self.info = {"engine": NAME, "device": "cpu", "dtype": _file_type(meta),
