@@ -1,6 +1,18 @@
 """The curated catalog of DFlash pairs (target model + drafter trained for it).
 
-The bundled ``assets/catalog.json`` always works offline. ``refresh_catalog(url)`` fetches a newer copy
+The bundled ``assets/catalog.json`` always works offline.
+
+A pair may carry ``variants``: an engine's own files for the target (GGUF quantizations for llama.cpp,
+MLX conversions) that replace the target repo's weights when that engine runs the pair::
+
+    "variants": {"llamacpp": [{"id": "q4_k_m", "label": "Q4_K_M (4-bit)", "dtype": "q4_k_m",
+                               "target": {"repo_id": "owner/name", "revision": "main",
+                                          "files": ["Model-Q4_K_M.gguf"], "bytes": 2500000000}}]}
+
+The first variant of an engine is its default. ``dtype`` names a ``dtype_bytes`` entry; ``bytes`` is the
+size of the files (what fit estimates count); ``files`` are exact paths in the repo, checked like every
+name that becomes a path. The target repo itself then only gives its config and tokenizer files.
+Variants of engines this version lacks, or that the pair's ``engines`` do not list, are skipped. ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
 copy in use, so a bad network or a bad file can never leave the app without a catalog.
 """
@@ -9,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import urllib.request
 from dataclasses import dataclass, field
 from importlib import resources
@@ -57,6 +70,26 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One engine's own target files (e.g. a GGUF quantization), used instead of the target repo's weights."""
+
+    engine: str
+    id: str
+    label: str
+    dtype: str                  # a dtype_bytes key
+    repo_id: str
+    revision: str
+    files: tuple[str, ...]      # exact paths in the repo
+    bytes: int                  # their total size
+
+
+# the target repo's files an engine with its own weights still needs, config and tokenizer: patterns, so a
+# repo without one of them is fine (the downloader requires only exact names)
+CONFIG_FILES = ("*config.json", "tokenizer*.json", "special_tokens_map*.json", "vocab*.json", "merges*.txt",
+                "*.jinja")
+
+
+@dataclass(frozen=True)
 class Pair:
     id: str
     name: str
@@ -67,6 +100,7 @@ class Pair:
     notes: str
     approximate: tuple[str, ...]
     raw: dict = field(repr=False, compare=False)
+    variants: dict[str, tuple[Variant, ...]] = field(default_factory=dict)   # engine -> its variants, default first
 
     @property
     def needs_download(self) -> bool:
@@ -98,9 +132,19 @@ class Pair:
     def device_classes(self) -> set[str]:
         return {d for devices in self.engines.values() for d in devices}
 
-    def repos(self) -> list[tuple[str, str]]:
-        """(repo_id, revision) of target then drafter, for the downloader."""
-        return [(m.repo_id, m.revision) for m in (self.target, self.drafter) if m.repo_id]
+    def variant(self, engine: str | None) -> Variant | None:
+        """The engine's default variant (None: it loads the target repo's own weights)."""
+        return (self.variants.get(engine) or (None,))[0] if engine else None
+
+    def repos(self, engine: str | None = None) -> list[tuple]:
+        """What the downloader fetches: (repo_id, revision) of target then drafter, or with an engine that has
+        a variant, (repo_id, revision, exact files) of the variant, the target repo's CONFIG_FILES, the drafter."""
+        variant = self.variant(engine)
+        if variant is None:
+            return [(m.repo_id, m.revision) for m in (self.target, self.drafter) if m.repo_id]
+        return [(variant.repo_id, variant.revision, variant.files),
+                (self.target.repo_id, self.target.revision, CONFIG_FILES),
+                (self.drafter.repo_id, self.drafter.revision)]
 
     def local_path(self, role: str) -> Path | None:
         """Absolute folder of an embedded model (None for hub models)."""
@@ -206,6 +250,46 @@ def _engines(raw: Any, model_type: str, generation: int, where: str) -> dict[str
     return out
 
 
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+
+def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tuple[Variant, ...]]:
+    """Each engine's variants, every name that becomes a path or a folder checked as downloads.py checks
+    the hub's names; engines this version lacks are skipped."""
+    if raw is None:
+        return {}
+    _need(isinstance(raw, dict), where, "'variants' must map engine names to lists of variants")
+    out = {}
+    for engine, items in raw.items():
+        if engine not in ENGINES or engine not in engines:    # not in this version, or not for this pair
+            continue
+        w = f"{where}: variants of {engine!r}"
+        _need(isinstance(items, list) and items, w, "must be a non-empty list")
+        found = []
+        for v in items:
+            _need(isinstance(v, dict) and isinstance(v.get("target"), dict), w, "each needs a 'target' object")
+            vid, t = v.get("id"), v["target"]
+            _need(isinstance(vid, str) and bool(_ID.fullmatch(vid)), w, f"'id' must be lowercase letters, digits, "
+                                                                         f"'.', '_' or '-' (got {vid!r})")
+            vw = f"{w}: {vid}"
+            _need(v.get("dtype") in dtypes, vw, f"unknown 'dtype' {v.get('dtype')!r}")
+            repo, rev, files = t.get("repo_id"), str(t.get("revision") or "main"), t.get("files")
+            _need(isinstance(repo, str) and bool(_REPO.fullmatch(repo)) and ".." not in repo, vw,
+                  f"'repo_id' must look like 'owner/name' (got {repo!r})")
+            _need(bool(_FILE.fullmatch(rev)) and ".." not in rev, vw, f"unsafe 'revision' {rev!r}")
+            _need(isinstance(files, list) and files and all(isinstance(f, str) and _FILE.fullmatch(f)
+                                                            and ".." not in f for f in files), vw,
+                  f"'files' must be a non-empty list of plain relative paths (got {files!r})")
+            _pos_int(t, "bytes", vw)
+            found.append(Variant(engine, vid, str(v.get("label") or vid), v["dtype"], repo, rev, tuple(files),
+                                 int(t["bytes"])))
+        _need(len({v.id for v in found}) == len(found), w, "duplicate variant ids")
+        out[engine] = tuple(found)
+    return out
+
+
 def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
     """Validate a decoded catalog.json and build the objects; raises CatalogError naming the problem."""
     where = f"catalog ({source})"
@@ -242,7 +326,8 @@ def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
         pairs.append(Pair(id=pid, name=str(p.get("name") or pid), kind=kind, target=target,
                           drafter=drafter,
                           engines=engines, notes=str(p.get("notes", "")),
-                          approximate=tuple(p.get("approximate", ())), raw=p))
+                          approximate=tuple(p.get("approximate", ())), raw=p,
+                          variants=_variants(p.get("variants"), engines, pw, dtypes)))
     return Catalog(pairs=tuple(pairs), dtype_bytes={k: float(v) for k, v in dtypes.items()},
                    source=source, updated=str(data.get("updated", "")))
 

@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from engine.backends import ENGINES
 from engine.errors import SettingsError as EngineSettingsError
 from engine.limits import LIMITS
 
@@ -40,6 +41,7 @@ class Settings:
     offline: bool = False          # no network at all: no downloads, no connection checks
     theme: str = "system"
     font_size: int = 11
+    engine: str = "auto"           # "auto": the model list's plan; else the engine preferred where it runs a pair
     highlight_drafted: bool = True
     show_stats: bool = True
     last_pair: dict | None = None  # {id, name, target_dir, draft_dir} or {id, name, remote: {base_url, api_key}}
@@ -65,6 +67,8 @@ class Settings:
              f"own (got {self.block_size}).")
         need(isinstance(self.plain_fallback, bool) and isinstance(self.offline, bool),
              "Plain fallback and offline mode are on or off.")
+        need(self.engine == "auto" or self.engine in ENGINES,
+             f"Engine must be automatic or one of {', '.join(ENGINES)} (got {self.engine!r}).")
         need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
         need(_is_int(self.font_size) and 7 <= self.font_size <= 32,
              f"Font size must be between 7 and 32 points (got {self.font_size}).")

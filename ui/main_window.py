@@ -16,11 +16,12 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
                                QStackedWidget, QToolBar)
 
-from dflash_desktop import downloads
+from dflash_desktop import downloads, run_plan
 from dflash_desktop import settings as settings_mod
-from dflash_desktop.catalog import load_catalog
+from dflash_desktop.catalog import CatalogError, load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
 from dflash_desktop.qt_worker import QtWorker
+from engine.backends import ENGINES, missing_engines
 
 from . import theme
 from .chat_controller import ChatController
@@ -269,7 +270,7 @@ class MainWindow(QMainWindow):
             self.status_label.setText(f"The model picker is not available in this build ({exc}).")
             return None
         picker = ModelPicker(self, servers=self.settings.remote_servers)
-        picker.pairChosen.connect(self.controller.load_pair)
+        picker.pairChosen.connect(lambda pair: self.controller.load_pair(self.with_engine(pair)))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
         return picker
@@ -277,15 +278,38 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> SettingsDialog:
         """Open the settings dialog (non-blocking); returns it so tests and scripts can drive it."""
         info = self.controller.pair_info or {}
-        dialog = SettingsDialog(self.settings, info.get("block_size"), self)
+        engines = [(name, ENGINES[name].label) for name in self.engine_choices()]
+        dialog = SettingsDialog(self.settings, info.get("block_size"), self, engines=engines)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings))
         dialog.open()
         return dialog
 
+    def engine_choices(self, pair: dict | None = None) -> list[str]:
+        """Engines that can run the pair (default: the loaded one) here from its folders (run_plan.py)."""
+        pair = pair or self.controller.pair
+        info = self.controller.pair_info or {}
+        try:
+            entry = load_catalog().get(pair["id"])
+        except (KeyError, TypeError, CatalogError):
+            return []
+        current = (pair.get("plan") or {}).get("engine") or info.get("engine") or "torch"
+        device = str(info.get("device") or "cpu")
+        device_class = "cuda" if device.startswith("cuda") else "apple" if device in ("mps", "metal") else "cpu"
+        return run_plan.engine_choices(entry, current, device_class, missing_engines())
+
+    def with_engine(self, pair: dict) -> dict:
+        """The pair with the engine the settings prefer, where that engine can run it from its folders."""
+        plan = pair.get("plan") or run_plan.AUTO
+        engine = self.settings.engine
+        if engine == "auto" or engine == plan["engine"] or engine not in self.engine_choices(pair):
+            return pair
+        return {**pair, "plan": {**plan, "engine": engine, "dtype": None}}
+
     def apply_settings(self, new: settings_mod.Settings | None) -> None:
         if new is None:
             return
+        reload = new.engine != self.settings.engine and self.controller.pair is not None
         for field in DIALOG_FIELDS:
             setattr(self.settings, field, getattr(new, field))
         self.controller.save_settings()
@@ -294,6 +318,9 @@ class MainWindow(QMainWindow):
         theme.apply(app, self.settings.theme, self.settings.font_size)
         self.chat_view.set_highlight(False)
         self.chat_view.set_highlight(self.settings.highlight_drafted)   # re-render with the new colours
+        if reload:                                       # automatic: the worker's choice (engine "auto")
+            pair, plan = self.controller.pair, self.controller.pair.get("plan") or run_plan.AUTO
+            self.controller.load_pair(self.with_engine({**pair, "plan": {**plan, "engine": "auto", "dtype": None}}))
 
     def _message(self, icon: QMessageBox.Icon, text: str) -> QMessageBox:
         box = QMessageBox(icon, "DFlash Desktop", text, QMessageBox.StandardButton.Ok, self)

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QApplication, QDialog, QFrame, QHBoxLayout, QLabe
                                QProgressBar, QPushButton, QSplitter, QStyle, QStyledItemDelegate,
                                QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from dflash_desktop import downloads
+from dflash_desktop import downloads, variant_folder
 from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
 
@@ -278,7 +278,7 @@ class ModelPicker(QDialog):
             try:
                 cat = catalog or load_catalog()
                 report = hardware or detect_live()
-                loader.ready.emit(cat, report, local_dirs_for(cat, downloads.find_cached))
+                loader.ready.emit(cat, report, local_dirs_for(cat, downloads.find_cached, report))
             except Exception as exc:  # a broken catalog or probe must not leave the dialog spinning
                 loader.failed.emit(f"Could not read the model catalog or this computer's hardware: {exc}")
 
@@ -391,11 +391,13 @@ class ModelPicker(QDialog):
         idx = self.list.currentIndex()
         if not idx.isValid() or not self.download_button.isEnabled():
             return
-        pair = self.model.pair_row(idx.row()).pair
+        row = self.model.pair_row(idx.row())
+        pair, plan = row.pair, row.fit.plan if row.fit else None
         bridge = _Bridge(self)
         bridge.progress.connect(lambda p, pid=pair.id: self._on_progress(pid, p))
         bridge.finished.connect(lambda job, pid=pair.id: self._on_finished(pid, job))
-        job = downloads.DownloadJob.for_pair(pair, on_progress=bridge.progress.emit, on_finished=bridge.finished.emit)
+        job = downloads.DownloadJob.for_pair(pair, engine=plan.engine if plan else None,
+                                             on_progress=bridge.progress.emit, on_finished=bridge.finished.emit)
         self._jobs[pair.id] = job
         self.model.set_download(pair.id, "downloading", 0.0, "Starting download…")
         job.start()
@@ -414,7 +416,10 @@ class ModelPicker(QDialog):
         self._jobs.pop(pair_id, None)
         row = self.model.pair_row(self.model.row_of(pair_id))
         if job.state == "done":
-            dirs = {"target": job.result[row.pair.target.repo_id], "drafter": job.result[row.pair.drafter.repo_id]}
+            plan = row.fit.plan if row.fit else None
+            target = (variant_folder.assemble(row.pair, plan.variant, job.cache_dir) if plan and plan.variant
+                      else job.result[row.pair.target.repo_id])
+            dirs = {"target": target, "drafter": job.result[row.pair.drafter.repo_id]}
             self.model.set_download(pair_id, "ready", 1.0, dirs=dirs)
         elif job.state == "cancelled":
             self.model.set_download(pair_id, "not_downloaded", 0.0)

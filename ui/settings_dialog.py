@@ -15,11 +15,13 @@ from engine.limits import LIMITS
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 # the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
 FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "plain_fallback",
-          "offline", "theme", "font_size", "server_port", "server_api_key")
+          "offline", "engine", "theme", "font_size", "server_port", "server_api_key")
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, max_block_size: int | None = None, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, max_block_size: int | None = None, parent: QWidget | None = None,
+                 engines: list[tuple[str, str]] = ()):
+        """engines: (name, label) of the engines that can run the loaded pair; offered when there are two or more."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setAccessibleName("Settings")
@@ -52,6 +54,13 @@ class SettingsDialog(QDialog):
         self.offline.setChecked(settings.offline)
         self.offline.setAccessibleName("Offline mode")
         self.offline.setToolTip("Models already on this computer keep working; nothing is fetched.")
+        self.engine = QComboBox()
+        self.engine.setAccessibleName("Engine")
+        self.engine.setToolTip("Which engine runs the model. Automatic takes the model list's choice for this "
+                               "computer; the model reloads when this changes.")
+        self._engines = ["auto"] + [name for name, _ in engines]
+        self.engine.addItems(["Automatic (the model list's choice)"] + [label for _, label in engines])
+        self.engine.setCurrentIndex(self._engines.index(settings.engine) if settings.engine in self._engines else 0)
         self.theme = QComboBox()
         self.theme.addItems([t.capitalize() for t in THEMES])
         self.theme.setCurrentIndex(THEMES.index(settings.theme))
@@ -79,6 +88,8 @@ class SettingsDialog(QDialog):
         form.addRow(LIMITS["draft_cutoff"].label, self.draft_cutoff)
         form.addRow("", self.plain_fallback)
         form.addRow("", self.offline)
+        if len(engines) > 1:
+            form.addRow("Engine", self.engine)
         form.addRow("Theme", self.theme)
         form.addRow("Font size", self.font_size)
         form.addRow("Local server port", self.server_port)
@@ -124,6 +135,7 @@ class SettingsDialog(QDialog):
             max_new_tokens=self.max_new_tokens.value(), block_size=self.block_size.value(),
             draft_cutoff=None if self.draft_cutoff.value() < 0 else self.draft_cutoff.value(),
             plain_fallback=self.plain_fallback.isChecked(), offline=self.offline.isChecked(),
+            engine=self._engines[self.engine.currentIndex()] if len(self._engines) > 2 else self._base.engine,
             theme=THEMES[self.theme.currentIndex()], font_size=self.font_size.value(),
             server_port=self.server_port.value(), server_api_key=self.server_api_key.text().strip())
 

@@ -214,6 +214,8 @@ class StatsPanel(QDockWidget):
         self.remote = loaded.get("engine") == "remote"
         text = (f"Runs on {loaded.get('device')} · remote server, its own speculative decoding" if self.remote else
                 f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights")
+        if loaded.get("speculation"):        # an engine that chose DFlash's settings or plain decoding itself
+            text += f"\n{loaded['speculation']['reason']}"
         self.runtime.setText(text)
         self.values["runtime"] = text
 

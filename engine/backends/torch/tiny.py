@@ -158,13 +158,17 @@ def byte_tokenizer(chat_template: str | None = None):
 
 
 def save_random_pair(root, arch: str = "qwen3", seed: int = 0, block_size: int = 8, hidden: int = 64,
-                     layers: int = 4, draft_layers: int = 1, chat_template: str | None = None):
+                     layers: int = 4, draft_layers: int = 1, chat_template: str | None = None,
+                     tokenizer_dir=None, **sizes):
     """Write target (with tokenizer) and drafter folders under root; returns (target_dir, draft_dir).
-    The vocabulary is the byte tokenizer's (258 ids), so text prompts work end to end."""
+    The vocabulary is the byte tokenizer's (258 ids), so text prompts work end to end, or the one of the
+    tokenizer saved in tokenizer_dir (llama.cpp's converter knows the demo pair's, not the byte one)."""
     from pathlib import Path
+    from transformers import AutoTokenizer
     root = Path(root)
-    tok = byte_tokenizer(chat_template)
-    target = random_target(arch, seed=seed, vocab=len(tok), hidden=hidden, layers=layers)
+    tok = (AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False) if tokenizer_dir
+           else byte_tokenizer(chat_template))
+    target = random_target(arch, seed=seed, vocab=len(tok), hidden=hidden, layers=layers, **sizes)
     target.model.generation_config.eos_token_id = tok.eos_token_id
     target.model.save_pretrained(root / "target")
     tok.save_pretrained(root / "target")
