@@ -81,3 +81,10 @@ def test_request_for_chat_and_raw_models():
     assert request_for(history, "", True) == {"messages": history}
     assert request_for(history, "", False) == {"prompt": "def f(x):\n"}
     assert title_from("  a   long\ntitle ") == "a long title" and len(title_from("x" * 100)) == 48
+
+
+def test_the_diagnosis_gives_the_fallbacks_reason_and_the_switch():
+    stats = {"generated_tokens": 90, "tau": 1.1, "decode_tok_s": 50.0,
+             "fallback": {"reason": "DFlash committed 1.10 tokens per step over its first 32 steps, below ..."}}
+    text = diagnose(stats, None)
+    assert text.startswith("DFlash committed 1.10 tokens per step") and "Plain fallback" in text

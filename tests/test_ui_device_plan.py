@@ -41,7 +41,9 @@ def sent(chat_worker, monkeypatch):
     ("cpu_only_i5", "cpu", None),
 ])
 def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_pair, sent, fixture, device, refusal):
-    plan = plan_for(load_catalog(prefer_refreshed=False).demo, report_of(fixture))
+    report = report_of(fixture)
+    report.engines_missing = {"llamacpp": "not built"}    # the torch engine's device path (llama.cpp: its own tests)
+    plan = plan_for(load_catalog(prefer_refreshed=False).demo, report)
     assert plan.device == device
     window = make_window(qtbot, chat_worker, {**echo_pair, "plan": plan.request}, wait_ready=refusal is None)
     assert sent[0] == plan.request
@@ -58,3 +60,21 @@ def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_p
     assert (loaded["engine"], loaded["device"], loaded["dtype"]) == ("torch", "cpu", "float32")
     assert window.stats_panel.runtime.text() == "Runs on cpu · torch engine · float32 weights"
     assert "torch on cpu, float32" in window.pair_label.text()
+
+
+THINKING_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                     "{% if enable_thinking is defined and not enable_thinking %}(no thinking)\n{% endif %}assistant:")
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_the_thinking_switch_follows_the_drafters_training_and_an_override_is_explained(
+        qtbot, home, chat_worker, tmp_path, trained):
+    from engine.backends.torch.tiny import save_random_pair
+    target, draft = save_random_pair(tmp_path / "pair", block_size=8, chat_template=THINKING_TEMPLATE)
+    pair = {"id": "thinker", "name": "Thinking test pair", "target_dir": str(target), "draft_dir": str(draft),
+            "thinking": trained}
+    window = make_window(qtbot, chat_worker, pair)
+    box = window.chat_view.thinking
+    assert box.isVisible() and box.isChecked() == trained, "the switch starts as the drafter was trained"
+    box.setChecked(not trained)
+    assert f"trained with thinking {'on' if trained else 'off'}" in window.status_label.text()

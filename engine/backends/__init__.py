@@ -30,6 +30,7 @@ class EngineInfo:
     devices: dict[str, str]                       # device class -> the engine's device name
     dtypes: dict[str, str]                        # device class -> the dtype weights load in by default
     architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
+    drafter_generations: tuple[int, ...] = (1,)   # drafter generations it decodes with (engine/config.py)
 
     def runs(self, model_type: str, device_class: str) -> bool:
         return device_class in self.architectures.get(architecture(model_type), ())
@@ -37,11 +38,65 @@ class EngineInfo:
 
 def _info(package: str) -> EngineInfo:
     mod = importlib.import_module(package)
-    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES))
+    # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
+    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
+                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))))
 
 
-ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),
-                                                                   _info("engine.backends.mlx"))}
+ENGINES: dict[str, EngineInfo] = {info.name: info for info in (
+    _info("engine.backends.torch"),
+    _info("engine.backends.mlx"),
+    _info("engine.backends.llamacpp"),
+)}
+
+
+def missing_engines() -> dict[str, str]:
+    """Engines whose runtime is not on this computer (a llama.cpp that was never built), with the reason.
+    Light: each engine's check reads files, it imports nothing heavy."""
+    out = {}
+    for info in ENGINES.values():
+        check = getattr(importlib.import_module(info.package), "missing", None)
+        reason = check() if check else None
+        if reason:
+            out[info.name] = reason
+    return out
+
+
+def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
+    """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
+    mlx engine on Apple Silicon where it is installed and runs the pair on Apple's GPU, else the torch
+    engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
+    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
+    import json
+    from pathlib import Path
+    try:
+        model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "torch"                       # the torch engine's load explains what is wrong
+    generation = 1
+    if draft_dir is not None:
+        try:
+            from ..config import generation_of
+            generation = generation_of(json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, AttributeError, EngineError):
+            return "torch"                   # the torch engine's load explains what is wrong
+
+    def usable(name: str, device_class: str) -> bool:
+        info = ENGINES.get(name)
+        return bool(info and info.runs(model_type, device_class) and generation in info.drafter_generations
+                    and name not in missing_engines())
+    if device == "auto":
+        import platform
+        import sys
+        if sys.platform == "darwin" and platform.machine() == "arm64" and usable("mlx", "apple"):
+            return "mlx"
+    if device not in ("auto", "cpu"):
+        return "torch"
+    if device == "auto":
+        import torch
+        if torch.cuda.is_available() or torch.backends.mps.is_available():
+            return "torch"
+    return "llamacpp" if usable("llamacpp", "cpu") else "torch"
 
 
 def architecture(model_type: str) -> str:

@@ -18,6 +18,13 @@ ARCHITECTURES = {
     "qwen3_5": _BOTH, "qwen3_5_moe": _BOTH,    # hybrid: Gated DeltaNet layers, rolled back by hybrid.py
     "gpt_oss": _BOTH,                          # sliding-window layers, attention sinks, MoE
 }
+# Drafter generations (engine/config.py): DFlash only. The MLX drafter (drafter.py) has no DFlash2 layers
+# (convolutions, candidate selector); a DFlash2 drafter is refused when a pair loads, and catalog.py
+# refuses a DFlash2 pair that lists this engine.
+DRAFTER_GENERATIONS = (1,)
+# catalog dtype names of MLX target variants (assets/catalog.json) -> the dtype the unquantized parts
+# run in (None: the device's default); quantized layers keep the bits the folder's config.json names
+VARIANT_DTYPES = {"q4": None, "q8": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 INSTALL_HINT = ('Install it with: pip install "dflash-desktop[mlx]" (macOS on Apple Silicon: Metal; Linux: '
                 "the CPU build, mlx[cpu]).")
 
@@ -26,6 +33,20 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
               cancelled=lambda: False):
     from .engine import load_pair as load
     return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
+
+
+def missing() -> str | None:
+    """Why this engine cannot run here (mlx or mlx-lm not installed), or None. Light: finds the packages
+    without importing them, so the planner passes over the engine on a Mac without the extra."""
+    import importlib.util
+    for name in ("mlx", "mlx_lm"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"{name} is not installed. {INSTALL_HINT}"
+    return None
 
 
 def describe() -> dict:

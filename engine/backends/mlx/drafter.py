@@ -133,6 +133,10 @@ class MlxDrafter(nn.Module):
         if not path.is_dir():
             raise CheckpointError(f"Drafter folder {path} does not exist. Check the path or download the pair again.")
         cfg = DraftConfig.from_file(path / "config.json")
+        if cfg.generation != 1:      # no DFlash2 layers here (engine/backends/mlx/__init__.py)
+            raise CheckpointError(f"The drafter in {path} is a DFlash{cfg.generation} drafter; the MLX drafter "
+                                  "implements DFlash only. Load this pair with the torch engine.",
+                                  code="unsupported_architecture")
         header = folder_tensors(path)
         if layer_count(header) != cfg.num_hidden_layers:
             raise CheckpointError(

@@ -18,7 +18,7 @@ from ...limits import GenerationSettings
 from ...pairing import check_pair
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DEVICES, DTYPES, NAME
+from . import ARCHITECTURES, DEVICES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
 from .drafter import MlxDrafter
 from .loading import load_target
 from .sampling import Keys, confident_prefix, draw, probabilities, propose, verify
@@ -91,6 +91,14 @@ def check_architecture(target_dir: Path, device: mx.Device) -> tuple[str, dict]:
     return family, config
 
 
+def check_generation(cfg: DraftConfig, draft_dir: Path) -> None:
+    """Refuse, before anything loads, a drafter of a generation the MLX drafter does not implement."""
+    if cfg.generation not in DRAFTER_GENERATIONS:
+        raise CheckpointError(f"The drafter in {draft_dir} is a DFlash{cfg.generation} drafter; the mlx engine runs "
+                              "DFlash drafters only. Load this pair with the torch engine.",
+                              code="unsupported_architecture")
+
+
 def draft_bits_from_env() -> int | None:
     value = os.environ.get(DRAFT_BITS_ENV, "").strip()
     if value in ("", "0"):
@@ -114,11 +122,16 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
             progress(stage, message)
     target_dir = Path(target_dir)
     dev = resolve_device(device)
+    if dtype in VARIANT_DTYPES:       # a catalog variant's name (the quantization is the folder's own)
+        dtype = VARIANT_DTYPES[dtype]
     if dtype is not None and dtype not in MLX_DTYPES:
-        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join(MLX_DTYPES)}.", code="bad_settings")
+        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join([*MLX_DTYPES, *VARIANT_DTYPES])}.",
+                          code="bad_settings")
     mlx_dtype = MLX_DTYPES[dtype or DTYPES[device_class(dev)]]
     family, config = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
+    if cfg is not None:
+        check_generation(cfg, Path(draft_dir))
     bits = draft_bits if draft_bits is not None else draft_bits_from_env()
     report("weights", f"Reading the target's weights from {target_dir.name}")
     with mx.stream(dev):
