@@ -122,6 +122,35 @@ def test_a_transformers_5_layer_types_sets_mlx_lms_interval(tmp_path):
     assert [layer.is_linear for layer in pair.target.layers] == [True, False] * 3
 
 
+def test_a_catalog_variants_dtype_loads_the_folders_own_quantization(tmp_path):
+    """The planner sends a variant's catalog dtype (q4, q8, bf16): the bits come from the folder's config."""
+    target, draft = save_pair(tmp_path, "qwen3", bits=4)
+    pair = load_pair("mlx", target, draft, device="cpu", dtype="q4")
+    assert pair.info["quantized"] == ["target"] and pair.info["dtype"] == "float32"
+    assert {m.bits for _, m in pair.target.model.named_modules() if hasattr(m, "bits")} == {4}
+    assert load_pair("mlx", target, draft, device="cpu", dtype="bf16").info["dtype"] == "bfloat16"
+    with pytest.raises(EngineError, match="Unknown dtype 'q5'") as err:
+        load_pair("mlx", target, draft, device="cpu", dtype="q5")
+    assert err.value.code == "bad_settings"
+
+
+def test_a_dflash2_drafter_is_refused_by_name_before_loading(tmp_path):
+    """The MLX drafter is DFlash only (DRAFTER_GENERATIONS): a DFlash2 drafter is refused, never half-loaded."""
+    from engine.backends import ENGINES
+    from engine.backends.mlx.drafter import MlxDrafter
+    assert ENGINES["mlx"].drafter_generations == (1,)
+    target, draft = save_pair(tmp_path)
+    raw = json.loads((draft / "config.json").read_text())
+    raw["architectures"] = ["DFlash2DraftModel"]
+    raw.setdefault("dflash_config", {}).update(conv_kernel_size=2, conv_group_size=16, selector_rank=4,
+                                              selector_top_k=4)
+    (draft / "config.json").write_text(json.dumps(raw))
+    for load in (lambda: load_pair("mlx", target, draft, device="cpu"), lambda: MlxDrafter.from_pretrained(draft)):
+        with pytest.raises(CheckpointError, match="DFlash2 drafter") as err:
+            load()
+        assert err.value.code == "unsupported_architecture"
+
+
 def test_config_and_weights_that_disagree_are_refused_before_loading(tmp_path):
     target, draft = save_pair(tmp_path, "qwen3", bits=4)
     edit_config(target, hidden_size=96)
