@@ -1,6 +1,6 @@
-"""A variant's target as one folder the engine can load: the variant's files (a GGUF) and the target repo's
-config and tokenizer files, which live in two snapshots of the models folder, linked side by side under
-<models>/dflash-variants/. Links, not copies: a GGUF is gigabytes. Disk only, no network."""
+"""A variant's target as one folder the engine can load: the variant's files (a GGUF; an MLX conversion's
+safetensors and config.json) and the target repo's config and tokenizer files, which live in two
+snapshots of the models folder, linked side by side under <models>/dflash-variants/. Links, not copies: a GGUF is gigabytes. Disk only, no network."""
 from __future__ import annotations
 
 import os
@@ -38,8 +38,10 @@ def assemble(pair: Pair, variant: Variant, cache_dir: Path | None = None) -> Pat
         return None
     folder = (cache_dir or paths.models_dir()) / "dflash-variants" / folder_name(pair, variant)
     folder.mkdir(parents=True, exist_ok=True)
-    wanted = {Path(f).name: gguf / f for f in variant.files}
-    wanted.update({p.name: p for p in config.iterdir() if p.is_file() and p.suffix in (".json", ".txt", ".jinja")})
+    # the target repo's config and tokenizer, then the variant's own files over them: an MLX variant's
+    # config.json carries its quantization, which the target repo's lacks
+    wanted = {p.name: p for p in config.iterdir() if p.is_file() and p.suffix in (".json", ".txt", ".jinja")}
+    wanted.update({Path(f).name: gguf / f for f in variant.files})
     for name, src in wanted.items():
         dst = folder / name
         if dst.is_symlink() or dst.exists():

@@ -20,7 +20,8 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", type=Path, help="DFlash drafter folder (config.json, *.safetensors)")
     p.add_argument("--engine", choices=sorted(ENGINES), default="torch", help="the engine that runs the pair")
     p.add_argument("--device", default="auto",
-                   help="auto (an NVIDIA GPU, else Apple's GPU, else the CPU), cpu, cuda, cuda:1, mps")
+                   help="auto (an NVIDIA GPU, else Apple's GPU, else the CPU), cpu, cuda, cuda:1, mps "
+                        "(the mlx engine: auto, cpu, gpu)")
     p.add_argument("--raw", action="store_true", help="skip the tokenizer's chat template")
     p.add_argument("--max-new-tokens", type=int, default=LIMITS["max_new_tokens"].default,
                    help=LIMITS["max_new_tokens"].help)

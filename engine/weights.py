@@ -14,8 +14,8 @@ from pathlib import Path
 from .errors import CheckpointError
 
 MAX_HEADER_BYTES = 100 << 20
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4,
+               "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
@@ -135,6 +135,8 @@ def check_target(folder: Path, dtype_bytes: int, available: int | None) -> None:
     embed = next((n for n in sorted(tensors) if n.endswith("embed_tokens.weight")), None)
     if embed is not None:
         width = tensors[embed].shape[-1] if tensors[embed].shape else None
+        if width and tensors[embed].dtype == "U32":   # MLX-quantized: `bits`-bit values packed in 32-bit words
+            width = width * 32 // packed_bits(cfg, embed.removesuffix(".weight"), source)
         if width != hidden:
             raise CheckpointError(f"{source} says hidden_size {hidden:,}, but {embed} in {tensors[embed].file} is "
                                   f"{width} wide: config and weights do not belong together. Re-download the model.")
@@ -143,3 +145,10 @@ def check_target(folder: Path, dtype_bytes: int, available: int | None) -> None:
             raise CheckpointError(f"{source} says num_hidden_layers {layers:,}, but the weights hold {found} decoder "
                                   "layers: config and weights do not belong together. Re-download the model.")
     check_fits(bytes_as(tensors, dtype_bytes), available, "The target model")
+
+
+def packed_bits(cfg: dict, module: str, source: str) -> int:
+    """The bits of an MLX-quantized module: its own entry in config.json's `quantization`, else the default."""
+    quant = cfg.get("quantization") if isinstance(cfg.get("quantization"), dict) else {}
+    entry = quant.get(module) if isinstance(quant.get(module), dict) else quant
+    return whole(entry.get("bits"), "quantization.bits", source, 1, 16)

@@ -273,7 +273,7 @@ class Worker:
         engine = msg.get("engine") or DEFAULT_ENGINE
         if engine == "auto":
             from engine.backends import auto_engine
-            engine = auto_engine(msg["target"], msg.get("device") or "auto")
+            engine = auto_engine(msg["target"], msg.get("device") or "auto", msg.get("draft"))
         self._progress(rid, "import", "Loading the engine libraries")
         eng = load_engine(engine)
         self._release()                          # a load replaces the pair: on failure nothing is loaded

@@ -26,7 +26,8 @@ install_python_packages() {
     # torch first and pinned, so the CPU build on this machine is used instead of a CUDA download.
     python3 -c "import torch; assert torch.__version__.startswith('2.13.0')" 2>/dev/null \
         || python3 -m pip install -q torch==2.13.0
-    python3 -m pip install -q -e ".[dev]"
+    # mlx: the mlx engine's tests run on its CPU build here (Metal on an Apple Silicon Mac)
+    python3 -m pip install -q -e ".[dev,mlx]"
 }
 
 install_llamacpp() {

@@ -83,9 +83,10 @@ def test_drafter_generations_are_checked_against_the_engines(monkeypatch):
     data = raw()
     data["pairs"][1]["drafter"]["generation"] = 2
     data["pairs"][2]["drafter"]["generation"] = 3
-    with pytest.raises(CatalogError, match="pair 'qwen3-4b': the llamacpp engine does not run DFlash2 drafters"):
-        parse_catalog(data)
-    data["pairs"][1]["engines"].pop("llamacpp")
+    for engine in ("mlx", "llamacpp"):        # both run DFlash drafters only
+        with pytest.raises(CatalogError, match=f"pair 'qwen3-4b': the {engine} engine does not run DFlash2 drafters"):
+            parse_catalog(data)
+        data["pairs"][1]["engines"].pop(engine)
     c = parse_catalog(data)
     assert c.get("qwen3-4b").generation == 2 and c.get("demo").generation == 1
     assert "qwen3-8b" not in {p.id for p in c.pairs}

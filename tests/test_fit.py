@@ -131,13 +131,20 @@ def report_of(fixture: str):
 @pytest.mark.parametrize("fixture, engine, device, dtype", [
     ("nvidia_rtx4090_nvml", "torch", "cuda", "bfloat16"),
     ("nvidia_rtx3060_smi", "torch", "cuda", "bfloat16"),
-    ("apple_m2_16gb", "torch", "mps", "bfloat16"),
+    ("apple_m2_16gb", "mlx", "gpu", "bfloat16"),       # the mlx engine first on Apple's GPU
     ("cpu_only_i5", "llamacpp", "cpu", "float32"),     # llama.cpp decodes the demo pair faster on a CPU
 ])
 def test_the_plan_follows_the_hardware(catalog, fixture, engine, device, dtype):
     from dflash_desktop.run_plan import plan_for
     plan = plan_for(catalog.demo, report_of(fixture))
     assert plan.request == {"engine": engine, "device": device, "dtype": dtype}
+
+
+def test_a_mac_without_mlx_runs_torch_on_mps(catalog):
+    from dflash_desktop.run_plan import plan_for
+    report = report_of("apple_m2_16gb")
+    report.engines_missing = {"mlx": "mlx is not installed"}
+    assert plan_for(catalog.demo, report).request == {"engine": "torch", "device": "mps", "dtype": "bfloat16"}
 
 
 def test_a_gpu_without_bfloat16_gets_float16(catalog):
@@ -163,7 +170,7 @@ def test_a_pair_no_engine_runs_here_has_no_estimate(catalog):
     from dflash_desktop.fit import estimate_here
     big = catalog.get("qwen3.5-27b")            # GPU and Mac only
     assert estimate_here(big, report_of("cpu_only_i5")) is None
-    assert estimate_here(big, report_of("apple_m2_16gb")).plan.device == "mps"
+    assert estimate_here(big, report_of("apple_m2_16gb")).plan.device == "gpu"     # the mlx engine's Metal
 
 
 def test_a_slow_cpu_pair_says_about_how_slow(catalog):

@@ -42,7 +42,8 @@ def sent(chat_worker, monkeypatch):
 ])
 def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_pair, sent, fixture, device, refusal):
     report = report_of(fixture)
-    report.engines_missing = {"llamacpp": "not built"}    # the torch engine's device path (llama.cpp: its own tests)
+    # the torch engine's device path (llama.cpp and mlx, first on a CPU and a Mac: their own tests)
+    report.engines_missing = {"llamacpp": "not built", "mlx": "not installed"}
     plan = plan_for(load_catalog(prefer_refreshed=False).demo, report)
     assert plan.device == device
     window = make_window(qtbot, chat_worker, {**echo_pair, "plan": plan.request}, wait_ready=refusal is None)

@@ -54,7 +54,7 @@ def test_variants_of_unknown_or_unlisted_engines_are_skipped(raw):
     orphan = copy.deepcopy(raw)
     del pair_of(orphan, "qwen3-4b")["engines"]["llamacpp"]
     pair = parse_catalog(orphan).get("qwen3-4b")
-    assert pair.variants == {} and pair.repos("llamacpp") == pair.repos()
+    assert "llamacpp" not in pair.variants and pair.repos("llamacpp") == pair.repos()
 
 
 def test_the_plan_and_the_fit_use_the_variants_dtype_and_bytes(raw):
@@ -94,3 +94,44 @@ def test_a_variant_downloads_exactly_its_files_and_the_targets_config(hub, tmp_p
                           endpoint=hub.url, token=False)
     assert missing.start().wait(WAIT) and missing.state == "failed"
     assert missing.error.kind == "file_not_found" and "m-Q2_K.gguf" in missing.error.message
+
+
+def test_mlx_variants_plan_and_size_a_mac_and_leave_other_machines_alone(raw):
+    """MLX conversions (mlx-community 4-bit, 8-bit, bf16) run on Apple's GPU, the 4-bit one by default; fit
+    counts their bytes; a Mac without mlx falls back to torch on mps; a PC never plans them."""
+    cat = parse_catalog(raw)
+    pair = cat.get("qwen3-8b")
+    mac = report_of("apple_m2_16gb")
+    plan = plan_for(pair, mac)
+    assert (plan.engine, plan.device, plan.dtype, plan.variant.id) == ("mlx", "gpu", "q4", "mlx-4bit")
+    assert "config.json" in plan.variant.files, "an MLX variant's config.json carries its quantization"
+    fit = estimate_here(pair, mac)
+    assert fit.breakdown["target_weights"] == plan.variant.bytes and fit.verdict in ("fits", "tight")
+    assert [v.dtype for v in pair.variants["mlx"]] == ["q4", "q8"]
+    assert [v.dtype for v in cat.get("qwen3-4b").variants["mlx"]] == ["q4", "q8", "bf16"]
+    mac.engines_missing = {"mlx": "mlx is not installed"}
+    assert plan_for(pair, mac).request == {"engine": "torch", "device": "mps", "dtype": "bfloat16"}
+    for fixture in ("cpu_only_i5", "nvidia_rtx4090_nvml"):
+        assert plan_for(pair, report_of(fixture)).engine != "mlx"
+
+
+def test_a_variants_own_config_wins_over_the_target_repos(tmp_path, raw, monkeypatch):
+    from dflash_desktop import variant_folder
+    cat = parse_catalog(raw)
+    pair = cat.get("qwen3-4b")
+    variant = pair.variant("mlx")
+    snap = {}
+    for repo, files in ((variant.repo_id, {"config.json": '{"quantization": {"bits": 4}}', "model.safetensors": "w"}),
+                        (pair.target.repo_id, {"config.json": "{}", "tokenizer.json": "{}"})):
+        folder = tmp_path / repo.replace("/", "--")
+        folder.mkdir(parents=True)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        snap[repo] = folder
+
+    def fake_find(repo_id, revision="main", cache_dir=None, files=()):
+        return snap.get(repo_id)
+    monkeypatch.setattr(variant_folder, "find_cached", fake_find)
+    out = variant_folder.assemble(pair, variant, tmp_path / "models")
+    assert json.loads((out / "config.json").read_text()) == {"quantization": {"bits": 4}}
+    assert (out / "tokenizer.json").is_file() and (out / "model.safetensors").is_file()

@@ -45,6 +45,7 @@ def _info(package: str) -> EngineInfo:
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (
     _info("engine.backends.torch"),
+    _info("engine.backends.mlx"),
     _info("engine.backends.llamacpp"),
 )}
 
@@ -61,26 +62,41 @@ def missing_engines() -> dict[str, str]:
     return out
 
 
-def auto_engine(target_dir, device: str = "auto") -> str:
+def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
-    torch engine on a GPU, else llama.cpp when it is built here and runs the target on the CPU (it decodes
-    faster there: docs/BENCHMARKS.md), else torch."""
+    mlx engine on Apple Silicon where it is installed and runs the pair on Apple's GPU, else the torch
+    engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
+    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
+    import json
+    from pathlib import Path
+    try:
+        model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "torch"                       # the torch engine's load explains what is wrong
+    generation = 1
+    if draft_dir is not None:
+        try:
+            from ..config import generation_of
+            generation = generation_of(json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, AttributeError, EngineError):
+            return "torch"                   # the torch engine's load explains what is wrong
+
+    def usable(name: str, device_class: str) -> bool:
+        info = ENGINES.get(name)
+        return bool(info and info.runs(model_type, device_class) and generation in info.drafter_generations
+                    and name not in missing_engines())
+    if device == "auto":
+        import platform
+        import sys
+        if sys.platform == "darwin" and platform.machine() == "arm64" and usable("mlx", "apple"):
+            return "mlx"
     if device not in ("auto", "cpu"):
         return "torch"
     if device == "auto":
         import torch
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
-    try:
-        import json
-        from pathlib import Path
-        model_type = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "torch"                       # the torch engine's load explains what is wrong
-    llamacpp = ENGINES.get("llamacpp")
-    if llamacpp and llamacpp.runs(str(model_type), "cpu") and "llamacpp" not in missing_engines():
-        return "llamacpp"
-    return "torch"
+    return "llamacpp" if usable("llamacpp", "cpu") else "torch"
 
 
 def architecture(model_type: str) -> str:

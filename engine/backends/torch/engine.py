@@ -12,7 +12,8 @@ from typing import Callable
 import torch
 
 from ...config import DraftConfig
-from ...errors import Cancelled, CheckpointError, EngineError, PairMismatchError
+from ...errors import Cancelled, CheckpointError, EngineError
+from ...pairing import check_pair
 from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from .. import architecture
@@ -110,26 +111,6 @@ def check_architecture(target_dir: Path, device: torch.device) -> str:
                               f"(it runs {runs} there). Pick a pair of a supported architecture.",
                               code="unsupported_architecture")
     return family
-
-
-def check_pair(target: TargetModel, cfg: DraftConfig) -> None:
-    """Refuse a drafter that was made for another target, naming what disagrees."""
-    if cfg.hidden_size != target.hidden_size:
-        raise PairMismatchError(
-            f"The drafter's hidden size is {cfg.hidden_size} but the target's is {target.hidden_size}: "
-            "this drafter was trained for a different model. Pick the drafter made for this target.")
-    if cfg.vocab_size != target.vocab_rows:
-        raise PairMismatchError(
-            f"The drafter expects a vocabulary of {cfg.vocab_size} tokens but the target has "
-            f"{target.vocab_rows}: they use different tokenizers. Pick the drafter made for this target.")
-    if cfg.num_target_layers is not None and cfg.num_target_layers != target.num_layers:
-        raise PairMismatchError(
-            f"The drafter was trained on a {cfg.num_target_layers}-layer target but this target has "
-            f"{target.num_layers} layers. Pick the drafter made for this target.")
-    if not 0 <= cfg.mask_token_id < target.vocab_rows:
-        raise PairMismatchError(
-            f"The drafter's mask token id {cfg.mask_token_id} lies outside the target's embedding table "
-            f"(0..{target.vocab_rows - 1}); the drafter does not belong to this target.")
 
 
 def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: str | None = None,

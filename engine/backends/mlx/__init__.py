@@ -1,0 +1,61 @@
+"""The MLX engine: targets loaded with mlx-lm's own model classes (bf16 or quantized MLX repos, or
+Hugging Face folders mlx-lm reads), our DFlash drafter written in MLX, on Apple's GPU (Metal) or, with
+mlx[cpu], on the CPU. This file only declares what the engine runs; mlx is imported by the modules
+below it, when a pair is loaded, never by the window."""
+from __future__ import annotations
+
+NAME = "mlx"
+LABEL = "MLX"
+# device class (engine/backends/__init__.py) -> MLX's device name, and the dtype unquantized weights run in
+DEVICES = {"apple": "gpu", "cpu": "cpu"}
+DTYPES = {"apple": "bfloat16", "cpu": "float32"}
+# Target model_type -> device classes where greedy DFlash output is checked identical to plain decoding
+# and to mlx-lm's own generate (tests/test_mlx_architectures.py runs every entry on MLX's CPU device;
+# Apple's GPU runs the same code but never runs in this project's CI: see docs/ENGINES.md).
+_BOTH = ("apple", "cpu")
+ARCHITECTURES = {
+    "qwen3": _BOTH, "llama": _BOTH, "qwen3_moe": _BOTH,
+    "qwen3_5": _BOTH, "qwen3_5_moe": _BOTH,    # hybrid: Gated DeltaNet layers, rolled back by hybrid.py
+    "gpt_oss": _BOTH,                          # sliding-window layers, attention sinks, MoE
+}
+# Drafter generations (engine/config.py): DFlash only. The MLX drafter (drafter.py) has no DFlash2 layers
+# (convolutions, candidate selector); a DFlash2 drafter is refused when a pair loads, and catalog.py
+# refuses a DFlash2 pair that lists this engine.
+DRAFTER_GENERATIONS = (1,)
+# catalog dtype names of MLX target variants (assets/catalog.json) -> the dtype the unquantized parts
+# run in (None: the device's default); quantized layers keep the bits the folder's config.json names
+VARIANT_DTYPES = {"q4": None, "q8": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+INSTALL_HINT = ('Install it with: pip install "dflash-desktop[mlx]" (macOS on Apple Silicon: Metal; Linux: '
+                "the CPU build, mlx[cpu]).")
+
+
+def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,
+              cancelled=lambda: False):
+    from .engine import load_pair as load
+    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
+
+
+def missing() -> str | None:
+    """Why this engine cannot run here (mlx or mlx-lm not installed), or None. Light: finds the packages
+    without importing them, so the planner passes over the engine on a Mac without the extra."""
+    import importlib.util
+    for name in ("mlx", "mlx_lm"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"{name} is not installed. {INSTALL_HINT}"
+    return None
+
+
+def describe() -> dict:
+    """The engine's library versions and every device it can use here; where mlx is not installed, why."""
+    try:
+        import mlx.core as mx
+        import mlx_lm
+    except ImportError as exc:
+        return {"available": False, "reason": f"mlx is not installed ({exc}). {INSTALL_HINT}", "devices": []}
+    from .engine import devices
+    return {"available": True, "version": mx.__version__, "mlx_lm_version": mlx_lm.__version__,
+            "devices": devices()}

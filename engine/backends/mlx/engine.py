@@ -1,0 +1,255 @@
+"""The MLX engine's operations for the decode loop (the contract is in engine/backends/__init__.py): an
+mlx-lm target, our MLX drafter, sampling on the device, caches rolled back to the accepted prefix after
+every verify. Every operation runs on the pair's device stream."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+
+from ...config import DraftConfig
+from ...errors import Cancelled, CheckpointError, EngineError
+from ...limits import GenerationSettings
+from ...pairing import check_pair
+from ...tokenizer import ChatTokenizer
+from .. import architecture
+from . import ARCHITECTURES, DEVICES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
+from .drafter import MlxDrafter
+from .loading import load_target
+from .sampling import Keys, confident_prefix, draw, probabilities, propose, verify
+from .target import MlxTarget
+
+MLX_DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+DRAFT_BITS_ENV = "DFLASH_MLX_DRAFT_BITS"   # 4 or 8: quantize the drafter's linear layers (docs/BENCHMARKS.md)
+
+
+def resolve_device(device: str | None) -> mx.Device:
+    """`auto`: Apple's GPU where Metal is there, else the CPU. A named device that is missing is refused
+    with the reason, so the caller can offer the CPU instead."""
+    device = device or "auto"
+    if device == "auto":
+        return mx.gpu if mx.metal.is_available() else mx.cpu
+    if device in ("gpu", "mps"):
+        if not mx.metal.is_available():
+            raise EngineError("Apple's GPU (Metal) cannot be used here: it needs macOS on Apple Silicon and the "
+                              "Metal build of mlx. Load the model on the CPU instead.", code="device_unavailable")
+        return mx.gpu
+    if device == "cpu":
+        return mx.cpu
+    raise EngineError(f"Unknown device {device!r} for the mlx engine: use auto, cpu or gpu.",
+                      code="device_unavailable")
+
+
+def device_class(device: mx.Device) -> str:
+    return "apple" if device == mx.gpu else "cpu"
+
+
+def devices() -> list[dict]:
+    """Every device this engine can use here, with what the app shows about it."""
+    out = [{"engine": NAME, "device": "cpu", "class": "cpu"}]
+    if mx.metal.is_available():
+        info = mx.device_info()
+        out.append({"engine": NAME, "device": "gpu", "class": "apple", "name": info.get("device_name", ""),
+                    "total_memory_bytes": int(info.get("memory_size", 0)),
+                    "working_set_bytes": int(info.get("max_recommended_working_set_size", 0))})
+    return out
+
+
+def free_bytes(device: mx.Device) -> int | None:
+    """Memory a load may still take: the unified memory's free part, bounded on the GPU by Metal's
+    recommended working set."""
+    import psutil
+    free = int(psutil.virtual_memory().available)
+    if device == mx.gpu:
+        limit = int(mx.device_info().get("max_recommended_working_set_size", 0)) - mx.get_active_memory()
+        free = min(free, limit) if limit > 0 else free
+    return free
+
+
+def check_architecture(target_dir: Path, device: mx.Device) -> tuple[str, dict]:
+    """The target's family and config.json, refused before loading when this engine does not run it here."""
+    if not (target_dir / "config.json").is_file():
+        raise CheckpointError(f"No config.json in target folder {target_dir}. Point to a downloaded model folder.")
+    try:
+        config = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
+        model_type = str(config.get("model_type"))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{target_dir / 'config.json'} cannot be read as a JSON object ({exc}). "
+                              "Re-download the model.") from None
+    family = architecture(model_type)
+    where = device_class(device)
+    if where not in ARCHITECTURES.get(family, ()):
+        runs = ", ".join(sorted(a for a, d in ARCHITECTURES.items() if where in d))
+        raise CheckpointError(f"The mlx engine does not run {model_type!r} models (it runs {runs}). "
+                              "Pick a pair of a supported architecture, or the torch engine.",
+                              code="unsupported_architecture")
+    return family, config
+
+
+def check_generation(cfg: DraftConfig, draft_dir: Path) -> None:
+    """Refuse, before anything loads, a drafter of a generation the MLX drafter does not implement."""
+    if cfg.generation not in DRAFTER_GENERATIONS:
+        raise CheckpointError(f"The drafter in {draft_dir} is a DFlash{cfg.generation} drafter; the mlx engine runs "
+                              "DFlash drafters only. Load this pair with the torch engine.",
+                              code="unsupported_architecture")
+
+
+def draft_bits_from_env() -> int | None:
+    value = os.environ.get(DRAFT_BITS_ENV, "").strip()
+    if value in ("", "0"):
+        return None
+    if value not in ("4", "8"):
+        raise EngineError(f"{DRAFT_BITS_ENV}={value!r}: use 4 or 8 (bits of the quantized drafter), or leave it unset.",
+                          code="bad_settings")
+    return int(value)
+
+
+def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: str | None = None,
+              progress: Callable[[str, str], None] | None = None,
+              cancelled: Callable[[], bool] = lambda: False, draft_bits: int | None = None) -> "MlxPair":
+    """Load and check a pair; draft_dir None gives a target-only pair (plain decoding). Each stage is
+    reported to progress(stage, message); a true cancelled() between stages stops the load.
+    draft_bits (default: DFLASH_MLX_DRAFT_BITS) quantizes the drafter to 4 or 8 bits."""
+    def report(stage: str, message: str) -> None:
+        if cancelled():
+            raise Cancelled("Loading was cancelled; nothing is loaded.")
+        if progress is not None:
+            progress(stage, message)
+    target_dir = Path(target_dir)
+    dev = resolve_device(device)
+    if dtype in VARIANT_DTYPES:       # a catalog variant's name (the quantization is the folder's own)
+        dtype = VARIANT_DTYPES[dtype]
+    if dtype is not None and dtype not in MLX_DTYPES:
+        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join([*MLX_DTYPES, *VARIANT_DTYPES])}.",
+                          code="bad_settings")
+    mlx_dtype = MLX_DTYPES[dtype or DTYPES[device_class(dev)]]
+    family, config = check_architecture(target_dir, dev)
+    cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
+    if cfg is not None:
+        check_generation(cfg, Path(draft_dir))
+    bits = draft_bits if draft_bits is not None else draft_bits_from_env()
+    report("weights", f"Reading the target's weights from {target_dir.name}")
+    with mx.stream(dev):
+        model = load_target(target_dir, family, config, mlx_dtype, free_bytes(dev))
+        target = MlxTarget(model, config, dev)
+        drafter = None
+        if cfg is not None:
+            check_pair(target, cfg)
+            target.capture(cfg.target_layer_ids)
+            report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
+            drafter = MlxDrafter.from_pretrained(draft_dir, dtype=mlx_dtype, available_bytes=free_bytes(dev),
+                                                 bits=bits)
+    report("tokenizer", "Reading the tokenizer")
+    tokenizer = ChatTokenizer.from_folder(target_dir)
+    return MlxPair(target, drafter, tokenizer, target_dir.name, family)
+
+
+class MlxPair:
+    """A loaded pair and the state of its current generation (one at a time)."""
+
+    def __init__(self, target: MlxTarget, drafter: MlxDrafter | None, tokenizer: ChatTokenizer | None,
+                 name: str = "", family: str = ""):
+        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
+        self.device = target.device
+        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
+        self.block_size = drafter.config.block_size if drafter else 1
+        self.max_positions = target.max_positions
+        dtype = str(target.dtype).removeprefix("mlx.core.")
+        quantized = [n for n, m in (("target", target.model), ("drafter", drafter)) if m is not None and _quantized(m)]
+        self.info = {"engine": NAME, "device": "gpu" if self.device == mx.gpu else "cpu", "dtype": dtype,
+                     "quantized": quantized, "architecture": family, "name": name,
+                     "block_size": self.block_size, "has_drafter": drafter is not None,
+                     "has_tokenizer": tokenizer is not None,
+                     "chat_template": bool(tokenizer and tokenizer.has_template),
+                     "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
+                     "vocab_size": target.vocab_rows, "max_positions": target.max_positions,
+                     "layers": target.num_layers}
+        self._settings = GenerationSettings()
+        self._keys = Keys(0)
+        self._drafting = False
+        self._cutoff = 0.0
+        self._context: list[mx.array] = []   # committed positions' features the drafter has not seen
+        self._verified: tuple[int, mx.array | None] = (0, None)
+        self._q: mx.array | None = None       # the last draft's proposal distribution (sampling only)
+
+    # -- the operations the loop calls ---------------------------------------------------------------
+    def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
+        with mx.stream(self.device):
+            self._settings = settings
+            self._keys = Keys(settings.seed)
+            self._drafting = drafting and self.drafter is not None
+            self._cutoff = settings.draft_cutoff or 0.0   # a GPU verifies whole blocks; a cutoff only when asked
+            self._q = None
+            mx.reset_peak_memory()
+            self.target.reset()
+            logits, feats = self.target.forward(prompt, last_only=True, features=self._drafting)
+            self.target.rollback(len(prompt))
+            self._context = [feats] if self._drafting else []
+            if self._drafting:
+                self.drafter.reset()
+            return self._choose(logits)
+
+    def draft(self, last: int, pos: int, width: int) -> list[int]:
+        with mx.stream(self.device):
+            context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
+            self._context = []
+            block = self.target.embed(mx.array([last] + [self.drafter.config.mask_token_id] * (width - 1)))
+            logits = self.target.head(self.drafter.hidden(block, context)[1:]).astype(mx.float32)
+            drafts, q = propose(logits, self._settings, self._keys)
+            if self._cutoff > 0:
+                keep = confident_prefix(logits, q, self._cutoff)
+                drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
+            self._q = q
+            return drafts.tolist()
+
+    def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
+        if self.target.cached_length != pos:
+            raise EngineError(f"Internal error: the loop is at position {pos} but the target's cache holds "
+                              f"{self.target.cached_length} positions.", code="internal")
+        with mx.stream(self.device):
+            logits, feats = self.target.forward([last, *drafts], features=self._drafting)
+            q = self._q if drafts else None
+            self._q = None
+            n, own = verify(drafts, q, logits, self._settings, self._keys)
+            self._verified = (pos, feats)
+            return n, own
+
+    def commit(self, length: int) -> None:
+        with mx.stream(self.device):
+            self.target.rollback(length)
+            pos, feats = self._verified
+            if self._drafting and feats is not None:
+                self._context.append(feats[: length - pos])
+            self._verified = (0, None)
+
+    def stop_drafting(self) -> None:
+        self._drafting, self._context = False, []
+
+    def close(self) -> None:
+        """Give the memory back when the worker drops this pair: the weights, the caches, then MLX's buffer
+        cache (on Apple's GPU it otherwise keeps freed buffers for reuse)."""
+        self.target = self.drafter = None
+        self._context, self._verified, self._q = [], (0, None), None
+        mx.clear_cache()
+
+    def memory(self) -> dict:
+        if self.device == mx.gpu:
+            return {"peak_bytes": int(mx.get_peak_memory())}
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"peak_bytes": int(rss if sys.platform == "darwin" else rss * 1024)}  # Linux reports KiB
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _choose(self, logits: mx.array) -> int:
+        if self._settings.greedy:
+            return int(logits[-1].argmax())
+        return int(draw(probabilities(logits[-1:], self._settings), self._keys)[0])
+
+
+def _quantized(module) -> bool:
+    import mlx.nn as nn
+    return any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in module.named_modules())

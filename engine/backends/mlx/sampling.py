@@ -1,0 +1,99 @@
+"""Turning logits into tokens, and the acceptance rules of speculative decoding, in MLX: the same rules
+as the torch engine's sampling.py. Greedy verification keeps the longest prefix of drafts equal to the
+target's argmax. With sampling, a draft d is accepted with probability min(1, p(d)/q(d)) and on
+rejection the token is drawn from the normalised residual max(0, p - q), so the output follows the
+target's distribution exactly; rule "match" accepts only drafts equal to the target's own sample.
+
+Randomness comes from an explicit key chain (Keys), so a seeded answer is the same every time."""
+from __future__ import annotations
+
+import secrets
+
+import mlx.core as mx
+
+from ...limits import GenerationSettings
+
+
+class Keys:
+    """A seeded chain of MLX random keys: each draw takes a fresh subkey."""
+
+    def __init__(self, seed: int | None):
+        self._key = mx.random.key(secrets.randbits(63) if seed is None else seed)
+
+    def next(self) -> mx.array:
+        self._key, sub = mx.random.split(self._key)
+        return sub
+
+
+def probabilities(logits: mx.array, s: GenerationSettings) -> mx.array:
+    """Row-wise distribution after temperature, top-k and top-p (float32)."""
+    logits = logits.astype(mx.float32) / s.temperature
+    if s.top_k and s.top_k < logits.shape[-1]:
+        kth = mx.topk(logits, s.top_k, axis=-1).min(axis=-1, keepdims=True)
+        logits = mx.where(logits < kth, -mx.inf, logits)
+    probs = mx.softmax(logits, axis=-1, precise=True)
+    if s.top_p < 1.0:
+        order = mx.argsort(-probs, axis=-1)
+        sorted_p = mx.take_along_axis(probs, order, axis=-1)
+        before = mx.cumsum(sorted_p, axis=-1) - sorted_p
+        sorted_p = mx.where(before >= s.top_p, 0.0, sorted_p)   # the smallest set reaching top_p
+        probs = mx.put_along_axis(mx.zeros_like(probs), order, sorted_p, axis=-1)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def draw(probs: mx.array, keys: Keys) -> mx.array:
+    """One token per row of probs."""
+    return mx.random.categorical(mx.log(probs), axis=-1, key=keys.next())
+
+
+def propose(logits: mx.array, s: GenerationSettings, keys: Keys) -> tuple[mx.array, mx.array | None]:
+    """Draft tokens for each row, and their proposal distribution q (None when greedy)."""
+    if s.greedy:
+        return logits.argmax(axis=-1), None
+    q = probabilities(logits, s)
+    return draw(q, keys), q
+
+
+def verify(drafts: list[int], q: mx.array | None, target_logits: mx.array, s: GenerationSettings,
+           keys: Keys) -> tuple[int, int]:
+    """drafts [k], target_logits [k+1, V] (row i scores the token after slot i).
+    Returns (number of drafts accepted, the target's own next token)."""
+    k = len(drafts)
+    if s.greedy:
+        best = target_logits.argmax(axis=-1).tolist()
+        n = _agreeing(drafts, best)
+        return n, best[n]
+    p = probabilities(target_logits, s)
+    if s.rule == "match":
+        own = draw(p, keys).tolist()
+        n = _agreeing(drafts, own)
+        return n, own[n]
+    if k:
+        rows, cols = mx.arange(k), mx.array(drafts)
+        ratio = p[rows, cols] / q[rows, cols]
+        u = mx.random.uniform(shape=(k,), key=keys.next())
+        rejected = (u >= ratio).tolist()
+        if any(rejected):
+            n = rejected.index(True)
+            residual = mx.maximum(p[n] - q[n], 0.0)
+            total = residual.sum()
+            # p == q up to rounding: every token is as likely, so draw from p itself
+            residual = mx.where(total > 0, residual / mx.maximum(total, 1e-30), p[n])
+            return n, int(draw(residual[None], keys)[0])
+    return k, int(draw(p[k:k + 1], keys)[0])
+
+
+def confident_prefix(logits: mx.array, q: mx.array | None, cutoff: float) -> int:
+    """How many leading drafts to verify: while the drafter's running confidence (the product of its top
+    probabilities) stays at or above the cutoff."""
+    top = (q if q is not None else mx.softmax(logits.astype(mx.float32), axis=-1, precise=True)).max(axis=-1)
+    running = mx.cumprod(top).tolist()
+    return next((i for i, c in enumerate(running) if c < cutoff), len(running))
+
+
+def _agreeing(drafts: list[int], own: list[int]) -> int:
+    n = 0
+    while n < len(drafts) and drafts[n] == own[n]:
+        n += 1
+    return n
