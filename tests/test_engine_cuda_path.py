@@ -143,3 +143,12 @@ def test_cuda_graphs_give_plain_decodings_greedy_tokens(arch, generation):
     assert run(pair, prompt, n=40, block=16).tokens == plain
     assert all(captured for captured, _ in pair.graph_status().values()), pair.graph_status()
     assert pair.memory()["reserved_bytes"] > 0
+
+
+def test_cuda_memory_is_reported_on_cuda_only():
+    from engine.stats import Stats, cuda_memory
+    assert cuda_memory({"peak_bytes": 5}) == {"cuda_peak_bytes": None, "cuda_reserved_bytes": None}
+    assert cuda_memory({"peak_bytes": 5, "reserved_bytes": 8}) == {"cuda_peak_bytes": 5, "cuda_reserved_bytes": 8}
+    eager = random_pair("qwen3", seed=3, **SIZES)
+    stats = run(eager, prompt_of(5), n=3).stats.to_dict()
+    assert stats["cuda_peak_bytes"] is None and stats["cuda_reserved_bytes"] is None and stats["peak_memory_bytes"] > 0
