@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .errors import PromptTooLongError, SettingsError
 from .limits import GenerationSettings
-from .stats import Stats
+from .stats import Stats, cuda_memory
 from .text import TextStream
 
 # The plain fallback waits for this many DFlash steps, then switches when both the whole answer so far
@@ -168,7 +168,7 @@ class Generation:
                     pair.stop_drafting()
             yield step
         self.stats.decode_s = time.perf_counter() - decode_start
-        self.stats.peak_memory_bytes = int(pair.memory().get("peak_bytes", 0))
+        self._record_memory(pair.memory())
 
     def _consume(self):
         """The loop for an engine that drafts and verifies on its own (a llama-server, a remote server):
@@ -198,7 +198,12 @@ class Generation:
         if self.stop_reason is None:
             yield self._end("cancelled" if self._cancel.is_set() else "eos")
         self.stats.decode_s = time.perf_counter() - (decode_start or start)
-        self.stats.peak_memory_bytes = int(self.pair.memory().get("peak_bytes", 0))
+        self._record_memory(self.pair.memory())
+
+    def _record_memory(self, memory: dict) -> None:
+        self.stats.peak_memory_bytes = int(memory.get("peak_bytes", 0))
+        for name, value in cuda_memory(memory).items():
+            setattr(self.stats, name, value)
 
     def _judge(self, steps: list[tuple[int, float]], costs: StepCosts) -> dict | None:
         """Switch to plain decoding when DFlash commits tokens at under FALLBACK_MARGIN of plain decoding's

@@ -4,6 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def cuda_memory(memory: dict) -> dict:
+    """The CUDA figures of an engine's memory() (it adds reserved_bytes on CUDA only), as the worker's
+    `loaded` event and the stats carry them: None where the pair is not on CUDA."""
+    on_cuda = "reserved_bytes" in memory
+    return {"cuda_peak_bytes": int(memory["peak_bytes"]) if on_cuda else None,
+            "cuda_reserved_bytes": int(memory["reserved_bytes"]) if on_cuda else None}
+
+
 @dataclass
 class Stats:
     block_size: int = 1
@@ -18,6 +26,8 @@ class Stats:
     ttft_s: float = 0.0
     decode_s: float = 0.0
     peak_memory_bytes: int = 0
+    cuda_peak_bytes: int | None = None      # CUDA only (cuda_memory): the device's allocated peak, and
+    cuda_reserved_bytes: int | None = None  # what torch's caching allocator holds; None elsewhere
     fallback: dict | None = None     # set when the loop switched to plain decoding (engine/loop.py)
     unknown: tuple[str, ...] = ()    # counts an engine running its own loop did not report
 
@@ -90,5 +100,6 @@ class Stats:
             "ttft_s": self.ttft_s, "prefill_s": self.prefill_s, "prefill_tok_s": self.prefill_tok_s,
             "decode_s": self.decode_s, "decode_tok_s": self.decode_tok_s,
             "end_to_end_tok_s": self.end_to_end_tok_s, "peak_memory_bytes": self.peak_memory_bytes,
+            "cuda_peak_bytes": self.cuda_peak_bytes, "cuda_reserved_bytes": self.cuda_reserved_bytes,
             "fallback": self.fallback, "unknown": list(self.unknown),
         }

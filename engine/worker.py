@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 from engine import protocol as P
 from engine.errors import Cancelled
+from engine.stats import cuda_memory
 
 log = logging.getLogger("engine.worker")
 
@@ -287,7 +288,8 @@ class Worker:
         self._progress(rid, "ready", "Model ready")
         self.pair = pair
         self.pair_info = {**pair.info, "target": target, "draft": draft}
-        return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0}
+        return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0,
+                **cuda_memory(pair.memory())}
 
     def _release(self) -> None:
         """Drop the loaded pair and give its memory back (device caches included)."""

@@ -54,7 +54,11 @@ class Draft2Runner(DraftRunner):
         """Drafts for block slots 1.. (slot 0 holds `anchor`, the last committed token); their proposal
         distribution, zero outside each slot's candidates (None when greedy); and each slot's selector
         distribution over its candidates, for the draft cutoff."""
-        hidden = self.hidden(block_embeds, ctx_features)[1:]
+        return self.propose_from(self.hidden(block_embeds, ctx_features)[1:], anchor, settings, gen)
+
+    def propose_from(self, hidden: torch.Tensor, anchor: int, settings: GenerationSettings,
+                     gen: torch.Generator | None) -> tuple[torch.Tensor, Candidates | None, torch.Tensor]:
+        """propose() from the drafter's final hidden states of block slots 1.. (cuda.py computes them)."""
         unary, candidates = shaped_logits(self.head(hidden), self.settings2).topk(self.top_k, dim=-1)
         scores = lattice(unary, candidates, anchor, self.project(hidden), self.predecessor, self.successor)
         path, rows = walk(scores, settings, gen)

@@ -94,10 +94,8 @@ class DraftRunner:
         # Block keys land after the context and are overwritten by the next step's context.
         self.keys[i][:, start:end] = rope(k, cos, sin).transpose(0, 1)
         self.values[i][:, start:end] = v.transpose(0, 1)
-        out = F.scaled_dot_product_attention(q.unsqueeze(0), self.keys[i][None, :, :end],
-                                             self.values[i][None, :, :end], attn_mask=mask,
-                                             enable_gqa=layer.heads != layer.kv_heads)
-        return layer.o(out[0].transpose(0, 1).reshape(n, qh))
+        out = block_attention(q, self.keys[i], self.values[i], end, mask)
+        return layer.o(out.transpose(0, 1).reshape(n, qh))
 
     def _reserve(self, end: int) -> None:
         """Grow the rotary table and the K/V buffers (doubling) to hold positions < end."""
@@ -117,6 +115,16 @@ class DraftRunner:
                         store[i] = grown
                     else:
                         store.append(grown)
+
+
+def block_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: int,
+                    mask: torch.Tensor | None) -> torch.Tensor:
+    """The block's queries q [heads, n, d] over the keys and values [kv_heads, >= end, d] at positions < end
+    (the context, then the block), with block_mask's mask; grouped heads. Returns [heads, n, d]. The
+    CUDA path's Triton kernel (kernels.draft_attention) is tested against this."""
+    out = F.scaled_dot_product_attention(q.unsqueeze(0), keys[None, :, :end], values[None, :, :end],
+                                         attn_mask=mask, enable_gqa=q.shape[0] != keys.shape[0])
+    return out[0]
 
 
 def block_mask(end: int, n: int, window: int | None, causal: bool, device=None) -> torch.Tensor | None:

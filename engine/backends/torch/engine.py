@@ -147,6 +147,10 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
     report("tuning", "Preparing the model for this device")
+    if dev.type == "cuda":   # static caches and CUDA graphs where the architecture allows (cuda.py)
+        from . import cuda
+        if cuda.supported(family, target):
+            return cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family)
     return TorchPair(target, drafter, tokenizer, target_dir.name, family)
 
 

@@ -67,25 +67,43 @@ def verify(drafts: torch.Tensor, q: torch.Tensor | Candidates | None, target_log
     scores the token after slot i). Returns (number of drafts accepted, the target's own next token)."""
     k = drafts.shape[0]
     if s.greedy:
-        best = target_logits.argmax(-1)
-        n = int(torch.cumprod((drafts == best[:k]).int(), 0).sum()) if k else 0
-        return n, int(best[n])
+        n, own = prefix_outcome(drafts, target_logits.argmax(-1))
+        return int(n), int(own)
     p = probabilities(target_logits, s)
     if s.rule == "match":
-        own = draw(p, gen)
-        n = int(torch.cumprod((drafts == own[:k]).int(), 0).sum()) if k else 0
-        return n, int(own[n])
+        n, own = prefix_outcome(drafts, draw(p, gen))
+        return int(n), int(own)
     if k:
         rows = torch.arange(k, device=drafts.device)
         ratio = p[rows, drafts] / (q.at(drafts) if isinstance(q, Candidates) else q[rows, drafts])
         u = torch.rand(k, generator=gen, device=drafts.device)
-        rejected = (u >= ratio).nonzero()
-        if rejected.numel():
-            n = int(rejected[0, 0])
+        n = int(leading_accepts(ratio, u))
+        if n < k:
             q_n = q.row(n, p.shape[-1]) if isinstance(q, Candidates) else q[n]
-            residual = torch.clamp(p[n] - q_n, min=0.0)
-            total = residual.sum()
-            # p == q up to rounding: every token is as likely, so draw from p itself
-            residual = residual / total if total > 0 else p[n]
-            return n, int(draw(residual, gen))
+            return n, int(draw(residual(p[n], q_n), gen))
     return k, int(draw(p[k], gen))
+
+
+# ---- the pieces of verification, as device tensors (the CUDA path's kernels are tested against these) ----
+
+def prefix_outcome(drafts: torch.Tensor, choices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """drafts [k] against the target's choices [k+1]: (n, choices[n]) as 0-dim tensors, n being how many
+    leading drafts equal the choice in their row."""
+    if drafts.shape[0] == 0:
+        n = torch.zeros((), dtype=torch.long, device=choices.device)
+    else:
+        n = torch.cumprod((drafts == choices[: drafts.shape[0]]).long(), 0).sum()
+    return n, choices[n]
+
+
+def leading_accepts(ratio: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """How many leading drafts pass u < p/q (the first with u >= p/q is rejected), as a 0-dim tensor."""
+    return torch.cumprod((u < ratio).long(), 0).sum()
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The normalised residual max(0, p - q); p itself when p == q up to rounding (every token is then
+    as likely, so drawing from p is exact)."""
+    rest = torch.clamp(p - q, min=0.0)
+    total = rest.sum()
+    return rest / total if total > 0 else p

@@ -1,0 +1,327 @@
+"""The torch engine's CUDA path: static caches, fixed-shape steps, CUDA graphs, device verification.
+
+- The target's keys and values live in one preallocated buffer per layer (`StaticKV`), sized for the
+  context plus one block. A step writes at explicit positions held in a device tensor; a rollback only
+  moves that position (stale rows lie past every later query and the mask hides them).
+- The drafter (`StaticDraft`, `StaticDraft2`) keeps DraftRunner's packed layers and buffers, sized once;
+  context rows and the block are written at explicit positions, padded context rows go to a spare row
+  that no query sees, and its attention is the Triton kernel (kernels.draft_attention) on CUDA.
+- A verify runs the full block width (drafts padded) and a draft pass the full block, so each is one
+  shape, captured once as a CUDA graph (`Graphed`) and replayed; prefill, the first draft over the
+  prompt's features and shorter blocks at the end of the context run the same code without a graph.
+- Verification runs on the device (kernels.verify_greedy / verify_sampled); greedy drafts stay on the
+  device (`PendingDrafts`) until verify reads [n, token, drafts] in one transfer: one read per step.
+
+Only full-attention targets (STATIC_ARCHITECTURES) take this path; the others run TorchPair's eager code
+on CUDA. On a CPU the same step code runs without graphs or kernels (tests/test_engine_cuda_path.py
+checks its greedy tokens against TorchPair); graphs, the kernels in bfloat16 and speed need a GPU and
+have not been run or measured in this project's CI."""
+from __future__ import annotations
+
+import torch
+
+from .draft2_runner import Draft2Runner
+from .draft_runner import DraftRunner, _rms, block_attention
+from .drafter import rope
+from .engine import TorchPair
+from .sampling import Candidates, draw, probabilities, propose, verify
+
+STATIC_ARCHITECTURES = ("qwen3", "llama")
+DEFAULT_CONTEXT = 32768      # positions the static caches hold unless the pair is given a context
+PREFILL_CHUNK = 512          # prompt tokens per prefill forward (bounds the mask's size)
+
+
+def supported(family: str, target) -> bool:
+    return family in STATIC_ARCHITECTURES and target.deltanet is None
+
+
+def static_mask(end: torch.Tensor, n: int, size: int, window: int | None, causal: bool) -> torch.Tensor:
+    """block_mask over a whole buffer of `size` positions, with `end` (device) and stale rows >= end hidden."""
+    key = torch.arange(size, device=end.device)
+    query = (end - n + torch.arange(n, device=end.device)).unsqueeze(1)
+    visible = (key < end).expand(n, size)
+    if causal:
+        visible = visible & (key <= query)
+    if window is not None:
+        visible = visible & (query - key < window) & (key - query < window)
+    return visible
+
+
+class StaticKV:
+    """Keys and values of every attention layer in buffers [1, kv_heads, size, d], written at `start`
+    (a device tensor) on each forward. What transformers' attention layers call: update()."""
+
+    def __init__(self, size: int, device: torch.device):
+        self.size = size
+        self.start = torch.zeros(1, dtype=torch.long, device=device)
+        self.offsets = torch.arange(size, device=device)
+        self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx not in self.layers:   # the first (prefill) forward allocates, never a captured one
+            self.layers[layer_idx] = tuple(x.new_zeros(*x.shape[:2], self.size, x.shape[-1]) for x in (keys, values))
+        k_all, v_all = self.layers[layer_idx]
+        where = self.start + self.offsets[: keys.shape[2]]
+        k_all.index_copy_(2, where, keys)
+        v_all.index_copy_(2, where, values)
+        return k_all, v_all
+
+
+class StaticTarget:
+    """The target over a StaticKV: run(ids) at the positions start.. returns (logits [n, V], features)."""
+
+    def __init__(self, target, size: int):
+        self.target, self.size = target, size
+        self.cache = StaticKV(size, target.device)
+        self.dtype = target.embedding.weight.dtype
+
+    def run(self, ids: torch.Tensor, features: bool):
+        n = ids.shape[1]
+        pos = self.cache.start + self.cache.offsets[:n]
+        visible = self.cache.offsets[None, :] <= pos[:, None]
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=ids.device)
+        mask = mask.masked_fill(~visible, torch.finfo(self.dtype).min)[None, None]
+        out = self.target.decoder(input_ids=ids, position_ids=pos[None], attention_mask=mask,
+                                  past_key_values=self.cache, use_cache=True)
+        logits = self.target.logits(out.last_hidden_state[0])
+        feats = self.target.captured_features()[0] if features and self.target._captured else None
+        return logits, feats
+
+
+class StaticDraftMixin:
+    """DraftRunner with buffers sized once and every position explicit: set `start` (context positions
+    cached) and `count` (how many of ctx_features' rows are real) before hidden()."""
+
+    def make_static(self, size: int, kernels=None) -> None:
+        self._reserve(size + 1)                        # + the spare row for padded context rows
+        self.spare = self.keys[0].shape[1] - 1
+        self.table = self._cos.shape[0]
+        self.start = torch.zeros((), dtype=torch.long, device=self.device)
+        self.count = torch.zeros((), dtype=torch.long, device=self.device)
+        self.kernels = kernels
+
+    def reset(self) -> None:
+        self.start.zero_()
+        self.length = 0
+
+    def hidden(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
+        rows, n = ctx_features.shape[0], block_embeds.shape[0]
+        r, j = torch.arange(rows, device=self.device), torch.arange(n, device=self.device)
+        block_pos = self.start + self.count + j
+        end = self.start + self.count + n
+        self._write = torch.cat([torch.where(r < self.count, self.start + r, self.spare), block_pos])
+        at = torch.cat([self.start + r, block_pos]).clamp(max=self.table - 1)
+        cos, sin = self._cos[at], self._sin[at]
+        ctx = _rms(self.fc(ctx_features.to(self.dtype)), *self.hidden_norm)
+        x = block_embeds.to(self.dtype)
+        self._end = end
+        masks = ({} if self.kernels else
+                 {kind: static_mask(end, n, self.spare + 1, *kind) for kind in set(self.mask_kinds)})
+        for i, layer in enumerate(self.layers):
+            x = self._layer(i, layer, x, ctx, cos, sin, None, masks.get(self.mask_kinds[i]))
+        return _rms(x, *self.final_norm)
+
+    def _attention(self, i, layer, ctx, h, cos, sin, start, mask):
+        c, n, d = ctx.shape[0], h.shape[0], layer.head_dim
+        qh, kvh = layer.heads * d, layer.kv_heads * d
+        qkv = layer.qkv(torch.cat([ctx, h]))
+        q = _rms(qkv[c:, :qh].view(n, layer.heads, d), *layer.norms[2])
+        k = _rms(qkv[:, qh:qh + kvh].view(c + n, layer.kv_heads, d), *layer.norms[3])
+        v = qkv[:, qh + kvh:].view(c + n, layer.kv_heads, d)
+        q = rope(q, cos[c:], sin[c:]).transpose(0, 1)
+        self.keys[i].index_copy_(1, self._write, rope(k, cos, sin).transpose(0, 1))
+        self.values[i].index_copy_(1, self._write, v.transpose(0, 1))
+        if self.kernels is not None:
+            out = self.kernels.draft_attention(q.contiguous(), self.keys[i], self.values[i], self._end.view(1),
+                                               *self.mask_kinds[i])
+        else:
+            out = block_attention(q, self.keys[i], self.values[i], self.spare + 1, mask)
+        return layer.o(out.transpose(0, 1).reshape(n, qh))
+
+
+class StaticDraft(StaticDraftMixin, DraftRunner):
+    pass
+
+
+class StaticDraft2(StaticDraftMixin, Draft2Runner):
+    pass
+
+
+class Graphed:
+    """fn() (no arguments: it reads static buffers) captured once as a CUDA graph and replayed after;
+    eager when graphs are off. A capture that fails turns graphs off for this fn and says why."""
+
+    def __init__(self, fn, enabled: bool):
+        self.fn, self.enabled, self.graph, self.out, self.why_not = fn, enabled, None, None, None
+
+    def __call__(self):
+        if not self.enabled:
+            return self.fn()
+        if self.graph is None:
+            try:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):      # warm-up: every step is idempotent (it writes what it will write)
+                        self.fn()
+                torch.cuda.current_stream().wait_stream(side)
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    self.out = self.fn()
+            except RuntimeError as exc:     # an op that cannot be captured: stay eager, and say so
+                self.enabled, self.graph, self.why_not = False, None, f"{type(exc).__name__}: {exc}"
+                return self.fn()
+        self.graph.replay()
+        return self.out
+
+
+class PendingDrafts(list):
+    """Greedy drafts still on the device: placeholders until verify() reads them with its one transfer."""
+
+    def __init__(self, tokens: torch.Tensor):
+        super().__init__([-1] * tokens.shape[0])
+        self.tokens = tokens
+
+
+class CudaPair(TorchPair):
+    """TorchPair's operations over static caches and fixed-shape steps; load_pair picks it on CUDA for
+    STATIC_ARCHITECTURES. graphs=False (and a CPU device) runs the same steps without capture."""
+
+    def __init__(self, target, drafter, tokenizer, name: str = "", family: str = "",
+                 context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None):
+        super().__init__(target, drafter, tokenizer, name, family)
+        on_cuda = self.device.type == "cuda"
+        self.max_positions = min(context or DEFAULT_CONTEXT, target.max_positions)
+        self.info["max_positions"] = self.max_positions
+        size = self.max_positions + self.block_size           # a verify near the end still has room
+        self.kernels = _kernels() if (on_cuda if use_kernels is None else use_kernels) else None
+        graphs = on_cuda if graphs is None else graphs
+        self.static = StaticTarget(target, size)
+        B = self.block_size
+        self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B}}
+        features = drafter is not None      # fixed at capture: a drafter's pair always computes them
+        self._steps = {w: Graphed(lambda w=w: self.static.run(self._ids[w], features), graphs)
+                       for w in self._ids}
+        if drafter is not None:
+            runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
+            self.runner = runner_class(drafter, target.head.weight)
+            self.runner.make_static(size + B, self.kernels)
+            self._embeds = torch.zeros(B, target.hidden_size, dtype=self.runner.dtype, device=self.device)
+            self._ctx = torch.zeros(B, drafter.fc.in_features, dtype=self.runner.dtype, device=self.device)
+            self._draft_step = Graphed(lambda: self.runner.hidden(self._embeds, self._ctx), graphs)
+        self._drafted_at = 0      # context positions the drafter has cached (host)
+        self._out = torch.zeros(2, dtype=torch.long, device=self.device)
+
+    def graph_status(self) -> dict:
+        """Which steps run as CUDA graphs, and why one does not (for the benchmarks and bug reports)."""
+        steps = dict(self._steps, draft=getattr(self, "_draft_step", None))
+        return {name: (g.graph is not None, g.why_not) for name, g in steps.items() if g is not None}
+
+    @torch.inference_mode()
+    def prefill(self, prompt, settings, drafting) -> int:
+        self._settings, self._q, self._context = settings, None, []
+        self._gen = torch.Generator(device=self.device)
+        self._gen.manual_seed(settings.seed) if settings.seed is not None else self._gen.seed()
+        self._drafting = drafting and self.runner is not None
+        self._cutoff = 0.0 if settings.draft_cutoff is None else settings.draft_cutoff
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        ids, feats = torch.tensor([prompt], device=self.device), []
+        for at in range(0, len(prompt), PREFILL_CHUNK):
+            self.static.cache.start.fill_(at)
+            logits, f = self.static.run(ids[:, at:at + PREFILL_CHUNK], self.runner is not None)
+            feats.append(f)
+        self.static.cache.start.fill_(len(prompt))
+        if self._drafting:
+            self._context = [torch.cat(feats)]
+            self.runner.reset()
+            self._drafted_at = 0
+        return self._choose(logits[-1:])
+
+    @torch.inference_mode()
+    def draft(self, last: int, pos: int, width: int) -> list[int]:
+        context = torch.cat(self._context) if len(self._context) > 1 else self._context[0]
+        self._context = []
+        cfg, B, c = self.runner.config, self.block_size, context.shape[0]
+        block = torch.full((width,), cfg.mask_token_id, dtype=torch.long, device=self.device)
+        block[0] = last
+        embeds = self.target.embed(block)
+        if cfg.input_embedding_scale != 1.0:
+            embeds = embeds * cfg.input_embedding_scale
+        self.runner.start.fill_(self._drafted_at)
+        self.runner.count.fill_(c)
+        if width == B and c <= B:           # the one fixed shape: replayed as a graph
+            self._embeds.copy_(embeds)
+            self._ctx[:c].copy_(context)
+            hidden = self._draft_step()
+        else:                               # the prompt's features, or a short block at the context's end
+            hidden = self.runner.hidden(embeds, context)
+        self._drafted_at += c
+        if cfg.generation == 2:
+            drafts, q, rows = self.runner.propose_from(hidden[1:], last, self._settings, self._gen)
+            confidence = (None, rows)
+        else:
+            logits = self.runner.head(hidden[1:]).float()
+            drafts, q = propose(logits, self._settings, self._gen)
+            confidence = (logits, q)
+        if self._cutoff > 0:
+            from .cpu import confident_prefix
+            keep = confident_prefix(*confidence, self._cutoff)
+            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
+        self._q = q
+        return PendingDrafts(drafts) if self.kernels is not None else drafts.tolist()
+
+    @torch.inference_mode()
+    def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
+        k = len(drafts)
+        tokens = (drafts.tokens if isinstance(drafts, PendingDrafts)
+                  else torch.tensor(drafts, dtype=torch.long, device=self.device))
+        width = 1 if k == 0 else self.block_size
+        ids = self._ids[width]
+        ids[0, 0] = last
+        ids[0, 1:k + 1] = tokens
+        self.static.cache.start.fill_(pos)
+        logits, feats = self._steps[width]()
+        logits = logits[: k + 1]
+        q, self._q = (self._q if k else None), None
+        self._verified = (pos, feats)
+        if self.kernels is None:
+            return verify(tokens, q, logits, self._settings, self._gen)
+        out = self._device_verify(tokens, q, logits)
+        if isinstance(drafts, PendingDrafts):
+            values = torch.cat([out, tokens]).tolist()      # the step's one read: n, token and the drafts
+            drafts[:] = values[2:]
+            return values[0], values[1]
+        n, own = out.tolist()
+        return n, own
+
+    def _device_verify(self, tokens, q, logits) -> torch.Tensor:
+        s = self._settings
+        if s.greedy:
+            return self.kernels.verify_greedy(tokens, logits.argmax(-1), self._out)
+        p = probabilities(logits, s)
+        if s.rule == "match":
+            return self.kernels.verify_greedy(tokens, draw(p, self._gen), self._out)
+        k = tokens.shape[0]
+        if isinstance(q, Candidates):
+            q = torch.zeros(k, p.shape[-1], device=p.device).scatter_(1, q.ids, q.probs.float())
+        q = q if q is not None else p[:0]
+        u = torch.rand(k + 1, generator=self._gen, device=p.device)
+        return self.kernels.verify_sampled(p, q.float(), tokens, u[:k], u[k:], self._out)
+
+    @torch.inference_mode()
+    def commit(self, length: int) -> None:
+        pos, feats = self._verified
+        self.static.cache.start.fill_(length)
+        if self._drafting and feats is not None:
+            self._context.append(feats[: length - pos].clone())   # the graph's output is overwritten next step
+        self._verified = (0, None)
+
+
+def _kernels():
+    """The Triton kernels, or None where Triton is missing (the torch pieces run instead)."""
+    try:
+        from . import kernels
+    except ImportError:
+        return None
+    return kernels
