@@ -2,6 +2,7 @@
 `<app> --worker` and the main entry hands over here before it creates any window."""
 from __future__ import annotations
 
+import os
 import sys
 
 WORKER_FLAG = "--worker"
@@ -12,5 +13,16 @@ def run_worker_if_requested(argv: list[str] | None = None) -> None:
     engine.worker is imported only here, so the GUI process never loads it (or torch)."""
     argv = sys.argv if argv is None else argv
     if len(argv) > 1 and argv[1] == WORKER_FLAG:
+        default_engine_packs()
         from engine.worker import main
         sys.exit(main(argv[2:]))
+
+
+def default_engine_packs() -> None:
+    """A frozen app's engine looks for engine packs (engine/packs.py) in the user's data folder. A source
+    checkout uses its own Python environment, unless DFLASH_DESKTOP_ENGINE_PACKS names a folder."""
+    if getattr(sys, "frozen", False):
+        from engine.packs import ROOT_ENV
+
+        from .paths import engine_packs_dir
+        os.environ.setdefault(ROOT_ENV, str(engine_packs_dir()))
