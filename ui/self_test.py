@@ -151,7 +151,7 @@ class _Check:
         self.check_window_process()
 
     def check_window_process(self) -> None:
-        modules = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY_MODULES)
+        modules = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY_MODULES))
         libraries = heavy_libraries(mapped_files(os.getpid()))
         self.step("window process checked", heavy_modules=modules, heavy_libraries=libraries)
         if modules or libraries:
