@@ -15,6 +15,7 @@ Kept apart from the spec so the rules are plain data a test can read, and so eac
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path, PurePosixPath
 
 SOURCE_PACKAGES = ("dflash_desktop", "ui", "engine", "assets")
@@ -27,7 +28,9 @@ EXCLUDES = ["IPython", "matplotlib", "matplotlib_inline", "scipy", "sentencepiec
             # transformers' command line (a model server: openai, fastapi, uvicorn...) and code generator
             # (libcst), and what only they or torch's own tests import
             "transformers.cli", "openai", "fastapi", "starlette", "uvicorn", "botocore", "boto3", "libcst",
-            "hypothesis", "trio", "opentelemetry"]
+            "hypothesis", "trio", "opentelemetry",
+            # requests' fallback for a Python without ssl
+            "cryptography", "OpenSSL", "urllib3.contrib.pyopenssl"]
 
 
 def excludes(platform: str) -> list[str]:
@@ -104,15 +107,29 @@ def transformers_filter(architectures: set[str]):
     return keep
 
 
+def model_families(models_dir: Path, architectures: set[str]) -> set[str]:
+    """The architectures, the Auto classes, and every model family their code imports (the Auto classes
+    import encoder_decoder, for one), followed to the end."""
+    keep, todo = set(), set(architectures) | {"auto"}
+    while todo:
+        family = todo.pop()
+        keep.add(family)
+        for file in (models_dir / family).glob("*.py"):
+            if not file.stem.startswith("modular_"):
+                todo |= set(re.findall(r"from \.\.(\w+)[ .]", file.read_text(encoding="utf-8"))) - keep
+    return keep
+
+
 def transformers_excludes(models_dir: Path, architectures: set[str]) -> list[str]:
     """The model modules transformers' package files name but the app never loads: other families' models,
     configurations and processors, and every modular_* file (input to transformers' code generator).
     Every family keeps its tokenizers: a checkpoint's tokenizer_config.json may name any family's class."""
+    keep = model_families(models_dir, architectures)
     out = []
     for file in sorted(models_dir.glob("*/*.py")):
         family, stem = file.parent.name, file.stem
-        if stem.startswith("modular_") or (family not in architectures | {"auto"}
-                                           and stem != "__init__" and not stem.startswith("tokenization_")):
+        if stem.startswith("modular_") or (family not in keep and stem != "__init__"
+                                           and not stem.startswith("tokenization_")):
             out.append(f"transformers.models.{family}.{stem}")
     return out
 
