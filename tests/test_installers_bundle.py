@@ -2,16 +2,12 @@
 them; tests/test_installers_linux.py checks the built bundle itself."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import transformers
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "installers"))
-import bundle  # noqa: E402
-
-from engine.backends import ENGINES  # noqa: E402
+from engine.backends import ENGINES
+from installers import bundle
 
 MODELS = Path(transformers.__file__).parent / "models"
 ARCHITECTURES = {a for info in ENGINES.values() for a in info.architectures}

@@ -20,12 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "installers"))
-sys.path.insert(0, str(ROOT / "installers" / "linux"))
-import build  # noqa: E402
-import sizes  # noqa: E402
-
-from ui.self_test import heavy_libraries, mapped_files  # noqa: E402
+from installers import build, sizes
+from ui.self_test import heavy_libraries, mapped_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(5400),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux installers"),

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "installers"))
-sys.path.insert(0, str(ROOT / "installers" / "windows"))
-import build  # noqa: E402
-import make_installer  # noqa: E402
+from installers import build
+from installers.windows import make_installer
 
 pytestmark = pytest.mark.skipif(not shutil.which("makensis"), reason="makensis not installed (apt-get install nsis)")
 UNINST_KEY = r"HKCU\Software\Microsoft\Windows\CurrentVersion\Uninstall\DFlashDesktop"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT / "installers"))
-import build  # noqa: E402  (installers/build.py: paths and the version)
+sys.path.insert(0, str(ROOT))
+from installers import build  # noqa: E402  (installers/build.py: paths and the version)
 
 PACKAGE = "dflash-desktop"
 DEB_DEPENDS = ("libgl1, libegl1, libfontconfig1, libfreetype6, libdbus-1-3, libglib2.0-0, "

@@ -16,8 +16,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT / "installers"))
-import build  # noqa: E402  (installers/build.py: paths and the version)
+sys.path.insert(0, str(ROOT))
+from installers import build  # noqa: E402  (installers/build.py: paths and the version)
 
 SCRIPT = HERE / "dflash-desktop.nsi"
 
