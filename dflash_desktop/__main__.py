@@ -1,5 +1,6 @@
 """`dflash-desktop`: with no command it opens the app; engine commands (generate, bench, train-draft)
-run in this process without Qt. The GUI path never imports torch.
+run in this process without Qt; `serve` runs the OpenAI-compatible server on a worker, without Qt or
+torch in this process. The GUI path never imports torch.
 
 `--version` prints the version; `--self-test` opens the window on the demo pair, answers one prompt
 through the worker and exits with 0 when all went well (ui/self_test.py)."""
@@ -20,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         from engine.worker import app_version
         print(f"dflash-desktop {app_version()}")
         return 0
+    if argv and argv[0] == "serve":
+        from .server import main as serve
+        return serve(argv[1:])
     if argv and argv[0] in ENGINE_COMMANDS:
         from engine import packs
         default_engine_packs()

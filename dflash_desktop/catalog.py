@@ -1,6 +1,18 @@
 """The curated catalog of DFlash pairs (target model + drafter trained for it).
 
-The bundled ``assets/catalog.json`` always works offline. ``refresh_catalog(url)`` fetches a newer copy
+The bundled ``assets/catalog.json`` always works offline.
+
+A pair may carry ``variants``: an engine's own files for the target (GGUF quantizations for llama.cpp,
+MLX conversions) that replace the target repo's weights when that engine runs the pair::
+
+    "variants": {"llamacpp": [{"id": "q4_k_m", "label": "Q4_K_M (4-bit)", "dtype": "q4_k_m",
+                               "target": {"repo_id": "owner/name", "revision": "main",
+                                          "files": ["Model-Q4_K_M.gguf"], "bytes": 2500000000}}]}
+
+The first variant of an engine is its default. ``dtype`` names a ``dtype_bytes`` entry; ``bytes`` is the
+size of the files (what fit estimates count); ``files`` are exact paths in the repo, checked like every
+name that becomes a path. The target repo itself then only gives its config and tokenizer files.
+Variants of engines this version lacks, or that the pair's ``engines`` do not list, are skipped. ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
 copy in use, so a bad network or a bad file can never leave the app without a catalog.
 """
@@ -9,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +29,7 @@ from typing import Any
 
 import assets
 from engine.backends import DEVICE_CLASSES, ENGINES
+from engine.config import GENERATIONS
 
 from . import paths
 
@@ -56,6 +70,26 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One engine's own target files (e.g. a GGUF quantization), used instead of the target repo's weights."""
+
+    engine: str
+    id: str
+    label: str
+    dtype: str                  # a dtype_bytes key
+    repo_id: str
+    revision: str
+    files: tuple[str, ...]      # exact paths in the repo
+    bytes: int                  # their total size
+
+
+# the target repo's files an engine with its own weights still needs, config and tokenizer: patterns, so a
+# repo without one of them is fine (the downloader requires only exact names)
+CONFIG_FILES = ("*config.json", "tokenizer*.json", "special_tokens_map*.json", "vocab*.json", "merges*.txt",
+                "*.jinja")
+
+
+@dataclass(frozen=True)
 class Pair:
     id: str
     name: str
@@ -66,6 +100,7 @@ class Pair:
     notes: str
     approximate: tuple[str, ...]
     raw: dict = field(repr=False, compare=False)
+    variants: dict[str, tuple[Variant, ...]] = field(default_factory=dict)   # engine -> its variants, default first
 
     @property
     def needs_download(self) -> bool:
@@ -80,6 +115,11 @@ class Pair:
         return str(self.drafter.get("chat_mode", "unknown"))
 
     @property
+    def generation(self) -> int:
+        """The drafter's generation: 1 DFlash, 2 DFlash2 (engine/config.py GENERATIONS)."""
+        return int(self.drafter.get("generation", 1))
+
+    @property
     def thinking(self) -> bool | None:
         """Whether the drafter was trained with the chat template's thinking on (None: no such switch)."""
         return self.drafter.get("thinking")
@@ -92,9 +132,19 @@ class Pair:
     def device_classes(self) -> set[str]:
         return {d for devices in self.engines.values() for d in devices}
 
-    def repos(self) -> list[tuple[str, str]]:
-        """(repo_id, revision) of target then drafter, for the downloader."""
-        return [(m.repo_id, m.revision) for m in (self.target, self.drafter) if m.repo_id]
+    def variant(self, engine: str | None) -> Variant | None:
+        """The engine's default variant (None: it loads the target repo's own weights)."""
+        return (self.variants.get(engine) or (None,))[0] if engine else None
+
+    def repos(self, engine: str | None = None) -> list[tuple]:
+        """What the downloader fetches: (repo_id, revision) of target then drafter, or with an engine that has
+        a variant, (repo_id, revision, exact files) of the variant, the target repo's CONFIG_FILES, the drafter."""
+        variant = self.variant(engine)
+        if variant is None:
+            return [(m.repo_id, m.revision) for m in (self.target, self.drafter) if m.repo_id]
+        return [(variant.repo_id, variant.revision, variant.files),
+                (self.target.repo_id, self.target.revision, CONFIG_FILES),
+                (self.drafter.repo_id, self.drafter.revision)]
 
     def local_path(self, role: str) -> Path | None:
         """Absolute folder of an embedded model (None for hub models)."""
@@ -167,14 +217,18 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
     else:
         _need(d.get("dtype") in dtypes, where, f"unknown 'dtype' {d.get('dtype')!r}")
         _need(d.get("thinking") in (True, False, None), where, "'thinking' must be true, false or null")
+        gen = d.get("generation", 1)
+        _need(isinstance(gen, int) and not isinstance(gen, bool) and gen >= 1, where,
+              f"'generation' must be a whole number from 1 (got {gen!r})")
     return ModelSpec(role=role, repo_id=d.get("repo_id"), revision=str(d.get("revision") or "main"),
                      path=d.get("path"), params=int(d["params"]), raw=d)
 
 
-def _engines(raw: Any, model_type: str, where: str) -> dict[str, tuple[str, ...]]:
+def _engines(raw: Any, model_type: str, generation: int, where: str) -> dict[str, tuple[str, ...]]:
     """The pair's engines this app has, each with the device classes it lists. An engine a newer catalog
-    names and this version lacks is skipped; a listing the engine does not run is an error, so the
-    catalog can never promise what the code cannot do."""
+    names and this version lacks is skipped; a listing the engine does not run (the target's architecture
+    on a device, or the drafter's generation) is an error, so the catalog can never promise what the code
+    cannot do."""
     _need(isinstance(raw, dict) and raw, where, "'engines' must map engine names to lists of devices")
     out = {}
     for name, devices in raw.items():
@@ -185,7 +239,50 @@ def _engines(raw: Any, model_type: str, where: str) -> dict[str, tuple[str, ...]
             continue
         wrong = [d for d in devices if not info.runs(model_type, d)]
         _need(not wrong, where, f"the {name} engine does not run {model_type!r} models on {', '.join(wrong)}")
+        _need(generation in info.drafter_generations, where,
+              f"the {name} engine does not run DFlash{'' if generation == 1 else generation} drafters "
+              f"(generation {generation})")
         out[name] = tuple(devices)
+    return out
+
+
+_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+
+
+def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tuple[Variant, ...]]:
+    """Each engine's variants, every name that becomes a path or a folder checked as downloads.py checks
+    the hub's names; engines this version lacks are skipped."""
+    if raw is None:
+        return {}
+    _need(isinstance(raw, dict), where, "'variants' must map engine names to lists of variants")
+    out = {}
+    for engine, items in raw.items():
+        if engine not in ENGINES or engine not in engines:    # not in this version, or not for this pair
+            continue
+        w = f"{where}: variants of {engine!r}"
+        _need(isinstance(items, list) and items, w, "must be a non-empty list")
+        found = []
+        for v in items:
+            _need(isinstance(v, dict) and isinstance(v.get("target"), dict), w, "each needs a 'target' object")
+            vid, t = v.get("id"), v["target"]
+            _need(isinstance(vid, str) and bool(_ID.fullmatch(vid)), w, f"'id' must be lowercase letters, digits, "
+                                                                         f"'.', '_' or '-' (got {vid!r})")
+            vw = f"{w}: {vid}"
+            _need(v.get("dtype") in dtypes, vw, f"unknown 'dtype' {v.get('dtype')!r}")
+            repo, rev, files = t.get("repo_id"), str(t.get("revision") or "main"), t.get("files")
+            _need(isinstance(repo, str) and bool(_REPO.fullmatch(repo)) and ".." not in repo, vw,
+                  f"'repo_id' must look like 'owner/name' (got {repo!r})")
+            _need(bool(_FILE.fullmatch(rev)) and ".." not in rev, vw, f"unsafe 'revision' {rev!r}")
+            _need(isinstance(files, list) and files and all(isinstance(f, str) and _FILE.fullmatch(f)
+                                                            and ".." not in f for f in files), vw,
+                  f"'files' must be a non-empty list of plain relative paths (got {files!r})")
+            _pos_int(t, "bytes", vw)
+            found.append(Variant(engine, vid, str(v.get("label") or vid), v["dtype"], repo, rev, tuple(files),
+                                 int(t["bytes"])))
+        _need(len({v.id for v in found}) == len(found), w, "duplicate variant ids")
+        out[engine] = tuple(found)
     return out
 
 
@@ -213,14 +310,20 @@ def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
         kind = p.get("kind", "hub")
         _need(kind in KINDS, pw, f"'kind' must be one of {KINDS} (got {kind!r})")
         target = _spec(p.get("target"), "target", kind, pw, dtypes)
-        engines = _engines(p.get("engines"), target["model_type"], pw)
+        drafter = _spec(p.get("drafter"), "drafter", kind, pw, dtypes)
+        generation = drafter.get("generation", 1)
+        if generation not in GENERATIONS.values():   # a newer catalog's drafter kind: no engine here runs it
+            log.info("%s: drafter generation %s is unknown to this app version; skipped", pw, generation)
+            continue
+        engines = _engines(p.get("engines"), target["model_type"], generation, pw)
         if not engines:
             log.info("%s: no engine of this app version runs it; skipped", pw)
             continue
         pairs.append(Pair(id=pid, name=str(p.get("name") or pid), kind=kind, target=target,
-                          drafter=_spec(p.get("drafter"), "drafter", kind, pw, dtypes),
+                          drafter=drafter,
                           engines=engines, notes=str(p.get("notes", "")),
-                          approximate=tuple(p.get("approximate", ())), raw=p))
+                          approximate=tuple(p.get("approximate", ())), raw=p,
+                          variants=_variants(p.get("variants"), engines, pw, dtypes)))
     return Catalog(pairs=tuple(pairs), dtype_bytes={k: float(v) for k, v in dtypes.items()},
                    source=source, updated=str(data.get("updated", "")))
 

@@ -53,6 +53,8 @@ ALLOW_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.json", "tokeni
 # Pickle-based or unused formats: never fetched even when an allow pattern matches.
 IGNORE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt", "*.h5", "*.msgpack", "*.onnx",
                    "*.gguf", "*.py", "original/*", "metal/*")
+# A catalog variant (catalog.py) names its files exactly: GGUF files are fetched then, pickles never.
+FILES_IGNORE = tuple(p for p in IGNORE_PATTERNS if p != "*.gguf")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 CHUNK = 64 * 1024
 DISK_RESERVE = 200 * 2**20  # keep some room for the OS and logs
@@ -271,9 +273,11 @@ def missing_from_cache(repo_id: str, revision: str = "main", cache_dir: Path | N
     return snap, missing
 
 
-def find_cached(repo_id: str, revision: str = "main", cache_dir: Path | None = None) -> Path | None:
-    """Snapshot folder when the repo is fully in the cache, else None (no network)."""
-    snap, missing = missing_from_cache(repo_id, revision, cache_dir)
+def find_cached(repo_id: str, revision: str = "main", cache_dir: Path | None = None,
+                files: Iterable[str] | None = None) -> Path | None:
+    """Snapshot folder when the repo (or the named files of it) is fully in the cache, else None (no network)."""
+    allow, ignore = (tuple(files), FILES_IGNORE) if files else (ALLOW_PATTERNS, IGNORE_PATTERNS)
+    snap, missing = missing_from_cache(repo_id, revision, cache_dir, allow, ignore)
     return snap if snap is not None and not missing else None
 
 
@@ -295,7 +299,8 @@ class DownloadJob:
                  on_finished: Callable[["DownloadJob"], None] | None = None,
                  free_space_fn: Callable[[Path], int] = free_space, max_retries: int = 5,
                  retry_wait: float = 0.5, timeout: float = 30.0, progress_interval: float = 0.1):
-        self.repos = [(r, rev or "main") for r, rev in repos]
+        # (repo_id, revision) or (repo_id, revision, files): files, exact names or patterns, replace the allow list
+        self.repos = [(r[0], r[1] or "main", tuple(r[2]) if len(r) > 2 and r[2] else None) for r in repos]
         self.cache_dir = Path(cache_dir) if cache_dir else paths.models_dir()
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
         self._token = token
@@ -314,8 +319,9 @@ class DownloadJob:
         self._last_emit = 0.0
 
     @classmethod
-    def for_pair(cls, pair, **kwargs) -> "DownloadJob":
-        return cls(pair.repos(), **kwargs)
+    def for_pair(cls, pair, engine: str | None = None, **kwargs) -> "DownloadJob":
+        """The pair's repos, or the engine's variant files instead of the target's weights (catalog.py)."""
+        return cls(pair.repos(engine), **kwargs)
 
     # --- control -------------------------------------------------------------------------------
     def start(self) -> "DownloadJob":
@@ -397,7 +403,7 @@ class DownloadJob:
     def _main(self) -> None:
         try:
             self._set(state="resolving")
-            plans = [self._plan(repo, rev) for repo, rev in self.repos]
+            plans = [self._plan(repo, rev, files) for repo, rev, files in self.repos]
             files = [f for plan in plans for f in plan]
             todo = [f for f in files if not f.pointer.exists()]
             cached = sum(f.size for f in files if f.pointer.exists())
@@ -432,12 +438,13 @@ class DownloadJob:
     def _headers(self) -> dict[str, str]:
         return build_hf_headers(token=self._token, library_name="dflash-desktop")
 
-    def _plan(self, repo_id: str, revision: str) -> list[_File]:
+    def _plan(self, repo_id: str, revision: str, files: tuple[str, ...] | None = None) -> list[_File]:
         """Resolve the revision and list wanted files; offline (or unreachable hub) uses the cache."""
         self._check_request(repo_id, revision)
+        allow, ignore = (files, FILES_IGNORE) if files else (self.allow, self.ignore)
         storage = storage_folder(self.cache_dir, repo_id)
         if self.offline:
-            return self._plan_offline(repo_id, revision, storage, reason="Offline mode is on")
+            return self._plan_offline(repo_id, revision, storage, "Offline mode is on", allow, ignore)
         api = HfApi(endpoint=self.endpoint, token=self._token, library_name="dflash-desktop")
         try:
             info = api.model_info(repo_id, revision=revision, timeout=self.timeout)
@@ -446,13 +453,17 @@ class DownloadJob:
         except (httpx2.ConnectError, httpx2.TimeoutException) as exc:
             log.info("Hub unreachable (%s); looking in the cache", type(exc).__name__)
             return self._plan_offline(repo_id, revision, storage,
-                                      reason=f"The hub at {self.endpoint} cannot be reached")
+                                      f"The hub at {self.endpoint} cannot be reached", allow, ignore)
         except Exception as exc:
             raise self._map_error(exc, repo_id, revision) from None
         if not info.sha:
             raise DownloadError("unexpected", f"{self.endpoint} did not return a commit for {repo_id}; "
                                               "is HF_ENDPOINT a Hugging Face compatible mirror?", repo_id)
-        commit, files = self._checked_listing(repo_id, info.sha, tree, storage)
+        missing = [f for f in files or () if not any(c in f for c in "*?[") and f not in {e.path for e in tree}]
+        if missing:
+            raise DownloadError("file_not_found", f"{repo_id} has no file {missing[0]!r}, which the catalog names. "
+                                                "Refresh the catalog, or report the pair's entry.", repo_id)
+        commit, files = self._checked_listing(repo_id, info.sha, tree, storage, allow, ignore)
         _write_tree(storage, commit, tree)
         if revision != commit:
             ref = _inside(storage, storage / "refs" / revision)
@@ -472,20 +483,21 @@ class DownloadJob:
             raise DownloadError("unsafe_name", f"Cannot download {repo_id!r}: {str(exc).rstrip('.')}. Fix the "
                                                "pair's entry in the catalog.", repo_id) from None
 
-    def _checked_listing(self, repo_id: str, sha, tree: list[RepoFile], storage: Path) -> tuple[str, list[_File]]:
+    def _checked_listing(self, repo_id: str, sha, tree: list[RepoFile], storage: Path, allow, ignore
+                         ) -> tuple[str, list[_File]]:
         """The commit and the wanted files, every name that becomes a path checked before anything is written."""
         try:
             commit = require_hex(sha, 40, "the commit sha")
             return commit, [_listed_file(repo_id, commit, f, storage)
-                            for f in tree if wanted(f.path, self.allow, self.ignore)]
+                            for f in tree if wanted(f.path, allow, ignore)]
         except UnsafeName as exc:
             raise DownloadError("unsafe_name", f"{self.endpoint} sent an unsafe file list for {repo_id}: {exc}. "
                                                "Nothing was written for it. The repository or the mirror is broken "
                                                "or hostile: report it to its owner, or use another mirror "
                                                "(HF_ENDPOINT).", repo_id) from None
 
-    def _plan_offline(self, repo_id: str, revision: str, storage: Path, reason: str) -> list[_File]:
-        snap, missing = missing_from_cache(repo_id, revision, self.cache_dir, self.allow, self.ignore)
+    def _plan_offline(self, repo_id: str, revision: str, storage: Path, reason: str, allow, ignore) -> list[_File]:
+        snap, missing = missing_from_cache(repo_id, revision, self.cache_dir, allow, ignore)
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise DownloadError("offline_missing",

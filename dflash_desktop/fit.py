@@ -22,7 +22,7 @@ from .catalog import Catalog, Pair
 from .hardware import HardwareReport, gib
 from .run_plan import RunPlan, plan_for
 
-DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625,
+DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625, "q4_k_m": 0.6,
                        "mxfp4": 0.53125}
 MARGIN_FIXED = 2**30
 MARGIN_FRACTION = 0.05
@@ -79,9 +79,12 @@ class FitEstimate:
         return asdict(self)
 
 
-def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, weight_dtype: str) -> dict:
+def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, weight_dtype: str,
+           target_bytes: int | None = None) -> dict:
     t, d = pair.target, pair.drafter
-    if weight_dtype == t["native_dtype"] and t.get("native_bytes"):
+    if target_bytes:                       # an engine's own files (a GGUF variant): their real size
+        target_w = int(target_bytes)
+    elif weight_dtype == t["native_dtype"] and t.get("native_bytes"):
         target_w = int(t["native_bytes"])
     else:
         target_w = int(t.params * wbytes)
@@ -109,14 +112,15 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
 
 def estimate_fit(pair: Pair, budget: Budget, context_tokens: int = DEFAULT_CONTEXT,
                  weight_dtype: str | None = None, kv_dtype: str = "bf16",
-                 dtype_bytes: dict | None = None) -> FitEstimate:
+                 dtype_bytes: dict | None = None, target_bytes: int | None = None) -> FitEstimate:
     """Estimate memory for ``pair`` at ``context_tokens`` and judge it against ``budget``."""
     dtype_bytes = {**DEFAULT_DTYPE_BYTES, **(dtype_bytes or {})}
     weight_dtype = weight_dtype or pair.target["native_dtype"]
     if weight_dtype not in dtype_bytes or kv_dtype not in dtype_bytes:
         raise ValueError(f"Unknown dtype: choose from {', '.join(dtype_bytes)}")
     ctx = min(int(context_tokens), int(pair.target["max_context"]))  # the model cannot use more
-    terms = _terms(pair, ctx, dtype_bytes[weight_dtype], dtype_bytes[kv_dtype], dtype_bytes, weight_dtype)
+    terms = _terms(pair, ctx, dtype_bytes[weight_dtype], dtype_bytes[kv_dtype], dtype_bytes, weight_dtype,
+                   target_bytes)
     per_token, target_only = terms.pop("_per_token"), terms.pop("_target_only")
     read_per_token = terms.pop("_read_per_token")
     total = sum(terms.values())
@@ -149,8 +153,8 @@ def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFA
     if plan is None:
         return None
     budget = Budget.from_report(report, plan.device_class)
-    est = estimate_fit(pair, budget, context_tokens, weight_dtype=plan.catalog_dtype, kv_dtype=plan.catalog_dtype,
-                       dtype_bytes=dtype_bytes)
+    est = estimate_fit(pair, budget, context_tokens, weight_dtype=plan.catalog_dtype, kv_dtype=plan.kv_dtype,
+                       dtype_bytes=dtype_bytes, target_bytes=plan.variant.bytes if plan.variant else None)
     est.plan = plan
     return est
 

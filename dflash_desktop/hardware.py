@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.backends import DEVICE_CLASSES
+from engine.backends import DEVICE_CLASSES, missing_engines
 
 APPLE_GPU_FRACTION = 0.70  # macOS lets the GPU wire roughly 2/3 to 3/4 of unified memory
 MIN_CUDA_CC = (7, 5)  # the GPU kernels the app uses need Turing or newer
@@ -251,6 +251,7 @@ class HardwareReport:
     override_note: str | None = None
     notes: list[str] = field(default_factory=list)
     memory_bytes_per_s: float | None = None   # measured memory streaming rate, when probed
+    engines_missing: dict[str, str] = field(default_factory=dict)   # engine -> why its runtime is absent here
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -489,4 +490,6 @@ def _explain(r: HardwareReport, problems: dict, chosen_by_user: bool) -> None:
 
 def detect_live(override: str | None = None, models_dir=None) -> HardwareReport:
     """Probe this machine and detect in one call (takes well under a second without a GPU)."""
-    return detect(HardwareProbe.live(models_dir), override)
+    report = detect(HardwareProbe.live(models_dir), override)
+    report.engines_missing = missing_engines()
+    return report

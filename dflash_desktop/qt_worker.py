@@ -1,4 +1,5 @@
-"""Qt face of the worker client: events become queued signals on the GUI thread.
+"""Qt face of the engine: the job queue (jobs.py) in front of the worker client, or of a remote server
+(remote.py) once one is loaded; events become queued signals on the GUI thread.
 
 Token chunks are batched so the window repaints at most about 60 times a second however fast the
 engine commits: events wait in a buffer (neighbouring chunks of one request merged) and a single-shot
@@ -11,6 +12,7 @@ import time
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
+from .jobs import JobQueue
 from .worker_client import WorkerClient, coalesce_into
 
 
@@ -27,12 +29,13 @@ class QtWorker(QObject):
     ok = Signal(dict)             # cancel, unload or shutdown acknowledged
     workerStarted = Signal(dict)  # a worker process was spawned (pid, command, log_path)
     workerStopped = Signal(dict)  # the worker exited after shutdown()
+    jobs = Signal(dict)           # the queue changed: running (owner, cmd, id or None), queued per owner
 
     _wake = Signal()
 
     _ROUTES = {"hello": "hello", "progress": "progress", "loaded": "loaded", "tokens": "tokens", "done": "done",
                "error": "error", "warning": "warning", "hardware": "hardware", "ok": "ok",
-               "worker_started": "workerStarted", "worker_stopped": "workerStopped"}
+               "worker_started": "workerStarted", "worker_stopped": "workerStopped", "jobs": "jobs"}
 
     def __init__(self, parent: QObject | None = None, min_interval_ms: int = 16, **client_options):
         super().__init__(parent)
@@ -45,7 +48,9 @@ class QtWorker(QObject):
         self._timer.timeout.connect(self._flush)
         self._wake.connect(self._schedule, Qt.ConnectionType.QueuedConnection)
         self.flushes = 0  # how many batches reached the GUI (tests and diagnostics)
-        self.client = WorkerClient(on_event=self._intake, **client_options)
+        self.queue = JobQueue(on_event=self._intake, on_change=self._queue_changed)
+        self.client = WorkerClient(on_event=self.queue.intake, **client_options)
+        self.queue.backend = self.client
 
     # -- commands: each returns the request id at once --------------------------------------------------
     def start(self) -> None:
@@ -53,17 +58,24 @@ class QtWorker(QObject):
 
     def load_pair(self, target, draft=None, engine: str = "torch", device: str = "auto",
                   dtype: str | None = None) -> str:
-        return self.client.load_pair(target, draft, engine=engine, device=device, dtype=dtype)
+        return self.queue.submit("load_pair", backend=self.client, target=str(target),
+                                 draft=str(draft) if draft else None, engine=engine, device=device, dtype=dtype).id
+
+    def load_remote(self, base_url: str, api_key: str = "", model: str | None = None) -> str:
+        """Chat with an OpenAI-compatible server from now on; the local engine is stopped once it answers."""
+        from .remote import RemoteClient
+        remote = RemoteClient(on_event=self.queue.intake)
+        return self.queue.submit("load_pair", backend=remote, target=base_url, api_key=api_key, model=model).id
 
     def generate(self, **kwargs) -> str:
-        return self.client.generate(**kwargs)
+        return self.queue.submit("generate", **kwargs).id
 
-    def cancel(self, target_id: str | None = None) -> str | None:
-        """Stop a generation or a load (None: the generation, else the load that runs)."""
-        return self.client.cancel(target_id)
+    def cancel(self, target_id: str | None = None) -> bool:
+        """Stop a queued or running job (None: the running one)."""
+        return self.queue.cancel(target_id)
 
     def unload(self) -> str:
-        return self.client.unload()
+        return self.queue.submit("unload").id
 
     def request_hardware(self) -> str:
         return self.client.hardware()
@@ -74,23 +86,36 @@ class QtWorker(QObject):
 
     @property
     def busy(self) -> bool:
-        return self.client.busy
+        """A generation is queued or running, from any caller."""
+        return self.queue.busy
 
     @property
     def running(self) -> bool:
+        """The local worker process is up."""
         return self.client.running
 
     @property
     def pair_info(self) -> dict | None:
-        return self.client.pair_info
+        return self.queue.pair_info
 
     @property
     def log_path(self):
         return self.client.log_path
 
     # -- delivery -----------------------------------------------------------------------------------
+    def _queue_changed(self) -> None:
+        running = self.queue.running
+        queued: dict[str, int] = {}
+        for job in self.queue.queued:
+            queued[job.owner] = queued.get(job.owner, 0) + 1
+        self._intake({"event": "jobs", "id": None, "queued": queued, "running": running and {
+            "owner": running.owner, "cmd": running.cmd, "id": running.id}})
+
     def _intake(self, event: dict) -> None:
         """Any thread: buffer the event and wake the GUI thread if the buffer was empty."""
+        if event.get("event") == "loaded" and event.get("engine") == "remote" and self.client.running:
+            # a remote pair: the local engine's memory goes back to the computer (it restarts on a local load)
+            threading.Thread(target=self.client.shutdown, name="worker-release", daemon=True).start()
         with self._buffer_lock:
             wake = not self._buffer
             coalesce_into(self._buffer, event)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from engine.backends import DEVICE_LABELS, ENGINES
 
-from .catalog import Pair
+from .catalog import Pair, Variant
 from .hardware import NATIVE_BF16_CC, HardwareReport
 
 # engine dtype names -> the catalog's (fit estimates count bytes by these)
@@ -18,7 +18,8 @@ class RunPlan:
     engine: str
     device_class: str     # cuda, apple or cpu
     device: str           # the engine's own name for it (torch: cuda, mps, cpu)
-    dtype: str            # the weights' dtype there: float32, bfloat16 or float16
+    dtype: str            # the weights' dtype there: float32, bfloat16 or float16, or the variant's
+    variant: Variant | None = None   # the engine's own target files (catalog.py), when the pair has them
 
     @property
     def request(self) -> dict:
@@ -27,27 +28,52 @@ class RunPlan:
 
     @property
     def label(self) -> str:
-        return f"{ENGINES[self.engine].label} on the {DEVICE_LABELS[self.device_class]}, {self.dtype}"
+        what = self.variant.label if self.variant else self.dtype
+        return f"{ENGINES[self.engine].label} on the {DEVICE_LABELS[self.device_class]}, {what}"
 
     @property
     def catalog_dtype(self) -> str:
-        return CATALOG_DTYPES[self.dtype]
+        return self.variant.dtype if self.variant else CATALOG_DTYPES[self.dtype]
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's: a variant's engine (llama.cpp) keeps float16 caches over quantized weights."""
+        return "fp16" if self.variant else self.catalog_dtype
 
 
-AUTO = {"engine": "torch", "device": "auto", "dtype": None}   # before the hardware is known: the engine decides
+# before the hardware is known: the worker decides (engine.backends.auto_engine)
+AUTO = {"engine": "auto", "device": "auto", "dtype": None}
 
 
-def plan_for(pair: Pair, report: HardwareReport) -> RunPlan | None:
-    """The pair's first engine that runs it on this computer's device, else on its CPU; None if neither."""
+def plan_for(pair: Pair, report: HardwareReport, engine: str | None = None) -> RunPlan | None:
+    """The pair's first engine (or the one asked for) that runs it on this computer's device, else on its
+    CPU; None if none does. An engine whose runtime is missing here (report.engines_missing) is passed over."""
     for device_class in dict.fromkeys((report.device, "cpu")):
-        for engine, devices in pair.engines.items():
-            if device_class in devices:
-                info = ENGINES[engine]
-                dtype = info.dtypes[device_class]
+        for name, devices in pair.engines.items():
+            if device_class in devices and name not in report.engines_missing and engine in (None, name):
+                info = ENGINES[name]
+                variant = pair.variant(name)
+                dtype = variant.dtype if variant else info.dtypes[device_class]
                 if device_class == "cuda" and dtype == "bfloat16" and not _native_bf16(report):
                     dtype = "float16"
-                return RunPlan(engine, device_class, info.devices[device_class], dtype)
+                return RunPlan(name, device_class, info.devices[device_class], dtype, variant)
     return None
+
+
+def engine_choices(pair: Pair, current: str, device_class: str, missing: dict) -> list[str]:
+    """Engines that could run the loaded pair from the same folders, for the settings: those built here that
+    list this device or the CPU, without files of their own (a variant needs its own download, which the
+    model list does), or only the current engine when it loaded a variant."""
+    if pair.variant(current):
+        return [current]
+    return [name for name, devices in pair.engines.items()
+            if name not in missing and not pair.variant(name) and {device_class, "cpu"} & set(devices)]
+
+
+def engines_for(pair: Pair, report: HardwareReport) -> list[RunPlan]:
+    """Every engine that can run the pair here, in the catalog's order of preference (the settings offer
+    the choice when there is more than one)."""
+    return [plan for plan in (plan_for(pair, report, name) for name in pair.engines) if plan is not None]
 
 
 def _native_bf16(report: HardwareReport) -> bool:

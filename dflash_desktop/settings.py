@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from engine.backends import ENGINES
 from engine.errors import SettingsError as EngineSettingsError
 from engine.limits import LIMITS
 
@@ -21,6 +22,7 @@ from . import paths
 log = logging.getLogger(__name__)
 
 THEMES = ("system", "light", "dark")
+MAX_REMOTE_SERVERS = 8
 
 
 class SettingsError(ValueError):
@@ -39,10 +41,14 @@ class Settings:
     offline: bool = False          # no network at all: no downloads, no connection checks
     theme: str = "system"
     font_size: int = 11
+    engine: str = "auto"           # "auto": the model list's plan; else the engine preferred where it runs a pair
     highlight_drafted: bool = True
     show_stats: bool = True
-    last_pair: dict | None = None  # {id, name, target_dir, draft_dir}
+    last_pair: dict | None = None  # {id, name, target_dir, draft_dir} or {id, name, remote: {base_url, api_key}}
     baselines: dict = field(default_factory=dict)  # pair key -> BaselineRecord dict (see session.py)
+    server_port: int = 8765        # the local OpenAI-compatible server (dflash_desktop/server.py), on 127.0.0.1
+    server_api_key: str = ""       # "" = no key asked (the server only listens on this computer)
+    remote_servers: list = field(default_factory=list)  # [{base_url, api_key}], the latest first
 
     def validate(self, max_block_size: int | None = None) -> "Settings":
         """Raise SettingsError on the first out-of-range value; return self for chaining."""
@@ -61,9 +67,19 @@ class Settings:
              f"own (got {self.block_size}).")
         need(isinstance(self.plain_fallback, bool) and isinstance(self.offline, bool),
              "Plain fallback and offline mode are on or off.")
+        need(self.engine == "auto" or self.engine in ENGINES,
+             f"Engine must be automatic or one of {', '.join(ENGINES)} (got {self.engine!r}).")
         need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
         need(_is_int(self.font_size) and 7 <= self.font_size <= 32,
              f"Font size must be between 7 and 32 points (got {self.font_size}).")
+        need(_is_int(self.server_port) and 1 <= self.server_port <= 65535,
+             f"Server port must be between 1 and 65535 (got {self.server_port}).")
+        need(isinstance(self.server_api_key, str) and len(self.server_api_key) <= 256 and
+             (self.server_api_key.isascii() and self.server_api_key.isprintable() and " " not in self.server_api_key),
+             "The server's API key must be printable ASCII without spaces, at most 256 characters.")
+        need(isinstance(self.remote_servers, list) and len(self.remote_servers) <= MAX_REMOTE_SERVERS and all(
+            isinstance(r, dict) and set(r) == {"base_url", "api_key"} and all(isinstance(v, str) for v in r.values())
+            for r in self.remote_servers), "Remote servers are a short list of {base_url, api_key}.")
         return self
 
     def generation(self, max_block_size: int | None = None) -> dict:
@@ -75,6 +91,12 @@ class Settings:
         if self.draft_cutoff is not None:
             out["draft_cutoff"] = float(self.draft_cutoff)
         return out
+
+
+def remember_server(settings: Settings, base_url: str, api_key: str) -> None:
+    """Put a remote server first in the list the model picker offers."""
+    rest = [r for r in settings.remote_servers if r["base_url"] != base_url]
+    settings.remote_servers = [{"base_url": base_url, "api_key": api_key}, *rest][:MAX_REMOTE_SERVERS]
 
 
 def _is_int(value) -> bool:

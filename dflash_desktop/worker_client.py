@@ -143,11 +143,8 @@ class WorkerClient:
 
     def load_pair(self, target: str | Path, draft: str | Path | None = None, engine: str = "torch",
                   device: str = "auto", dtype: str | None = None) -> str:
-        fields = {"target": str(target), "draft": str(draft) if draft else None, "engine": engine, "device": device,
-                  "dtype": dtype}
-        rid = self._next_id("load")
-        self._load_args[rid] = fields
-        return self.request("load_pair", id=rid, **fields)
+        return self.request("load_pair", id=self._next_id("load"), target=str(target),
+                            draft=str(draft) if draft else None, engine=engine, device=device, dtype=dtype)
 
     def generate(self, messages: list[dict] | None = None, prompt: str | None = None,
                  prompt_ids: list[int] | None = None, settings: dict | None = None, mode: str = "dflash",
@@ -175,6 +172,8 @@ class WorkerClient:
     def request(self, cmd: str, **fields) -> str:
         """Send any protocol command; returns its id. Starts (or restarts) the worker when needed."""
         rid = fields.pop("id", None) or self._next_id(cmd)
+        if cmd == "load_pair":  # the pair to reload after a crash, once the worker says it loaded
+            self._load_args[rid] = fields
         with self._lock:
             proc = self._ensure_worker(cmd)
             if proc is None:  # could not even spawn: the error event is already out

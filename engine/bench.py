@@ -60,6 +60,8 @@ class PromptResult:
     tau: float = 0.0
     acceptance_rate: float = 0.0
     histogram: list[int] = field(default_factory=list)
+    accepted: int = 0                # drafts kept, and verify steps: engines that run their own loop
+    steps: int = 0                   # report totals, not a histogram
     identical: bool = True
     fell_back: bool = False          # DFlash switched to plain decoding part-way (engine/loop.py)
 
@@ -98,7 +100,8 @@ def run_bench(pair, prompts: list[tuple[str, str]], settings: GenerationSettings
         base = Generation(pair, ids, settings, baseline=True).run()
         fast = Generation(pair, ids, settings).run()
         r = PromptResult(name, len(ids), tau=fast.stats.tau, acceptance_rate=fast.stats.acceptance_rate,
-                         histogram=fast.stats.histogram, identical=base.tokens == fast.tokens,
+                         histogram=fast.stats.histogram, accepted=fast.stats.accepted, steps=fast.stats.steps,
+                         identical=base.tokens == fast.tokens,
                          fell_back=fast.fallback is not None)
         for method, run in (("baseline", base), ("dflash", fast)):
             r.tok_s[method] = run.stats.end_to_end_tok_s
@@ -128,14 +131,18 @@ def summarize(results: list[PromptResult], pair, max_new_tokens: int, draft_cuto
               for m in ("baseline", "dflash") if (secs := sum(r.decode_s[m] for r in results))}
     hist = [sum(col) for col in zip(*(r.histogram for r in results))]
     steps = sum(hist)
+    all_steps = sum(r.steps for r in results)
+    tau = (sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps
+           else (sum(r.accepted for r in results) + all_steps) / all_steps if all_steps else 0.0)
     return {
         "pair": pair.name, "engine": pair.info["engine"], "device": pair.info["device"],
         "dtype": pair.info["dtype"], "block_size": pair.block_size, "prompts": len(results),
         "max_new_tokens": max_new_tokens, "draft_cutoff": draft_cutoff, "tok_s": total,
+        "speculation": pair.info.get("speculation"),
         "speedup": {m: total["dflash"] / total[m] for m in methods if m != "dflash" and total[m]},
         "decode_tok_s": decode,
         "decode_speedup": decode["dflash"] / decode["baseline"] if len(decode) == 2 else 0.0,
-        "tau": sum((i + 1) * c for i, c in enumerate(hist)) / steps if steps else 0.0,
+        "tau": tau,
         "histogram": hist, "all_identical": all(r.identical for r in results),
         "fallbacks": sum(r.fell_back for r in results),
         "per_prompt": [r.__dict__ for r in results],
@@ -173,7 +180,11 @@ def format_table(summary: dict) -> str:
                  f"block size {summary['block_size']}, draft cutoff {cutoff}, "
                  f"tau {summary['tau']:.2f}, plain fallbacks {summary['fallbacks']}, "
                  f"greedy outputs identical: {'yes' if summary['all_identical'] else 'NO'}")
+    if summary.get("speculation"):
+        lines.append(f"engine's choice: {summary['speculation']['reason']}")
     hist = summary["histogram"]
+    if not hist:
+        return "\n".join(lines + ["(this engine reports totals, not a histogram of acceptance lengths)"])
     peak = max(hist) or 1
     lines.append("acceptance length histogram (tokens committed per verify pass):")
     for n, c in enumerate(hist, 1):

@@ -1,4 +1,8 @@
-"""The DFlash draft checkpoint's config.json, read the way the published z-lab files write it."""
+"""The DFlash draft checkpoint's config.json, read the way the published z-lab files write it.
+
+This module alone decides a drafter's generation (config.json `architectures`): DFlash (gen 1) or
+DFlash2 (gen 2, grouped dynamic convolutions and a candidate selector). Loaders dispatch on
+DraftConfig.generation; an architecture we do not know is refused by name."""
 from __future__ import annotations
 
 import json
@@ -7,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .weights import config_int, whole
+from .weights import config_int, real, whole
+
+# config.json `architectures` name -> drafter generation
+GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
+LAYER_TYPES = ("full_attention", "sliding_attention")
+# dflash_config keys of a DFlash2 drafter. Any other nested key is refused: it may change what the
+# drafter computes, and a drafter silently run without it would propose worse tokens.
+DFLASH2_KEYS = ("block_size", "mask_token_id", "target_layer_ids", "conv_kernel_size", "conv_group_size",
+                "selector_rank", "selector_top_k", "output_multiplier", "final_logit_softcapping",
+                "input_embedding_scale")
 
 REQUIRED_KEYS = (
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
@@ -16,6 +29,70 @@ REQUIRED_KEYS = (
 # Upper bounds far above any real drafter, so that a damaged config cannot size a giant model.
 LIMITS = {"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_attention_heads": 1024,
           "num_key_value_heads": 1024, "num_hidden_layers": 256, "vocab_size": 1 << 23}
+
+
+def generation_of(raw: dict[str, Any], source: str = "config.json") -> int:
+    """1 or 2 from `architectures`; absent means the first DFlash format. Anything else is refused by name."""
+    names = raw.get("architectures")
+    if names is None:
+        return 1
+    if not (isinstance(names, list) and len(names) == 1 and isinstance(names[0], str)):
+        raise CheckpointError(f"{source}: architectures must name one drafter architecture, got {names!r}. "
+                              "Re-download the drafter.")
+    name = names[0]
+    if name not in GENERATIONS:
+        known = " and ".join(f"{n} (DFlash{'' if g == 1 else g})" for n, g in GENERATIONS.items())
+        raise CheckpointError(
+            f"This drafter is a {name} ({source}, architectures), which DFlash Desktop cannot run: it runs "
+            f"{known} drafters. Pick a drafter of one of those kinds, or update DFlash Desktop.",
+            code="unsupported_architecture")
+    return GENERATIONS[name]
+
+
+def draft_value(raw: dict[str, Any], name: str, default: Any = None) -> Any:
+    """A DFlash setting as the reference reads it: dflash_config first, then the top level."""
+    nested = raw.get("dflash_config") or {}
+    return nested[name] if name in nested else raw.get(name, default)
+
+
+@dataclass(frozen=True)
+class DFlash2Config:
+    """What a DFlash2 drafter adds: the convolution around each sublayer and the candidate selector."""
+    conv_kernel_size: int
+    conv_group_size: int          # channels per group; the dynamic taps are per group
+    selector_rank: int
+    selector_top_k: int
+    output_multiplier: float
+    final_logit_softcapping: float | None   # None: no tanh capping
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], hidden: int, vocab: int, source: str) -> "DFlash2Config":
+        nested = raw.get("dflash_config") or {}
+        unknown = sorted(set(nested) - set(DFLASH2_KEYS))
+        if unknown:
+            raise CheckpointError(
+                f"{source}: dflash_config.{unknown[0]} is not a DFlash2 setting this version knows (it knows "
+                f"{', '.join(DFLASH2_KEYS)}). It may change what the drafter computes, so the drafter is refused "
+                "rather than run without it. Update DFlash Desktop or pick another drafter.")
+        missing = [k for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+                   if draft_value(raw, k) is None]
+        if missing:
+            raise CheckpointError(f"{source} is a DFlash2 drafter without {', '.join(missing)} (dflash_config). "
+                                  "The checkpoint is incomplete: re-download the drafter.")
+        group = whole(draft_value(raw, "conv_group_size"), "conv_group_size", source, 1, hidden)
+        if hidden % group:
+            raise CheckpointError(f"{source}: conv_group_size {group} does not divide hidden_size {hidden}. "
+                                  "The file is damaged; re-download it.")
+        cap = draft_value(raw, "final_logit_softcapping")
+        return cls(
+            conv_kernel_size=whole(draft_value(raw, "conv_kernel_size"), "conv_kernel_size", source, 1, 64),
+            conv_group_size=group,
+            selector_rank=whole(draft_value(raw, "selector_rank"), "selector_rank", source, 1, 1 << 14),
+            selector_top_k=whole(draft_value(raw, "selector_top_k"), "selector_top_k", source, 1, min(vocab, 1024)),
+            output_multiplier=real(draft_value(raw, "output_multiplier", 1.0), "output_multiplier", source, 0.0, 1e4),
+            # the reference caps only when the value is above 0
+            final_logit_softcapping=None if cap is None or (type(cap) in (int, float) and cap == 0) else
+            real(cap, "final_logit_softcapping", source, 0.0, 1e4))
 
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -43,15 +120,21 @@ class DraftConfig:
     num_target_layers: int | None
     layer_types: tuple[str, ...]
     sliding_window: int | None
+    causal: tuple[bool, ...]        # per layer: block rows see only earlier block rows
     max_position_embeddings: int
+    input_embedding_scale: float    # multiplies the target's embedding of the block
+    generation: int                 # 1: DFlash, 2: DFlash2 (GENERATIONS)
+    dflash2: DFlash2Config | None   # generation 2 only
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> "DraftConfig":
+        generation = generation_of(raw, source)
         missing = [k for k in REQUIRED_KEYS if k not in raw]
-        dflash = raw.get("dflash_config") or {}
-        block_size = dflash.get("block_size", raw.get("block_size"))
-        mask_id = dflash.get("mask_token_id", raw.get("mask_token_id"))
+        if not isinstance(raw.get("dflash_config") or {}, dict):
+            raise CheckpointError(f"{source}: dflash_config must be a JSON object. Re-download the drafter.")
+        block_size = draft_value(raw, "block_size")
+        mask_id = draft_value(raw, "mask_token_id")
         if block_size is None:
             missing.append("block_size (top level or dflash_config.block_size)")
         if mask_id is None:
@@ -69,8 +152,11 @@ class DraftConfig:
         num_target_layers = raw.get("num_target_layers")
         if num_target_layers is not None:
             num_target_layers = config_int(raw, "num_target_layers", source, 1, 1024)
-        layer_ids = dflash.get("target_layer_ids")
+        layer_ids = draft_value(raw, "target_layer_ids")
         if layer_ids is None:
+            if generation == 2:   # the DFlash2 reference has no fallback either
+                raise CheckpointError(f"{source} is a DFlash2 drafter without dflash_config.target_layer_ids. "
+                                      "The checkpoint is incomplete: re-download the drafter.")
             if num_target_layers is None:
                 raise CheckpointError(
                     f"{source} has neither dflash_config.target_layer_ids nor num_target_layers, "
@@ -86,21 +172,42 @@ class DraftConfig:
         if len(layer_types) != layers:
             raise CheckpointError(f"{source}: layer_types lists {len(layer_types)} layers but "
                                   f"num_hidden_layers is {layers}.")
+        strange = [t for t in layer_types if t not in LAYER_TYPES]
+        if strange:
+            raise CheckpointError(f"{source}: layer_types holds {strange[0]!r}; a drafter layer is one of "
+                                  f"{', '.join(LAYER_TYPES)}. Re-download the drafter or pick another one.")
+        act = raw.get("hidden_act", "silu")
+        if act != "silu":
+            raise CheckpointError(f"{source}: hidden_act is {act!r}, but DFlash drafters use silu. "
+                                  "This drafter is of a kind DFlash Desktop does not run.")
+        # The reference's rule: without is_causal, exactly the sliding layers are causal in the block;
+        # with it, it decides for every layer (DFlash2 drafters say false).
+        is_causal = raw.get("is_causal")
+        if is_causal is not None and not isinstance(is_causal, bool):
+            raise CheckpointError(f"{source}: is_causal must be true or false, got {is_causal!r}.")
+        causal = tuple(t == "sliding_attention" if is_causal is None else is_causal for t in layer_types)
         eps = raw["rms_norm_eps"]
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
             raise CheckpointError(f"{source}: rms_norm_eps must be a small positive number, got {eps!r}.")
         window = raw.get("sliding_window")
         if window is not None:
             window = config_int(raw, "sliding_window", source, 1, 1 << 24)
+        elif "sliding_attention" in layer_types:
+            raise CheckpointError(f"{source} has sliding_attention layers but no sliding_window. "
+                                  "Re-download the drafter.")
+        scale = real(draft_value(raw, "input_embedding_scale", 1.0), "input_embedding_scale", source, 0.0, 1e4)
+        dflash2 = (DFlash2Config.from_dict(raw, num["hidden_size"], num["vocab_size"], source)
+                   if generation == 2 else None)
         return cls(
             hidden_size=num["hidden_size"], intermediate_size=num["intermediate_size"],
             num_attention_heads=heads, num_key_value_heads=num["num_key_value_heads"],
             head_dim=head_dim, num_hidden_layers=layers, rms_norm_eps=float(eps),
             vocab_size=num["vocab_size"], block_size=block_size, mask_token_id=mask_id,
             target_layer_ids=tuple(layer_ids), num_target_layers=num_target_layers,
-            layer_types=layer_types, sliding_window=window,
+            layer_types=layer_types, sliding_window=window, causal=causal,
             max_position_embeddings=config_int(raw, "max_position_embeddings", source, 1, 1 << 24)
-            if "max_position_embeddings" in raw else 32768, raw=dict(raw))
+            if "max_position_embeddings" in raw else 32768, input_embedding_scale=scale,
+            generation=generation, dflash2=dflash2, raw=dict(raw))
 
     @classmethod
     def from_file(cls, path: Path) -> "DraftConfig":

@@ -16,6 +16,9 @@ SEED_MAX = 2**63 - 1
 MAX_STOP_STRINGS = 16
 MAX_STOP_STRING_CHARS = 256
 RULES = ("residual", "match")
+# The largest request body the local OpenAI-compatible server reads (dflash_desktop/server.py): far more than
+# any context holds as text, far below what one worker command line may carry (protocol.MAX_LINE_BYTES).
+MAX_REQUEST_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)

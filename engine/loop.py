@@ -40,6 +40,7 @@ class Chunk:
     tokens: list[int]
     drafted: list[bool] | None = None   # per token, when the engine can tell (None: it cannot)
     totals: dict | None = None          # drafted, accepted, steps: each a count, or None if not reported
+    fallback: dict | None = None        # the engine runs plain decoding instead of DFlash, and why (as Step)
 
 
 @dataclass
@@ -180,11 +181,15 @@ class Generation:
             for chunk in chunks:
                 if chunk.totals is not None:
                     self.stats.record_totals(**chunk.totals)
+                switched = bool(chunk.fallback) and self.fallback is None
+                if switched:
+                    self.fallback = self.stats.fallback = chunk.fallback
                 if chunk.tokens and decode_start is None:
                     decode_start = time.perf_counter()
                     self.stats.prefill_s = self.stats.ttft_s = decode_start - start
                 step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens), 0, 0)
-                if step.tokens or step.spans or step.stop_reason:
+                step.fallback = self.fallback if switched else None
+                if step.tokens or step.spans or step.stop_reason or step.fallback:
                     yield step
                 if self.stop_reason is not None or self._cancel.is_set():
                     break

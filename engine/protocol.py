@@ -64,6 +64,9 @@ ERROR_CODES = {
     "worker_start_failed": "The engine process could not be started.",
     "worker_stopped": "The engine was stopped on request before it answered.",
     "timeout": "The engine did not answer in time.",
+    # raised by the remote client (dflash_desktop/remote.py), for a pair on an OpenAI-compatible server
+    "remote_unreachable": "The server could not be reached, or stopped answering.",
+    "remote_error": "The server refused the request or answered something that is not OpenAI's format.",
 }
 
 

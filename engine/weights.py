@@ -98,6 +98,14 @@ def whole(value, name: str, source: str, low: int = 1, high: int = 1 << 24) -> i
     return value
 
 
+def real(value, name: str, source: str, low: float, high: float) -> float:
+    """A finite number above low (excluded) and at most high, or CheckpointError naming it and the file."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        raise CheckpointError(f"{source}: {name} must be a number above {low:g} and at most {high:g}, got {value!r}. "
+                              "The file is damaged or not a model config; re-download it.")
+    return float(value)
+
+
 def check_fits(needed: int, available: int | None, what: str) -> None:
     if available is not None and needed > available:
         raise CheckpointError(f"{what} needs about {needed / 1e9:.1f} GB but only {available / 1e9:.1f} GB is "

@@ -276,6 +276,9 @@ class Worker:
         if cancelled():
             raise Cancelled("Loading was cancelled before it started; the loaded model, if any, is unchanged.")
         engine = msg.get("engine") or DEFAULT_ENGINE
+        if engine == "auto":
+            from engine.backends import auto_engine
+            engine = auto_engine(msg["target"], msg.get("device") or "auto")
         self._progress(rid, "import", "Loading the engine libraries")
         eng = load_engine(engine)
         self._release()                          # a load replaces the pair: on failure nothing is loaded

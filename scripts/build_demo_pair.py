@@ -166,6 +166,10 @@ class Build:
             parts += ["--target-budget-min", str(self.args.target_budget_min)]
         if stage == "drafter" and self.args.drafter_budget_min != DEFAULT_DRAFTER_BUDGET_MIN:
             parts += ["--drafter-budget-min", str(self.args.drafter_budget_min)]
+        if stage == "drafter" and self.args.init_from:
+            parts += ["--init-from", self.args.init_from]
+        if stage == "drafter" and self.args.sequences:
+            parts += ["--sequences", str(self.args.sequences)]
         return shlex.join(parts)
 
     # -- stages ------------------------------------------------------------------------------
@@ -315,7 +319,9 @@ class Build:
         corpus = self.corpus()
         sizes = dict(self.sizes["drafter"])
         sizes.setdefault("minutes", self.args.drafter_budget_min)
-        settings = DraftTrainSettings(seed=self.args.seed, **sizes)
+        if self.args.sequences:
+            sizes["sequences"] = self.args.sequences
+        settings = DraftTrainSettings(seed=self.args.seed, init_from=self.args.init_from, **sizes)
         partial = draft_dir.with_name(draft_dir.name + ".partial")
         trainer = DraftTrainer(self.target_dir, partial, self.work / "drafter_run", settings, log=log, overwrite=True)
         # held-out acceptance is only watched during training, never used to pick weights
@@ -381,6 +387,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--drafter-budget-min", type=float, default=DEFAULT_DRAFTER_BUDGET_MIN,
                    help="wall-clock budget of the drafter training, minutes")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="drafter stage: fine-tune this drafter's weights (same sizes) instead of starting "
+                        "from random ones, e.g. to move a drafter to other target layers")
+    p.add_argument("--sequences", type=int, default=None,
+                   help="drafter stage: responses to regenerate (default: the recipe's)")
     p.add_argument(
         "--isolate-newlines",
         action="store_true",

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES="xvfb xauth libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 \
 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 \
-libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core nsis"
+libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core nsis \
+cmake g++ ninja-build patch"
 
 install_system_packages() {
     local missing=()
@@ -28,10 +29,17 @@ install_python_packages() {
     python3 -m pip install -q -e ".[dev]"
 }
 
+install_llamacpp() {
+    # llama-server and the GGUF converter, built once per machine from the pinned llama-cpp-python sdist
+    # into the user's cache (engine/backends/llamacpp/build.py); a few minutes the first time.
+    python3 -m engine.backends.llamacpp.build
+}
+
 case "${1:-}" in
     run)
         install_system_packages
         install_python_packages
+        install_llamacpp
         shift
         if [ -z "${DISPLAY:-}" ] && [ -z "${WAYLAND_DISPLAY:-}" ]; then
             exec xvfb-run -a dflash-desktop "$@"   # no screen: run on a virtual one
@@ -41,6 +49,7 @@ case "${1:-}" in
     test)
         install_system_packages
         install_python_packages
+        install_llamacpp
         shift
         exec python3 -m pytest -q "$@"
         ;;

@@ -166,6 +166,32 @@ def main(argv: list[str] | None = None) -> int:
         dialog = window.open_settings()
         shots.shoot("07-settings", dialog)
         dialog.reject()
+
+        # 9. the local server on, answering a request from another program (status bar: address, activity)
+        import json
+        import threading
+        import urllib.request
+        import socket
+        with socket.socket() as probe:      # a free port, so an app running elsewhere is no obstacle
+            probe.bind(("127.0.0.1", 0))
+            window.settings.server_port = probe.getsockname()[1]
+        window.server_action.trigger()
+        wait_until(app, lambda: window.local_server.url is not None, 30, "the local server")
+        body = json.dumps({"prompt": "class Stack:\n", "max_tokens": 600}).encode()
+        request = urllib.request.Request(window.local_server.url + "/completions", body,
+                                         {"Content-Type": "application/json"})
+        threading.Thread(target=lambda: urllib.request.urlopen(request, timeout=600).read(), daemon=True).start()
+        wait_until(app, lambda: window.server_status.activity.text().startswith("serving"), 120, "a server request")
+        shots.shoot("09-local-server-busy")
+        window.server_action.trigger()
+
+        # 10. Models… > Add a server: the base URL and key of a vLLM or SGLang server with DFlash
+        picker = window.open_model_picker()
+        dialog = picker.add_server()
+        dialog.url.setCurrentText("http://gpu-box:8000/v1")
+        shots.shoot("10-add-a-server", dialog)
+        dialog.reject()
+        picker.reject()
     finally:
         window.close()
     too_big = [p.name for p in shots.saved if p.stat().st_size > 300 * 1024]

@@ -59,9 +59,11 @@ def test_bundled_catalog_has_every_design_pair_and_the_demo():
     (lambda d: d["pairs"][2]["target"].update(layers=-3), "'layers' must be a positive integer (got -3)"),
     (lambda d: d["pairs"][2].update(id="qwen3-4b"), "pair 'qwen3-4b': duplicate id"),
     (lambda d: d["pairs"][2].update(engines={"torch": ["cuda", "tpu"]}), "devices must be a non-empty subset"),
-    (lambda d: d["pairs"][2]["target"].update(model_type="bert"), "the torch engine does not run 'bert' models on"),
+    (lambda d: d["pairs"][2]["target"].update(model_type="bert"), "engine does not run 'bert' models on"),
     (lambda d: d["pairs"][2]["target"].pop("model_type"), "'model_type' must name the architecture"),
     (lambda d: d["pairs"][2]["drafter"].update(thinking="maybe"), "'thinking' must be true, false or null"),
+    (lambda d: d["pairs"][2]["drafter"].update(generation="2"), "'generation' must be a whole number from 1"),
+    (lambda d: d["pairs"][2]["drafter"].update(generation=0), "'generation' must be a whole number from 1"),
     (lambda d: d["pairs"][0].update(kind="ftp"), "'kind' must be one of"),
     (lambda d: d["pairs"][0]["target"].pop("path"), "embedded models need a 'path'"),
     (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
@@ -71,6 +73,24 @@ def test_validation_errors_name_the_problem(mutate, expected):
     data = raw()
     mutate(data)
     with pytest.raises(CatalogError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        parse_catalog(data)
+
+
+def test_drafter_generations_are_checked_against_the_engines(monkeypatch):
+    """DFlash2 pairs load where the engine runs DFlash2 drafters and are refused where it does not; a
+    generation this version does not know (a newer catalog) is skipped, like an engine it lacks."""
+    from dataclasses import replace
+    data = raw()
+    data["pairs"][1]["drafter"]["generation"] = 2
+    data["pairs"][2]["drafter"]["generation"] = 3
+    with pytest.raises(CatalogError, match="pair 'qwen3-4b': the llamacpp engine does not run DFlash2 drafters"):
+        parse_catalog(data)
+    data["pairs"][1]["engines"].pop("llamacpp")
+    c = parse_catalog(data)
+    assert c.get("qwen3-4b").generation == 2 and c.get("demo").generation == 1
+    assert "qwen3-8b" not in {p.id for p in c.pairs}
+    monkeypatch.setitem(cat.ENGINES, "torch", replace(cat.ENGINES["torch"], drafter_generations=(1,)))
+    with pytest.raises(CatalogError, match="pair 'qwen3-4b': the torch engine does not run DFlash2 drafters"):
         parse_catalog(data)
 
 

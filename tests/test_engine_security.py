@@ -208,10 +208,13 @@ def test_cli_arguments_that_are_not_text_are_refused(pair_dirs):
 
 def test_every_transformers_loader_is_told_never_to_run_folder_code():
     """A source scan: each from_pretrained call of a transformers class passes trust_remote_code=False
-    (our own TargetModel and DFlashDrafter loaders read only JSON and safetensors)."""
+    (our own TargetModel and drafter loaders read only JSON and safetensors)."""
     import ast
+    from engine.backends.torch.drafter import DFlashDrafter
+    from engine.backends.torch.engine import DRAFTERS
+    assert all(issubclass(loader, DFlashDrafter) for loader, _ in DRAFTERS.values())
     root = Path(__file__).resolve().parent.parent
-    ours = {"TargetModel", "DFlashDrafter"}
+    ours = {"TargetModel", "DFlashDrafter", "DFlash2Drafter", "drafter_class"}  # drafter_class: from DRAFTERS
     bad = []
     for folder in ("engine", "dflash_desktop", "ui", "scripts", "bench"):
         for path in (root / folder).rglob("*.py"):

@@ -132,7 +132,7 @@ def report_of(fixture: str):
     ("nvidia_rtx4090_nvml", "torch", "cuda", "bfloat16"),
     ("nvidia_rtx3060_smi", "torch", "cuda", "bfloat16"),
     ("apple_m2_16gb", "torch", "mps", "bfloat16"),
-    ("cpu_only_i5", "torch", "cpu", "float32"),
+    ("cpu_only_i5", "llamacpp", "cpu", "float32"),     # llama.cpp decodes the demo pair faster on a CPU
 ])
 def test_the_plan_follows_the_hardware(catalog, fixture, engine, device, dtype):
     from dflash_desktop.run_plan import plan_for
@@ -148,9 +148,12 @@ def test_a_gpu_without_bfloat16_gets_float16(catalog):
 
 
 def test_the_estimate_counts_the_bytes_the_plan_loads(catalog):
-    """On a CPU the torch engine holds weights in float32: twice the bf16 checkpoint."""
+    """On a CPU the torch engine holds weights in float32: twice the bf16 checkpoint (llama.cpp, first for
+    this pair on a CPU, is not built on this imagined computer)."""
     from dflash_desktop.fit import estimate_here
-    e = estimate_here(catalog.get("qwen3-8b"), report_of("cpu_only_i5"))
+    report = report_of("cpu_only_i5")
+    report.engines_missing = {"llamacpp": "not built"}
+    e = estimate_here(catalog.get("qwen3-8b"), report)
     assert (e.weight_dtype, e.kv_dtype) == ("fp32", "fp32")
     assert e.breakdown["target_weights"] == 8_190_735_360 * 4
     assert e.plan.device_class == "cpu" and e.budget_source == "available RAM"
@@ -168,8 +171,11 @@ def test_a_slow_cpu_pair_says_about_how_slow(catalog):
     from dflash_desktop.fit import estimate_here
     report = report_of("cpu_only_i5")
     report.memory_bytes_per_s, report.budget_bytes = 20e9, 64 * GiB
+    report.engines_missing = {"llamacpp": "not built"}
     e = estimate_here(catalog.get("qwen3-4b"), report)
     assert e.plain_tok_s == pytest.approx(20e9 / (4_022_468_096 * 4))     # about 1.2 tokens/s
     assert e.verdict == "fits" and "about 1.2 tokens per second" in e.sentence
+    report.engines_missing = {}                                            # llama.cpp's 4-bit GGUF: 2.5 GB
+    assert estimate_here(catalog.get("qwen3-4b"), report).plain_tok_s == pytest.approx(20e9 / 2.5e9)
     moe = estimate_here(catalog.get("qwen3-coder-30b-a3b"), report_of("apple_m2_16gb"))
     assert moe.plain_tok_s is None                                         # no measured rate for a GPU

@@ -47,8 +47,9 @@ def test_schedule_and_layer_choice():
     assert lr_at(0, 100, 1.0, 0.04) == pytest.approx(0.25)
     assert lr_at(4, 100, 1.0, 0.04) == pytest.approx(1.0)
     assert lr_at(100, 100, 1.0, 0.04) == pytest.approx(0.0)
-    assert default_layer_ids(6) == [1, 3, 5]
-    assert default_layer_ids(36, 5)[-1] == 35
+    assert default_layer_ids(6) == [1, 2, 3]
+    assert default_layer_ids(36, 5) == [1, 9, 17, 25, 33]
+    assert default_layer_ids(2) == [0]
 
 
 def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir, no_unpickling):

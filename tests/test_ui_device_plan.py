@@ -41,7 +41,9 @@ def sent(chat_worker, monkeypatch):
     ("cpu_only_i5", "cpu", None),
 ])
 def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_pair, sent, fixture, device, refusal):
-    plan = plan_for(load_catalog(prefer_refreshed=False).demo, report_of(fixture))
+    report = report_of(fixture)
+    report.engines_missing = {"llamacpp": "not built"}    # the torch engine's device path (llama.cpp: its own tests)
+    plan = plan_for(load_catalog(prefer_refreshed=False).demo, report)
     assert plan.device == device
     window = make_window(qtbot, chat_worker, {**echo_pair, "plan": plan.request}, wait_ready=refusal is None)
     assert sent[0] == plan.request

@@ -58,9 +58,9 @@ class ChatController(QObject):
     # -- model --------------------------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        """A pair is loaded and the worker is free (no load, calibration or demo run in flight)."""
-        return (self.pair_info is not None and self._load_id is None and self._calib_id is None
-                and not self.worker.busy)
+        """A pair is loaded and no load or calibration of ours is in flight; other callers' generations (the
+        speedup demo, the local server) do not matter: the job queue runs ours after them."""
+        return self.pair_info is not None and self._load_id is None and self._calib_id is None
 
     @property
     def generating(self) -> bool:
@@ -68,12 +68,17 @@ class ChatController(QObject):
 
     def load_pair(self, pair: dict) -> None:
         """pair: {id, name, target_dir, draft_dir, plan: {engine, device, dtype} (run_plan.py; absent:
-        the engine's own choice), thinking}; remembered as the last pair once it loads."""
+        the engine's own choice), thinking}, or {id, name, remote: {base_url, api_key}} for a pair on a
+        server; remembered as the last pair once it loads."""
         if self._gen:
             self.stop()
         self.pair, self.pair_info = dict(pair), None
         self._calib_id = None
         self.panel.set_baseline(self.baseline())
+        if pair.get("remote"):
+            self._load_id = self.worker.load_remote(**pair["remote"])
+            self.loadingChanged.emit(True, f"Connecting to {pair['remote']['base_url']}…")
+            return
         plan = pair.get("plan") or run_plan.AUTO
         self._load_id = self.worker.load_pair(pair["target_dir"], pair.get("draft_dir"), **plan)
         where = "" if plan["device"] == "auto" else f" on {plan['device']}"
@@ -92,6 +97,10 @@ class ChatController(QObject):
         """Measure plain decoding of the same target on this machine (64 tokens, greedy)."""
         if self.pair_info is None or self._gen is not None or self._calib_id is not None:
             return
+        if self.pair_info.get("engine") == "remote":
+            self.statusMessage.emit("A server runs its own speculative decoding on every request, so plain "
+                                    "decoding cannot be measured there.")
+            return
         self.panel.set_baseline(self.baseline(), measuring=True)
         self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
         self._calib_id = self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
@@ -105,6 +114,9 @@ class ChatController(QObject):
         if ev.get("id") != self._load_id:
             return
         self._load_id, self.pair_info = None, ev
+        if self.pair.get("remote"):   # named after the model the server serves
+            self.pair = {**self.pair, "name": ev.get("name")}
+            settings_mod.remember_server(self.settings, ev["base_url"], self.pair["remote"].get("api_key") or "")
         self.settings.last_pair = self.pair
         self.save_settings()
         self.view.thinking.setVisible(bool(ev.get("supports_thinking")))
@@ -113,12 +125,16 @@ class ChatController(QObject):
         self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
         self.panel.has_drafter = bool(ev.get("has_drafter"))
         self.loadingChanged.emit(False, "")
-        self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
-                                f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
-                                f"loaded in {ev.get('load_s', 0):.1f} s)")
+        if ev.get("engine") == "remote":
+            self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
+                                    "engine is not started.")
+        else:
+            self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
+                                    f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
+                                    f"loaded in {ev.get('load_s', 0):.1f} s)")
         self.panel.set_runtime(ev)
         self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
-        if self.baseline() is None:
+        if self.baseline() is None and ev.get("engine") != "remote":
             self.calibrate()
         self._run_waiting()
 

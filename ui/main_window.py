@@ -3,8 +3,9 @@ DFlash stats dock on the right, actions in the toolbar and the model's state in 
 
 Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `controller`, the
 actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, `stats_action`,
-`settings_action`, `stop_action`), and `show_stats()`, `toggle_demo()`, `open_model_picker()`,
-`open_settings()`, `show_error()`, `show_store_notice()`, `show_store_error()`, `bring_to_front()`.
+`settings_action`, `server_action`, `stop_action`), `local_server` and `server_status`, and `show_stats()`,
+`toggle_demo()`, `toggle_server()`, `open_model_picker()`, `open_settings()`, `show_error()`,
+`show_store_notice()`, `show_store_error()`, `bring_to_front()`.
 """
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
                                QStackedWidget, QToolBar)
 
-from dflash_desktop import downloads
+from dflash_desktop import downloads, run_plan
 from dflash_desktop import settings as settings_mod
-from dflash_desktop.catalog import load_catalog
+from dflash_desktop.catalog import CatalogError, load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
 from dflash_desktop.qt_worker import QtWorker
+from engine.backends import ENGINES, missing_engines
 
 from . import theme
 from .chat_controller import ChatController
 from .chat_view import ChatView
 from .conversation_list import ConversationList
+from .server_status import LocalServer, ServerStatus
 from .settings_dialog import FIELDS as DIALOG_FIELDS, SettingsDialog
 from .stats_panel import StatsPanel
 
@@ -43,9 +46,9 @@ def demo_pair() -> dict | None:
 
 
 def startup_pair(settings: settings_mod.Settings) -> dict | None:
-    """The last pair if its folders still exist, else the demo pair."""
+    """The last pair if its folders still exist (or it is on a server), else the demo pair."""
     last = settings.last_pair
-    if last and Path(last.get("target_dir", "")).is_dir():
+    if last and (last.get("remote") or Path(last.get("target_dir", "")).is_dir()):
         return last
     return demo_pair()
 
@@ -87,6 +90,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(splitter)
 
         self.controller = ChatController(self.worker, self.store, self.settings, self.chat_view, self.stats_panel, self)
+        self.local_server = LocalServer(self.worker, self._served_name, self)
         self._build_actions()
         self._build_status_bar()
         self._wire()
@@ -129,6 +133,9 @@ class MainWindow(QMainWindow):
         self.stats_action.setToolTip("Show or hide the DFlash stats panel (Ctrl+I)")
         self.settings_action = self._action("Settings", "Ctrl+,", self.open_settings,
                                             "Sampling, block size, draft cutoff, theme")
+        self.server_action = self._action("Local server", "Ctrl+Shift+L", self.toggle_server,
+                                          "Serve the loaded model to other programs on this computer "
+                                          "(OpenAI-compatible API)", checkable=True)
         self.stop_action = self._action("Stop", "Esc", self.controller.stop, "Stop the answer being written")
         self.send_action = self._action("Send", "Ctrl+Return", self.chat_view.submit, "Send the message")
 
@@ -137,7 +144,7 @@ class MainWindow(QMainWindow):
         bar.setMovable(False)
         bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         for action in (self.new_chat_action, self.models_action, None, self.demo_action, self.highlight_action,
-                       self.stats_action, None, self.settings_action):
+                       self.stats_action, None, self.server_action, self.settings_action):
             bar.addSeparator() if action is None else bar.addAction(action)
         for action in bar.actions():
             widget = bar.widgetForAction(action)
@@ -166,16 +173,15 @@ class MainWindow(QMainWindow):
         self.read_only_label.setAccessibleName("Chats are read-only")
         bar.addPermanentWidget(self.read_only_label)
         self.read_only_label.setVisible(bool(self.store.read_only))
+        self.server_status = ServerStatus(self.server_action)
+        bar.addPermanentWidget(self.server_status)
         bar.addPermanentWidget(self.pair_label)
 
     def _wire(self) -> None:
         c = self.controller
         c.statusMessage.connect(self.status_label.setText)
         c.loadingChanged.connect(self._loading)
-        c.pairLoaded.connect(lambda ev: self.pair_label.setText(
-            f"{ev['display_name']}  ·  {ev.get('engine')} on {ev.get('device')}, {ev.get('dtype')}  ·  "
-            f"block {ev.get('block_size')}"
-            + ("" if ev.get("has_drafter") else "  ·  no drafter")))
+        c.pairLoaded.connect(self._show_pair)
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
         self.sidebar.conversationChosen.connect(c.open_conversation)
@@ -183,10 +189,21 @@ class MainWindow(QMainWindow):
         self.sidebar.deleteRequested.connect(c.delete_conversation)
         self.sidebar.renameRequested.connect(c.rename_conversation)
         self.worker.error.connect(self._worker_error)
+        self.worker.jobs.connect(self.server_status.show_jobs)
+        self.local_server.changed.connect(self._server_changed)
+        self.local_server.failed.connect(self._server_failed)
 
     # -- slots --------------------------------------------------------------------------------------
     def refresh_conversations(self) -> None:
         self.sidebar.set_conversations(self.store.conversations(), self.controller.conversation_id)
+
+    def _show_pair(self, ev: dict) -> None:
+        if ev.get("engine") == "remote":
+            self.pair_label.setText(f"{ev['display_name']}  ·  on {ev.get('device')}")
+            return
+        self.pair_label.setText(f"{ev['display_name']}  ·  {ev.get('engine')} on {ev.get('device')}, "
+                                f"{ev.get('dtype')}  ·  block {ev.get('block_size')}"
+                                + ("" if ev.get("has_drafter") else "  ·  no drafter"))
 
     def _loading(self, busy: bool, text: str) -> None:
         self.progress.setVisible(busy)
@@ -201,6 +218,30 @@ class MainWindow(QMainWindow):
         self.chat_view.set_highlight(on)
         self.settings.highlight_drafted = on
         self.controller.save_settings()
+
+    def toggle_server(self, on: bool) -> None:
+        """Start or stop the local server on the port and key from the settings."""
+        if on:
+            self.local_server.start(self.settings.server_port, self.settings.server_api_key)
+        else:
+            self.local_server.stop()
+
+    def _served_name(self) -> str | None:
+        """The model name clients see: the catalog id of a local pair, the server's own name of a remote one."""
+        info = self.worker.pair_info or {}
+        return info.get("name") if info.get("engine") == "remote" else (self.controller.pair or {}).get("id")
+
+    def _server_changed(self, url: str | None) -> None:
+        self.server_status.show_url(url)
+        if self.server_action.isChecked() != bool(url):
+            self.server_action.setChecked(bool(url))
+        key = " (API key required)" if self.settings.server_api_key else ""
+        self.status_label.setText(f"Local server on at {url}{key}: point the openai package or curl at it."
+                                  if url else "Local server stopped.")
+
+    def _server_failed(self, message: str) -> None:
+        self.server_action.setChecked(False)
+        self.status_label.setText(f"The local server did not start: {message}")
 
     def show_stats(self, visible: bool = True) -> None:
         self.stats_panel.setVisible(visible)
@@ -228,8 +269,8 @@ class MainWindow(QMainWindow):
         except ImportError as exc:
             self.status_label.setText(f"The model picker is not available in this build ({exc}).")
             return None
-        picker = ModelPicker(self)
-        picker.pairChosen.connect(self.controller.load_pair)
+        picker = ModelPicker(self, servers=self.settings.remote_servers)
+        picker.pairChosen.connect(lambda pair: self.controller.load_pair(self.with_engine(pair)))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
         return picker
@@ -237,15 +278,38 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> SettingsDialog:
         """Open the settings dialog (non-blocking); returns it so tests and scripts can drive it."""
         info = self.controller.pair_info or {}
-        dialog = SettingsDialog(self.settings, info.get("block_size"), self)
+        engines = [(name, ENGINES[name].label) for name in self.engine_choices()]
+        dialog = SettingsDialog(self.settings, info.get("block_size"), self, engines=engines)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings))
         dialog.open()
         return dialog
 
+    def engine_choices(self, pair: dict | None = None) -> list[str]:
+        """Engines that can run the pair (default: the loaded one) here from its folders (run_plan.py)."""
+        pair = pair or self.controller.pair
+        info = self.controller.pair_info or {}
+        try:
+            entry = load_catalog().get(pair["id"])
+        except (KeyError, TypeError, CatalogError):
+            return []
+        current = (pair.get("plan") or {}).get("engine") or info.get("engine") or "torch"
+        device = str(info.get("device") or "cpu")
+        device_class = "cuda" if device.startswith("cuda") else "apple" if device in ("mps", "metal") else "cpu"
+        return run_plan.engine_choices(entry, current, device_class, missing_engines())
+
+    def with_engine(self, pair: dict) -> dict:
+        """The pair with the engine the settings prefer, where that engine can run it from its folders."""
+        plan = pair.get("plan") or run_plan.AUTO
+        engine = self.settings.engine
+        if engine == "auto" or engine == plan["engine"] or engine not in self.engine_choices(pair):
+            return pair
+        return {**pair, "plan": {**plan, "engine": engine, "dtype": None}}
+
     def apply_settings(self, new: settings_mod.Settings | None) -> None:
         if new is None:
             return
+        reload = new.engine != self.settings.engine and self.controller.pair is not None
         for field in DIALOG_FIELDS:
             setattr(self.settings, field, getattr(new, field))
         self.controller.save_settings()
@@ -254,6 +318,9 @@ class MainWindow(QMainWindow):
         theme.apply(app, self.settings.theme, self.settings.font_size)
         self.chat_view.set_highlight(False)
         self.chat_view.set_highlight(self.settings.highlight_drafted)   # re-render with the new colours
+        if reload:                                       # automatic: the worker's choice (engine "auto")
+            pair, plan = self.controller.pair, self.controller.pair.get("plan") or run_plan.AUTO
+            self.controller.load_pair(self.with_engine({**pair, "plan": {**plan, "engine": "auto", "dtype": None}}))
 
     def _message(self, icon: QMessageBox.Icon, text: str) -> QMessageBox:
         box = QMessageBox(icon, "DFlash Desktop", text, QMessageBox.StandardButton.Ok, self)
@@ -287,6 +354,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         self.settings.show_stats = self.stats_panel.isVisible()
         self.controller.save_settings()
+        self.local_server.stop()
         if self._owns_worker:
             self.worker.shutdown(3.0)
         if self._owns_store:

@@ -16,11 +16,12 @@ from PySide6.QtWidgets import (QApplication, QDialog, QFrame, QHBoxLayout, QLabe
                                QProgressBar, QPushButton, QSplitter, QStyle, QStyledItemDelegate,
                                QStyleOptionViewItem, QVBoxLayout, QWidget)
 
-from dflash_desktop import downloads
+from dflash_desktop import downloads, variant_folder
 from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
 
 from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
+from .remote_dialog import AddServerDialog
 
 BADGE_COLORS = {"fits": QColor(46, 160, 67), "slow": QColor(120, 140, 40), "tight": QColor(191, 135, 0),
                 "target_only": QColor(56, 139, 253),
@@ -136,15 +137,18 @@ class _PairDelegate(QStyledItemDelegate):
 class ModelPicker(QDialog):
     """Lists the catalog pairs with fit and download state; emits `pairChosen` for the pair to load."""
 
-    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits), plan, thinking
+    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits), plan, thinking;
+    #                            or id, name, remote {base_url, api_key} for a server (Add a server…)
     ready = Signal()           # catalog, hardware and disk scan are in
 
     def __init__(self, parent: QWidget | None = None, catalog: Catalog | None = None,
-                 hardware: HardwareReport | None = None):
+                 hardware: HardwareReport | None = None, servers: list[dict] | None = None):
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 620)
         self.catalog, self.hardware = catalog, hardware
+        self.servers = servers or []     # remote servers used before, the latest first
+        self.server_dialog: AddServerDialog | None = None
         self.model = PairListModel(self)
         self.online = False
         self._jobs: dict[str, downloads.DownloadJob] = {}
@@ -203,7 +207,12 @@ class ModelPicker(QDialog):
         self.load_button.clicked.connect(self.load_selected)
         close = QPushButton("Close")
         close.clicked.connect(self.reject)
+        self.server_button = QPushButton("Add a server…")
+        self.server_button.setToolTip("Chat with a model on a vLLM or SGLang server started with DFlash, for models "
+                                      "this computer cannot hold")
+        self.server_button.clicked.connect(self.add_server)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.server_button)
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
@@ -269,7 +278,7 @@ class ModelPicker(QDialog):
             try:
                 cat = catalog or load_catalog()
                 report = hardware or detect_live()
-                loader.ready.emit(cat, report, local_dirs_for(cat, downloads.find_cached))
+                loader.ready.emit(cat, report, local_dirs_for(cat, downloads.find_cached, report))
             except Exception as exc:  # a broken catalog or probe must not leave the dialog spinning
                 loader.failed.emit(f"Could not read the model catalog or this computer's hardware: {exc}")
 
@@ -371,15 +380,24 @@ class ModelPicker(QDialog):
                               "plan": idx.data(Roles.Plan), "thinking": row.pair.thinking})
         self.accept()
 
+    def add_server(self) -> AddServerDialog:
+        """Ask for a server's address and key; Connect loads it as the pair."""
+        self.server_dialog = AddServerDialog(self.servers, self)
+        self.server_dialog.accepted.connect(lambda: (self.pairChosen.emit(self.server_dialog.pair()), self.accept()))
+        self.server_dialog.open()
+        return self.server_dialog
+
     def download_selected(self) -> None:
         idx = self.list.currentIndex()
         if not idx.isValid() or not self.download_button.isEnabled():
             return
-        pair = self.model.pair_row(idx.row()).pair
+        row = self.model.pair_row(idx.row())
+        pair, plan = row.pair, row.fit.plan if row.fit else None
         bridge = _Bridge(self)
         bridge.progress.connect(lambda p, pid=pair.id: self._on_progress(pid, p))
         bridge.finished.connect(lambda job, pid=pair.id: self._on_finished(pid, job))
-        job = downloads.DownloadJob.for_pair(pair, on_progress=bridge.progress.emit, on_finished=bridge.finished.emit)
+        job = downloads.DownloadJob.for_pair(pair, engine=plan.engine if plan else None,
+                                             on_progress=bridge.progress.emit, on_finished=bridge.finished.emit)
         self._jobs[pair.id] = job
         self.model.set_download(pair.id, "downloading", 0.0, "Starting download…")
         job.start()
@@ -398,7 +416,10 @@ class ModelPicker(QDialog):
         self._jobs.pop(pair_id, None)
         row = self.model.pair_row(self.model.row_of(pair_id))
         if job.state == "done":
-            dirs = {"target": job.result[row.pair.target.repo_id], "drafter": job.result[row.pair.drafter.repo_id]}
+            plan = row.fit.plan if row.fit else None
+            target = (variant_folder.assemble(row.pair, plan.variant, job.cache_dir) if plan and plan.variant
+                      else job.result[row.pair.target.repo_id])
+            dirs = {"target": target, "drafter": job.result[row.pair.drafter.repo_id]}
             self.model.set_download(pair_id, "ready", 1.0, dirs=dirs)
         elif job.state == "cancelled":
             self.model.set_download(pair_id, "not_downloaded", 0.0)

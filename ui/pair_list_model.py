@@ -12,9 +12,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
+from dflash_desktop import variant_folder
 from dflash_desktop.catalog import Catalog, Pair
 from dflash_desktop.fit import SLOW_TOK_S, FitEstimate, estimate_here
 from dflash_desktop.hardware import HardwareReport, gib
+from dflash_desktop.run_plan import plan_for
 from engine.backends import DEVICE_CLASSES, DEVICE_LABELS
 
 VERDICT_LABELS = {"fits": "Fits", "slow": "Fits, slowly", "tight": "Tight fit", "target_only": "Target only",
@@ -240,10 +242,18 @@ class PairListModel(QAbstractListModel):
         return " · ".join(parts)
 
 
-def local_dirs_for(catalog: Catalog, find_cached) -> dict[str, dict]:
-    """Which pairs are complete on disk (disk only, no network); slow-ish, so call it off the GUI thread."""
+def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None = None) -> dict[str, dict]:
+    """Which pairs are complete on disk (disk only, no network); slow-ish, so call it off the GUI thread.
+    A pair whose planned engine has its own files (a GGUF variant) is ready when those are."""
     found = {}
     for pair in catalog.pairs:
+        plan = plan_for(pair, report) if report else None
+        if plan is not None and plan.variant is not None:
+            target = variant_folder.assemble(pair, plan.variant)
+            draft = find_cached(pair.drafter.repo_id, pair.drafter.revision)
+            if target and draft:
+                found[pair.id] = {"target": target, "drafter": draft}
+            continue
         if pair.kind == "embedded":
             t, d = pair.local_path("target"), pair.local_path("drafter")
             if (t / "config.json").is_file() and (d / "config.json").is_file() and any(Path(d).glob("*.safetensors")):

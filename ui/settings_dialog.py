@@ -1,13 +1,13 @@
-"""Settings (Ctrl+,): sampling, block size, draft cutoff, plain fallback, offline mode, theme and font
-size. Generation fields take their ranges and help texts from the engine's limits table
-(engine/limits.py); values are checked by Settings.validate(), and a refused value is explained under the
-form instead of silently clamped."""
+"""Settings (Ctrl+,): sampling, block size, draft cutoff, plain fallback, offline mode, theme, font
+size, and the local server's port and API key. Generation fields take their ranges and help texts from
+the engine's limits table (engine/limits.py); values are checked by Settings.validate(), and a refused
+value is explained under the form instead of silently clamped."""
 from __future__ import annotations
 
 import dataclasses
 
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QLabel,
-                               QSpinBox, QVBoxLayout, QWidget)
+                               QLineEdit, QSpinBox, QVBoxLayout, QWidget)
 
 from dflash_desktop.settings import THEMES, Settings, SettingsError
 from engine.limits import LIMITS
@@ -15,11 +15,13 @@ from engine.limits import LIMITS
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 # the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
 FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "plain_fallback",
-          "offline", "theme", "font_size")
+          "offline", "engine", "theme", "font_size", "server_port", "server_api_key")
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, max_block_size: int | None = None, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, max_block_size: int | None = None, parent: QWidget | None = None,
+                 engines: list[tuple[str, str]] = ()):
+        """engines: (name, label) of the engines that can run the loaded pair; offered when there are two or more."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.setAccessibleName("Settings")
@@ -52,6 +54,13 @@ class SettingsDialog(QDialog):
         self.offline.setChecked(settings.offline)
         self.offline.setAccessibleName("Offline mode")
         self.offline.setToolTip("Models already on this computer keep working; nothing is fetched.")
+        self.engine = QComboBox()
+        self.engine.setAccessibleName("Engine")
+        self.engine.setToolTip("Which engine runs the model. Automatic takes the model list's choice for this "
+                               "computer; the model reloads when this changes.")
+        self._engines = ["auto"] + [name for name, _ in engines]
+        self.engine.addItems(["Automatic (the model list's choice)"] + [label for _, label in engines])
+        self.engine.setCurrentIndex(self._engines.index(settings.engine) if settings.engine in self._engines else 0)
         self.theme = QComboBox()
         self.theme.addItems([t.capitalize() for t in THEMES])
         self.theme.setCurrentIndex(THEMES.index(settings.theme))
@@ -60,6 +69,17 @@ class SettingsDialog(QDialog):
         self.font_size.setRange(1, 100)
         self.font_size.setValue(settings.font_size)
         self.font_size.setAccessibleName("Font size in points")
+        self.server_port = QSpinBox()
+        self.server_port.setRange(1, 65535)
+        self.server_port.setValue(settings.server_port)
+        self.server_port.setAccessibleName("Local server port")
+        self.server_port.setToolTip("The port of the OpenAI-compatible server on 127.0.0.1 (Local server switch). "
+                                    "Applies the next time the server starts.")
+        self.server_api_key = QLineEdit(settings.server_api_key)
+        self.server_api_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.server_api_key.setPlaceholderText("none: any program on this computer may use it")
+        self.server_api_key.setAccessibleName("Local server API key")
+        self.server_api_key.setToolTip("When set, clients must send Authorization: Bearer KEY.")
 
         for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
             form.addRow(LIMITS[name].label, getattr(self, name))
@@ -68,8 +88,12 @@ class SettingsDialog(QDialog):
         form.addRow(LIMITS["draft_cutoff"].label, self.draft_cutoff)
         form.addRow("", self.plain_fallback)
         form.addRow("", self.offline)
+        if len(engines) > 1:
+            form.addRow("Engine", self.engine)
         form.addRow("Theme", self.theme)
         form.addRow("Font size", self.font_size)
+        form.addRow("Local server port", self.server_port)
+        form.addRow("Local server API key", self.server_api_key)
 
         self.error = QLabel("")
         self.error.setObjectName("warning")
@@ -110,7 +134,10 @@ class SettingsDialog(QDialog):
             self._base, temperature=self.temperature.value(), top_p=self.top_p.value(), top_k=self.top_k.value(),
             max_new_tokens=self.max_new_tokens.value(), block_size=self.block_size.value(),
             draft_cutoff=None if self.draft_cutoff.value() < 0 else self.draft_cutoff.value(),
-            plain_fallback=self.plain_fallback.isChecked(), offline=self.offline.isChecked(), theme=THEMES[self.theme.currentIndex()], font_size=self.font_size.value())
+            plain_fallback=self.plain_fallback.isChecked(), offline=self.offline.isChecked(),
+            engine=self._engines[self.engine.currentIndex()] if len(self._engines) > 2 else self._base.engine,
+            theme=THEMES[self.theme.currentIndex()], font_size=self.font_size.value(),
+            server_port=self.server_port.value(), server_api_key=self.server_api_key.text().strip())
 
     def accept(self) -> None:
         candidate = self.values()

@@ -260,8 +260,10 @@ class SpeedupDemo(QWidget):
         if not info.get("has_drafter"):
             return self._refuse(f"{info.get('name', 'This model')} was loaded without its DFlash drafter, "
                                 "so there is nothing to compare. Load a pair whose drafter fits.")
-        if self.worker.busy:
-            return self._refuse("The model is busy with another answer. Wait for it or stop it, then run again.")
+        if info.get("engine") == "remote":
+            return self._refuse(f"{info.get('name', 'This model')} runs on a server, which decides itself how to "
+                                "decode every request: plain decoding cannot be measured there. Load a pair on "
+                                "this computer to compare.")
         self._prompt, self._chat = prompt, bool(info.get("chat_template"))
         self.error_label.hide()
         self.plain, self.dflash = Measurement("baseline"), Measurement("dflash")

@@ -118,6 +118,7 @@ class StatsPanel(QDockWidget):
         self.setAccessibleName("DFlash statistics")
         self.baseline: BaselineRecord | None = None
         self.has_drafter = True
+        self.remote = False      # a pair on a server: acceptance is known only from what it reports at the end
         self.values: dict = {}   # what is shown, in numbers (tests and the screenshot script read it)
         self._live_steps: list[list[int]] = []
         self._live_rates: list[float] = []
@@ -209,8 +210,12 @@ class StatsPanel(QDockWidget):
 
     # -- updates ------------------------------------------------------------------------------------
     def set_runtime(self, loaded: dict) -> None:
-        """The loaded event's engine, device and dtype, as the worker reports them."""
-        text = f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights"
+        """The loaded event's engine, device and dtype, as the worker (or the remote server) reports them."""
+        self.remote = loaded.get("engine") == "remote"
+        text = (f"Runs on {loaded.get('device')} · remote server, its own speculative decoding" if self.remote else
+                f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights")
+        if loaded.get("speculation"):        # an engine that chose DFlash's settings or plain decoding itself
+            text += f"\n{loaded['speculation']['reason']}"
         self.runtime.setText(text)
         self.values["runtime"] = text
 
@@ -243,26 +248,34 @@ class StatsPanel(QDockWidget):
         accepted = sum(s[1] for s in self._live_steps)
         tau = (accepted + len(self._live_steps)) / len(self._live_steps) if self._live_steps else 0.0
         rate = generated / elapsed if elapsed > 0 else 0.0
-        self._show(rate, accepted / proposed if proposed else 0.0, tau)
+        if self.remote:   # a server reports its counts when the answer ends, if at all
+            self._show(rate, None, None)
+        else:
+            self._show(rate, accepted / proposed if proposed else 0.0, tau)
 
     def set_stats(self, stats: dict) -> None:
-        """Final numbers of the done event; they replace the live estimates exactly."""
-        self._show(float(stats.get("decode_tok_s") or 0.0), float(stats.get("acceptance_rate") or 0.0),
-                   float(stats.get("tau") or 0.0))
+        """Final numbers of the done event; they replace the live estimates exactly. Counts a server did not
+        report (`unknown`) are shown as not reported, never as zeros."""
+        unknown = set(stats.get("unknown") or ())
+        rate = None if unknown & {"drafted", "accepted"} else float(stats.get("acceptance_rate") or 0.0)
+        tau = None if unknown & {"accepted", "steps"} else float(stats.get("tau") or 0.0)
+        self._show(float(stats.get("decode_tok_s") or 0.0), rate, tau, missing="not reported")
         rates = list(stats.get("position_rates") or [])
         hist = list(stats.get("histogram") or [])
         self.position_bars.set_values(rates)
         self.histogram.set_values(hist)
         self.values.update(position_rates=rates, histogram=hist)
-        self.set_diagnosis(diagnose(stats, self.baseline, self.has_drafter))
+        note = (stats.get("remote") or {}).get("note") if unknown else None
+        self.set_diagnosis(note or diagnose(stats, self.baseline, self.has_drafter))
 
-    def _show(self, tok_s: float, acceptance: float, tau: float) -> None:
+    def _show(self, tok_s: float, acceptance: float | None, tau: float | None, missing: str = "—") -> None:
+        """None: not known, shown as `missing` (not yet, or never reported by a server)."""
         # without a drafter both numbers measure the same plain decoding: a ratio would only show noise
         ratio = speedup({"decode_tok_s": tok_s}, self.baseline) if self.has_drafter else None
         self.dflash_label.setText(f"{tok_s:.1f}")
         self.speedup_label.setText(f"{ratio:.2f}×" if ratio else "—")
-        self.acceptance_label.setText(f"{acceptance * 100:.0f}%")
-        self.tau_label.setText(f"{tau:.2f}")
+        self.acceptance_label.setText(missing if acceptance is None else f"{acceptance * 100:.0f}%")
+        self.tau_label.setText(missing if tau is None else f"{tau:.2f}")
         self.values.update(dflash_tok_s=tok_s, speedup=ratio, acceptance_rate=acceptance, tau=tau)
 
     def set_diagnosis(self, text: str | None) -> None:

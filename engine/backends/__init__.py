@@ -30,6 +30,7 @@ class EngineInfo:
     devices: dict[str, str]                       # device class -> the engine's device name
     dtypes: dict[str, str]                        # device class -> the dtype weights load in by default
     architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
+    drafter_generations: tuple[int, ...] = (1,)   # drafter generations it decodes with (engine/config.py)
 
     def runs(self, model_type: str, device_class: str) -> bool:
         return device_class in self.architectures.get(architecture(model_type), ())
@@ -37,10 +38,49 @@ class EngineInfo:
 
 def _info(package: str) -> EngineInfo:
     mod = importlib.import_module(package)
-    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES))
+    # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
+    return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
+                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))))
 
 
-ENGINES: dict[str, EngineInfo] = {info.name: info for info in (_info("engine.backends.torch"),)}
+ENGINES: dict[str, EngineInfo] = {info.name: info for info in (
+    _info("engine.backends.torch"),
+    _info("engine.backends.llamacpp"),
+)}
+
+
+def missing_engines() -> dict[str, str]:
+    """Engines whose runtime is not on this computer (a llama.cpp that was never built), with the reason.
+    Light: each engine's check reads files, it imports nothing heavy."""
+    out = {}
+    for info in ENGINES.values():
+        check = getattr(importlib.import_module(info.package), "missing", None)
+        reason = check() if check else None
+        if reason:
+            out[info.name] = reason
+    return out
+
+
+def auto_engine(target_dir, device: str = "auto") -> str:
+    """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
+    torch engine on a GPU, else llama.cpp when it is built here and runs the target on the CPU (it decodes
+    faster there: docs/BENCHMARKS.md), else torch."""
+    if device not in ("auto", "cpu"):
+        return "torch"
+    if device == "auto":
+        import torch
+        if torch.cuda.is_available() or torch.backends.mps.is_available():
+            return "torch"
+    try:
+        import json
+        from pathlib import Path
+        model_type = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "torch"                       # the torch engine's load explains what is wrong
+    llamacpp = ENGINES.get("llamacpp")
+    if llamacpp and llamacpp.runs(str(model_type), "cpu") and "llamacpp" not in missing_engines():
+        return "llamacpp"
+    return "torch"
 
 
 def architecture(model_type: str) -> str:

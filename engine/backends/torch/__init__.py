@@ -19,6 +19,9 @@ ARCHITECTURES = {
     "gpt_oss": _ALL, "gemma4": _ALL,           # sliding-window layers (gpt-oss: attention sinks, MoE)
 }
 
+# Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py) and DFlash2 (drafter2.py)
+DRAFTER_GENERATIONS = (1, 2)
+
 
 def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,
               cancelled=lambda: False):

@@ -78,6 +78,8 @@ def bfloat16_is_faster_here() -> bool:
 def confident_prefix(logits: torch.Tensor | None, q: torch.Tensor | None, cutoff: float) -> int:
     """How many leading drafts to verify: those where the running product of the drafter's top
     probability per slot (a rough chance that all of them are accepted) is >= cutoff. It reads the
-    drafter's distributions only, never the tokens drawn from them, so speculative sampling stays exact."""
+    drafter's distributions only, never the tokens drawn from them, so speculative sampling stays exact
+    (DFlash2's slot distributions depend on the drafts before the slot, never on the slot's own draft:
+    whether a draft is verified is still decided before it is drawn)."""
     probs = torch.softmax(logits.float(), dim=-1) if q is None else q
     return int((torch.cumprod(probs.max(-1).values, 0) >= cutoff).sum())

@@ -39,8 +39,9 @@ class DraftRunner:
         self.hidden_norm = (drafter.hidden_norm.weight.to(self.dtype), drafter.hidden_norm.variance_epsilon)
         self.final_norm = (drafter.norm.weight.to(self.dtype), drafter.norm.variance_epsilon)
         self.layers = [_Layer(layer, self.dtype) for layer in drafter.layers]
-        self.sliding = [t == "sliding_attention" for t in cfg.layer_types]
-        self.window = cfg.sliding_window or 1 << 30
+        # what each layer's mask needs: its window (None: sees every position) and whether it is causal
+        self.mask_kinds = [(cfg.sliding_window if t == "sliding_attention" else None, causal)
+                           for t, causal in zip(cfg.layer_types, cfg.causal)]
         self._rotary = drafter.rotary
         self._cos = self._sin = torch.empty(0)
         self.keys: list[torch.Tensor] = []
@@ -65,14 +66,20 @@ class DraftRunner:
         cos, sin = self._cos[start:end], self._sin[start:end]
         ctx = _rms(self.fc(ctx_features.to(self.dtype)), *self.hidden_norm)
         x = block_embeds.to(self.dtype)
-        mask = self._sliding_mask(end, n) if any(self.sliding) else None
+        masks = {kind: block_mask(end, n, *kind, device=self.device) for kind in set(self.mask_kinds)}
         for i, layer in enumerate(self.layers):
-            x = x + self._attention(i, layer, ctx, _rms(x, *layer.norms[0]), cos, sin, start,
-                                    mask if self.sliding[i] else None)
-            gate, up = layer.gate_up(_rms(x, *layer.norms[1])).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
+            x = self._layer(i, layer, x, ctx, cos, sin, start, masks[self.mask_kinds[i]])
         self.length += c
         return _rms(x, *self.final_norm)
+
+    def _layer(self, i, layer, x, ctx, cos, sin, start, mask):
+        x = x + self._attention(i, layer, ctx, _rms(x, *layer.norms[0]), cos, sin, start, mask)
+        return x + self._mlp(layer, _rms(x, *layer.norms[1]))
+
+    @staticmethod
+    def _mlp(layer, h):
+        gate, up = layer.gate_up(h).chunk(2, dim=-1)
+        return layer.down(F.silu(gate) * up)
 
     def _attention(self, i, layer, ctx, h, cos, sin, start, mask):
         c, n, d = ctx.shape[0], h.shape[0], layer.head_dim
@@ -92,12 +99,6 @@ class DraftRunner:
                                              enable_gqa=layer.heads != layer.kv_heads)
         return layer.o(out[0].transpose(0, 1).reshape(n, qh))
 
-    def _sliding_mask(self, end: int, n: int) -> torch.Tensor:
-        """Sliding-window layers: each block slot sees the window before it and is causal in the block."""
-        key = torch.arange(end, device=self.device)
-        query = key[end - n:].unsqueeze(1)
-        return (key > query - self.window) & (key <= query)
-
     def _reserve(self, end: int) -> None:
         """Grow the rotary table and the K/V buffers (doubling) to hold positions < end."""
         have = self._cos.shape[0]
@@ -116,6 +117,20 @@ class DraftRunner:
                         store[i] = grown
                     else:
                         store.append(grown)
+
+
+def block_mask(end: int, n: int, window: int | None, causal: bool, device=None) -> torch.Tensor | None:
+    """Which of the keys 0..end-1 each of the last n (the block) sees, as the reference decides: a
+    window of W keeps keys less than W positions away (on both sides unless causal); causal keeps keys
+    at or before the query. None when the layer sees everything."""
+    if window is None and not causal:
+        return None
+    key = torch.arange(end, device=device)
+    query = key[end - n:].unsqueeze(1)
+    visible = key <= query if causal else torch.ones(n, end, dtype=torch.bool, device=device)
+    if window is not None:
+        visible = visible & (query - key < window) & (key - query < window)
+    return visible
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

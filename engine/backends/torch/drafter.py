@@ -13,7 +13,7 @@ from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as RMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotate_half
 
-from ...config import DraftConfig
+from ...config import GENERATIONS, DraftConfig
 from ...errors import CheckpointError
 from ...weights import bytes_as, check_fits, folder_tensors, layer_count
 
@@ -87,12 +87,15 @@ class DraftLayer(nn.Module):
 
 
 class DFlashDrafter(nn.Module):
+    generation = 1        # engine/config.py GENERATIONS
+    layer_class = DraftLayer
+
     def __init__(self, cfg: DraftConfig):
         super().__init__()
         self.config = cfg
         self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.layers = nn.ModuleList(DraftLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = Qwen3RotaryEmbedding(rope_config(cfg))
 
@@ -121,6 +124,9 @@ class DFlashDrafter(nn.Module):
         if not path.is_dir():
             raise CheckpointError(f"Drafter folder {path} does not exist. Check the path or download the pair again.")
         cfg = DraftConfig.from_file(path / "config.json")
+        if cfg.generation != cls.generation:
+            raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
+                                  "not load; load the pair with load_pair, which picks the drafter class.")
         header = folder_tensors(path)
         if layer_count(header) != cfg.num_hidden_layers:
             raise CheckpointError(
@@ -156,7 +162,7 @@ class DFlashDrafter(nn.Module):
                  for k, v in self.state_dict().items() if not k.startswith("rotary.")}
         save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
         raw = dict(self.config.raw)
-        raw.setdefault("architectures", ["DFlashDraftModel"])
+        raw["architectures"] = [name for name, gen in GENERATIONS.items() if gen == self.generation]
         raw.setdefault("model_type", "qwen3")
         raw["torch_dtype"] = str(dtype).removeprefix("torch.")
         (path / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")

@@ -17,12 +17,16 @@ from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from .. import architecture
 from . import ARCHITECTURES, DEVICES, DTYPES, NAME, cpu
+from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
-from .sampling import draw, probabilities, propose, verify
+from .drafter2 import DFlash2Drafter
+from .sampling import Candidates, draw, probabilities, propose, verify
 from .target import TargetModel
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# drafter generation (engine/config.py) -> the module that loads it and the runner that decodes with it
+DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner)}
 
 
 class DeviceUnavailable(EngineError):
@@ -156,7 +160,8 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
         check_pair(target, cfg)
         target.capture(cfg.target_layer_ids)
         report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
-        drafter = DFlashDrafter.from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
+        drafter_class, _ = DRAFTERS[cfg.generation]
+        drafter = drafter_class.from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
                                                 available_bytes=free_bytes(dev))
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
@@ -177,13 +182,15 @@ class TorchPair:
         self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
         self.block_size = drafter.config.block_size if drafter else 1
         self.max_positions = target.max_positions
-        self.runner = (DraftRunner(drafter, target.head.weight, cpu.draft_dtype() if on_cpu else None)
+        self.runner = (DRAFTERS[drafter.generation][1](drafter, target.head.weight,
+                                                       cpu.draft_dtype() if on_cpu else None)
                        if drafter else None)
         self.auto_cutoff = cpu.DRAFT_CUTOFF if on_cpu else 0.0
         self.info = {"engine": NAME, "device": str(self.device),
                      "dtype": str(target.embedding.weight.dtype).removeprefix("torch."),
                      "architecture": family or getattr(target.model.config, "model_type", ""),
                      "name": name, "block_size": self.block_size, "has_drafter": drafter is not None,
+                     "drafter_generation": drafter.generation if drafter else None,
                      "has_tokenizer": tokenizer is not None,
                      "chat_template": bool(tokenizer and tokenizer.has_template),
                      "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
@@ -195,7 +202,7 @@ class TorchPair:
         self._cutoff = 0.0
         self._context: list[torch.Tensor] = []   # committed positions' features the drafter has not seen
         self._verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
-        self._q: torch.Tensor | None = None       # the last draft's proposal distribution (sampling only)
+        self._q: torch.Tensor | Candidates | None = None   # the last draft's proposal distribution (sampling)
 
     # -- the operations the loop calls ---------------------------------------------------------------
     @torch.inference_mode()
@@ -221,12 +228,21 @@ class TorchPair:
     def draft(self, last: int, pos: int, width: int) -> list[int]:
         context = torch.cat(self._context) if len(self._context) > 1 else self._context[0]
         self._context = []
-        block = torch.full((width,), self.runner.config.mask_token_id, dtype=torch.long, device=self.device)
+        cfg = self.runner.config
+        block = torch.full((width,), cfg.mask_token_id, dtype=torch.long, device=self.device)
         block[0] = last
-        logits = self.runner.logits(self.target.embed(block), context)
-        drafts, q = propose(logits, self._settings, self._gen)
+        embeds = self.target.embed(block)
+        if cfg.input_embedding_scale != 1.0:
+            embeds = embeds * cfg.input_embedding_scale
+        if cfg.generation == 2:   # one path picked by the candidate selector; the cutoff reads its distributions
+            drafts, q, rows = self.runner.propose(embeds, context, last, self._settings, self._gen)
+            confidence = (None, rows)
+        else:
+            logits = self.runner.logits(embeds, context)
+            drafts, q = propose(logits, self._settings, self._gen)
+            confidence = (logits, q)
         if self._cutoff > 0:
-            keep = cpu.confident_prefix(logits, q, self._cutoff)
+            keep = cpu.confident_prefix(*confidence, self._cutoff)
             drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
         self._q = q
         return drafts.tolist()

@@ -2,12 +2,35 @@
 
 Greedy verification keeps the longest prefix of drafts equal to the target's argmax. With sampling,
 exact speculative sampling accepts a draft d with probability min(1, p(d)/q(d)) and on rejection draws
-from the normalised residual max(0, p - q); the output is then distributed exactly as the target's."""
+from the normalised residual max(0, p - q); the output is then distributed exactly as the target's.
+That holds for any q a draft was really drawn from, also one that is zero outside a few candidates
+(DFlash2's selector, Candidates): a draft always has q > 0, and outside the candidates the residual is p."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from ...limits import GenerationSettings
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A proposal distribution that is zero outside a few distinct token ids per row: ids and probs [k, c]."""
+    ids: torch.Tensor
+    probs: torch.Tensor
+
+    def __getitem__(self, rows: slice) -> "Candidates":
+        return Candidates(self.ids[rows], self.probs[rows])
+
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """q of tokens [k], one per row (0 for a token that is not among its row's candidates)."""
+        return (self.probs * (self.ids == tokens[:, None])).sum(-1)
+
+    def row(self, n: int, vocab: int) -> torch.Tensor:
+        """Row n over the whole vocabulary."""
+        dense = torch.zeros(vocab, dtype=self.probs.dtype, device=self.probs.device)
+        return dense.scatter(0, self.ids[n], self.probs[n])
 
 
 def probabilities(logits: torch.Tensor, s: GenerationSettings) -> torch.Tensor:
@@ -38,10 +61,10 @@ def propose(logits: torch.Tensor, s: GenerationSettings, gen) -> tuple[torch.Ten
     return draw(q, gen), q
 
 
-def verify(drafts: torch.Tensor, q: torch.Tensor | None, target_logits: torch.Tensor,
+def verify(drafts: torch.Tensor, q: torch.Tensor | Candidates | None, target_logits: torch.Tensor,
            s: GenerationSettings, gen) -> tuple[int, int]:
-    """drafts [k], target_logits [k+1, V] (row i scores the token after slot i).
-    Returns (number of drafts accepted, the target's own next token)."""
+    """drafts [k], their proposal distribution q ([k, V] or Candidates), target_logits [k+1, V] (row i
+    scores the token after slot i). Returns (number of drafts accepted, the target's own next token)."""
     k = drafts.shape[0]
     if s.greedy:
         best = target_logits.argmax(-1)
@@ -54,12 +77,13 @@ def verify(drafts: torch.Tensor, q: torch.Tensor | None, target_logits: torch.Te
         return n, int(own[n])
     if k:
         rows = torch.arange(k, device=drafts.device)
-        ratio = p[rows, drafts] / q[rows, drafts]
+        ratio = p[rows, drafts] / (q.at(drafts) if isinstance(q, Candidates) else q[rows, drafts])
         u = torch.rand(k, generator=gen, device=drafts.device)
         rejected = (u >= ratio).nonzero()
         if rejected.numel():
             n = int(rejected[0, 0])
-            residual = torch.clamp(p[n] - q[n], min=0.0)
+            q_n = q.row(n, p.shape[-1]) if isinstance(q, Candidates) else q[n]
+            residual = torch.clamp(p[n] - q_n, min=0.0)
             total = residual.sum()
             # p == q up to rounding: every token is as likely, so draw from p itself
             residual = residual / total if total > 0 else p[n]

@@ -6,6 +6,7 @@ import torch
 
 from ...config import DraftConfig
 from .drafter import DFlashDrafter
+from .drafter2 import DFlash2Drafter
 from .target import TargetModel
 
 
@@ -100,27 +101,41 @@ def draft_config_dict(target: TargetModel, layers: int = 1, block_size: int = 16
     return raw
 
 
-def random_drafter(target: TargetModel, seed: int = 1, **kwargs) -> DFlashDrafter:
+def draft2_config_dict(target: TargetModel, layers: int = 1, block_size: int = 16, top_k: int = 8, rank: int = 16,
+                       group: int = 16, kernel: int = 2, window: int = 2048, **extra) -> dict:
+    """A DFlash2 config as the published ones write it: every DFlash setting nested, sliding layers that
+    are not causal."""
+    raw = draft_config_dict(target, layers=layers, block_size=block_size, **extra)
+    raw.update(architectures=["DFlash2DraftModel"], is_causal=False, sliding_window=window,
+               layer_types=["sliding_attention"] * layers)
+    raw["dflash_config"].update(conv_kernel_size=kernel, conv_group_size=group, selector_rank=rank,
+                                selector_top_k=top_k)
+    return raw
+
+
+def random_drafter(target: TargetModel, seed: int = 1, generation: int = 1, **kwargs) -> DFlashDrafter:
     torch.manual_seed(seed)
-    cfg = DraftConfig.from_dict(draft_config_dict(target, **kwargs))
-    drafter = DFlashDrafter(cfg)
+    raw = (draft_config_dict if generation == 1 else draft2_config_dict)(target, **kwargs)
+    drafter = (DFlashDrafter if generation == 1 else DFlash2Drafter)(DraftConfig.from_dict(raw))
     with torch.no_grad():  # random weights of a realistic scale so logits are not all ties
         for name, p in drafter.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.5 / p.shape[1] ** 0.5)
-    target.capture(cfg.target_layer_ids)
+            elif p.dim() == 3:   # convolution taps: near the identity a fresh one starts at
+                p.add_(0.2 * torch.randn_like(p))
+    target.capture(drafter.config.target_layer_ids)
     return drafter.float().eval()
 
 
 def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: int = 1, block_size: int = 16,
-                head_scale: float = 1.0, **sizes):
+                head_scale: float = 1.0, generation: int = 1, **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
     head_scale > 1 sharpens the target's distributions (a random target is nearly uniform)."""
     from .engine import TorchPair
     target = random_target(arch, seed=seed, **sizes)
     with torch.no_grad():
         target.head.weight.mul_(head_scale)
-    drafter = random_drafter(target, seed=seed + 1, layers=draft_layers, block_size=block_size)
+    drafter = random_drafter(target, seed=seed + 1, generation=generation, layers=draft_layers, block_size=block_size)
     pair = TorchPair(target, drafter, None, name=f"random-{arch}", family=arch)
     pair.eos_ids = tuple(eos_ids)
     return pair
@@ -143,13 +158,17 @@ def byte_tokenizer(chat_template: str | None = None):
 
 
 def save_random_pair(root, arch: str = "qwen3", seed: int = 0, block_size: int = 8, hidden: int = 64,
-                     layers: int = 4, draft_layers: int = 1, chat_template: str | None = None):
+                     layers: int = 4, draft_layers: int = 1, chat_template: str | None = None,
+                     tokenizer_dir=None, **sizes):
     """Write target (with tokenizer) and drafter folders under root; returns (target_dir, draft_dir).
-    The vocabulary is the byte tokenizer's (258 ids), so text prompts work end to end."""
+    The vocabulary is the byte tokenizer's (258 ids), so text prompts work end to end, or the one of the
+    tokenizer saved in tokenizer_dir (llama.cpp's converter knows the demo pair's, not the byte one)."""
     from pathlib import Path
+    from transformers import AutoTokenizer
     root = Path(root)
-    tok = byte_tokenizer(chat_template)
-    target = random_target(arch, seed=seed, vocab=len(tok), hidden=hidden, layers=layers)
+    tok = (AutoTokenizer.from_pretrained(str(tokenizer_dir), trust_remote_code=False) if tokenizer_dir
+           else byte_tokenizer(chat_template))
+    target = random_target(arch, seed=seed, vocab=len(tok), hidden=hidden, layers=layers, **sizes)
     target.model.generation_config.eos_token_id = tok.eos_token_id
     target.model.save_pretrained(root / "target")
     tok.save_pretrained(root / "target")

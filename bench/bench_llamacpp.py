@@ -1,0 +1,110 @@
+"""llama.cpp against our torch engine on the same weights (the demo pair, f32), interleaved prompt by prompt
+(this machine's speed drifts by 10-30% within minutes): llama.cpp plain decoding, llama.cpp DFlash at each
+n_max, the torch engine's plain decoding and DFlash. Every method must give the same greedy tokens.
+
+    python bench/bench_llamacpp.py [--limit 20] [--max-new-tokens 256] [--n-max 3 7 15] [--json out.json]
+
+Decode tok/s is what the window shows (tokens after the first over the seconds after the first, the
+server's HTTP stream included); `server` is llama.cpp's own count (`timings.predicted_per_second`). For
+llama.cpp DFlash it also prints where a step's time goes, from the server's own speculative timers
+(`dur(b,g,a)`: begin, draft generation, accept) against its decode time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from engine.backends.llamacpp.engine import load_pair as llamacpp_pair, request_body  # noqa: E402
+from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
+from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+
+DUR = re.compile(r"dur\(b,g,a\) = ([\d.]+), ([\d.]+), ([\d.]+) ms")
+
+
+def server_timers(pair) -> tuple[float, float, float]:
+    """The server's cumulative speculative timers (ms): begin, draft generation, accept."""
+    text = Path(pair.server.log.name).read_text(errors="replace")
+    found = DUR.findall(text)
+    return tuple(float(x) for x in found[-1]) if found else (0.0, 0.0, 0.0)
+
+
+def server_rate(pair, ids, settings) -> dict:
+    """One answer straight from the server (no loop): its own decode timing and draft counts."""
+    last = {}
+    for event in pair.server.stream(request_body(ids, settings)):
+        last = event
+    return last.get("timings") or {}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--n-max", type=int, nargs="+", default=[3, 7, 15])
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, plain_fallback=False)
+    lc = llamacpp_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
+    tp = torch_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
+    prompts = [lc.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(limit=args.limit)]
+    methods = ["llamacpp plain"] + [f"llamacpp dflash n_max {n}" for n in args.n_max] + ["torch plain", "torch dflash"]
+    rates = {m: [] for m in methods}
+    server = {m: [] for m in methods if m.startswith("llamacpp")}
+    split = {n: [] for n in args.n_max}          # (steps, decode ms, begin ms, draft ms, accept ms) per answer
+    same = True
+    for i, ids in enumerate([prompts[0]] + prompts):     # the first prompt twice: the first pass warms up
+        outputs = set()
+        for m in methods:
+            n_max = int(m.rsplit(" ", 1)[1]) if "n_max" in m else 0
+            if m.startswith("llamacpp"):
+                lc.server_for(n_max)                      # started before the clock, as in a chat
+                s = GenerationSettings(max_new_tokens=args.max_new_tokens, block_size=n_max + 1 if n_max else None,
+                                       plain_fallback=False)
+                run = Generation(lc, ids, s, baseline=not n_max).run()
+                before = server_timers(lc) if n_max else None
+                t = server_rate(lc, ids, s)
+                if i:
+                    server[m].append(float(t.get("predicted_per_second", 0.0)))
+                    if n_max:
+                        after = server_timers(lc)
+                        steps = int(t["predicted_n"]) - 1 - int(t.get("draft_n_accepted", 0))
+                        split[n_max].append((steps, float(t["predicted_ms"]), *(a - b for a, b in zip(after, before))))
+            else:
+                run = Generation(tp, ids, settings, baseline=m == "torch plain").run()
+            outputs.add(tuple(run.tokens))
+            if i:
+                rates[m].append(run.stats.decode_tok_s)
+        same &= len(outputs) == 1
+        if i:
+            print(f"prompt {i}: " + ", ".join(f"{m} {rates[m][-1]:.0f}" for m in methods), file=sys.stderr)
+    lc.close()
+    print(f"{machine_line()}; {len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, decode tok/s (median)")
+    print(f"{'method':<26}{'app':>8}{'server':>8}")
+    for m in methods:
+        srv = f"{statistics.median(server[m]):.0f}" if server.get(m) else ""
+        print(f"{m:<26}{statistics.median(rates[m]):>8.0f}{srv:>8}")
+    for n, rows in split.items():
+        steps = sum(r[0] for r in rows)
+        if steps:
+            decode, begin, draft, accept = (sum(r[k] for r in rows) / steps for k in (1, 2, 3, 4))
+            print(f"llama.cpp DFlash n_max {n}: {decode:.2f} ms per step = draft {draft:.2f} + begin {begin:.2f} "
+                  f"+ accept {accept:.2f} + target verify and the rest {decode - draft - begin - accept:.2f}")
+    print(f"greedy outputs identical across all methods: {'yes' if same else 'NO'}")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine_line(), "date": time.strftime("%Y-%m-%d"),
+                                         "rates": rates, "server": server, "split": split, "identical": same},
+                                        indent=2))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""The OpenAI-compatible local server: editors, agents and scripts use the loaded pair through
+/v1/models, /v1/chat/completions and /v1/completions (streamed or not), with `usage` and a `dflash`
+extension per response.
+
+It never runs a model itself: each request is a job on the engine's queue (jobs.py), the same queue the
+window's chat and speedup demo use, so requests wait their turn instead of failing as busy, and a
+client that disconnects cancels its job. Starlette and uvicorn do the HTTP; this process imports no
+torch, so the window can host the server (`ServerThread`) as well as `dflash-desktop serve` (`main`).
+
+Safe by default: 127.0.0.1 only; any other address needs --host and an API key, which is compared in
+constant time; request bodies and every setting are bounded by engine/limits.py.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+from engine.limits import MAX_REQUEST_BYTES
+
+from . import openai_api as api
+from .jobs import JobQueue
+from .remote import is_loopback
+
+log = logging.getLogger("dflash_desktop.server")
+DEFAULT_PORT = 8765
+MIN_NETWORK_KEY = 16
+DISCONNECT_CHECK_S = 0.25
+LOAD_WAIT_S = 660.0   # the worker client stops a load after 600 s, so its `timeout` error comes first
+
+
+class ServerConfigError(ValueError):
+    """A host, port or key the server will not start with; the message says what to do."""
+
+
+def check_config(host: str, port: int, api_key: str | None) -> None:
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ServerConfigError(f"Port {port!r} is not a port number: use 1 to 65535 (0 picks a free one).")
+    if api_key is not None and (not api_key.isascii() or not api_key.isprintable() or " " in api_key):
+        raise ServerConfigError("The API key must be printable ASCII without spaces (it travels in an HTTP header).")
+    if not is_loopback(host) and len(api_key or "") < MIN_NETWORK_KEY:
+        raise ServerConfigError(
+            f"Listening on {host} lets other computers reach the model, so it needs an API key of at least "
+            f"{MIN_NETWORK_KEY} characters: add --api-key KEY (for example the output of python -c \"import "
+            "secrets; print(secrets.token_urlsafe(24))\"), or leave out --host to serve this computer only.")
+
+
+def error_response(err: api.ApiError):
+    from starlette.responses import JSONResponse
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+class _Bridge:
+    """A job's events, from the worker client's thread into this request's event loop."""
+
+    def __init__(self):
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.checked = self.loop.time()   # when the client's connection was last looked at
+
+    def put(self, event: dict) -> None:
+        with contextlib.suppress(RuntimeError):   # the loop is closing: nobody is waiting any more
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+
+def model_id_for(target: str) -> str:
+    """A model's public name from its folder: the hub repo for a Hugging Face cache snapshot, else the folder."""
+    parts = Path(target).parts
+    if "snapshots" in parts[1:] and parts[parts.index("snapshots") - 1].startswith("models--"):
+        return parts[parts.index("snapshots") - 1][len("models--"):].replace("--", "/")
+    return Path(target).name
+
+
+def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[[], str | None] = lambda: None,
+               owner: str = "server"):
+    """The ASGI app serving whatever pair `jobs` has loaded, as `model_name()` (default: its folder's name)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    key = api_key.encode() if api_key else None
+
+    def model_id() -> str:
+        info = jobs.pair_info
+        if info is None:
+            raise api.ApiError(503, "No model is loaded yet: load one in DFlash Desktop, or wait for "
+                               "`dflash-desktop serve` to finish loading.", "server_error", "model_not_loaded")
+        return model_name() or (model_id_for(info["target"]) if info.get("engine") != "remote" else info["name"])
+
+    def authorize(request: Request) -> None:
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:].strip() if given[:7].lower() == "bearer " else ""
+        if not hmac.compare_digest(token.encode("utf-8", "replace"), key):
+            raise api.ApiError(401, "Missing or wrong API key: send the header Authorization: Bearer KEY with the "
+                               "key this server was started with.", code="invalid_api_key")
+
+    async def read_json(request: Request):
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_REQUEST_BYTES):
+            raise _too_large()
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > MAX_REQUEST_BYTES:
+                raise _too_large()
+        try:
+            return json.loads(bytes(body))
+        except (ValueError, RecursionError) as exc:
+            raise api.ApiError(400, f"The body is not valid JSON ({exc}). Send a JSON object with "
+                               "Content-Type: application/json.") from None
+
+    async def next_event(bridge: _Bridge, request: Request, job) -> dict:
+        """The job's next event; a client that went away (looked for every DISCONNECT_CHECK_S, however many
+        events come meanwhile) cancels the job, and this raises."""
+        while True:
+            if bridge.loop.time() - bridge.checked >= DISCONNECT_CHECK_S:
+                bridge.checked = bridge.loop.time()
+                if await request.is_disconnected():
+                    jobs.cancel(job.id)
+                    raise ConnectionAbortedError(job.id)
+            try:
+                return await asyncio.wait_for(bridge.queue.get(), DISCONNECT_CHECK_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def models(request: Request):
+        authorize(request)
+        info = jobs.pair_info or {}
+        data = [] if not info else [{
+            "id": model_id(), "object": "model", "created": 0, "owned_by": "dflash-desktop",
+            "max_model_len": info.get("max_positions"),
+            "dflash": {k: info.get(k) for k in ("engine", "device", "dtype", "architecture", "block_size",
+                                                "has_drafter", "chat_template")}}]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def complete(request: Request, chat: bool):
+        authorize(request)
+        call = api.parse(await read_json(request), chat)
+        model = model_id()
+        bridge = _Bridge()
+        job = jobs.submit("generate", owner=owner, on_event=bridge.put, **call.generate)
+        try:
+            first = await next_event(bridge, request, job)
+        except ConnectionAbortedError:
+            return JSONResponse({}, status_code=499)
+        if first.get("event") == "error":
+            raise api.ApiError.from_event(first)
+        if not call.stream:
+            event = first
+            while event.get("event") not in ("done", "error"):
+                try:
+                    event = await next_event(bridge, request, job)
+                except ConnectionAbortedError:
+                    return JSONResponse({}, status_code=499)
+            if event["event"] == "error":
+                raise api.ApiError.from_event(event)
+            return JSONResponse(api.response(call, model, event))
+        return StreamingResponse(_sse(call, model, first, bridge, request, job), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def _sse(call: api.Call, model: str, event: dict, bridge: _Bridge, request: Request, job):
+        first, generated = True, 0
+        try:
+            while True:
+                kind = event.get("event")
+                if kind == "tokens":
+                    generated = int(event.get("generated") or generated)
+                    for text, drafted in event.get("spans") or []:
+                        extra = {"dflash": {"drafted_span": bool(drafted)}}
+                        if call.continuous_usage:
+                            extra["usage"] = api.usage(None, generated)
+                        yield _data(api.chunk(call, model, text, first=first, extra=extra))
+                        first = False
+                elif kind == "done":
+                    finish = api.FINISH.get(event.get("stop_reason"), "stop")
+                    yield _data(api.chunk(call, model, "" if call.chat else None, finish, first=first,
+                                          extra={"dflash": api.extension(event)}))
+                    if call.include_usage:
+                        yield _data(api.usage_chunk(call, model, event))
+                    yield "data: [DONE]\n\n"
+                    return
+                elif kind == "error":
+                    yield _data(api.ApiError.from_event(event).body())
+                    yield "data: [DONE]\n\n"
+                    return
+                event = await next_event(bridge, request, job)
+        except ConnectionAbortedError:
+            return
+        finally:
+            if job.state != "finished":
+                jobs.cancel(job.id)
+
+    def route(handler: Callable):
+        async def endpoint(request: Request):
+            try:
+                return await handler(request)
+            except api.ApiError as err:
+                return error_response(err)
+        return endpoint
+
+    async def chat_completions(request: Request):
+        return await complete(request, chat=True)
+
+    async def completions(request: Request):
+        return await complete(request, chat=False)
+
+    async def not_found(request: Request, exc):
+        return error_response(api.ApiError(404, f"No such endpoint: {request.method} {request.url.path}. This "
+                                           "server offers GET /v1/models, POST /v1/chat/completions and POST "
+                                           "/v1/completions.", code="not_found"))
+
+    async def wrong_method(request: Request, exc):
+        return error_response(api.ApiError(405, f"{request.url.path} does not take {request.method}.",
+                                           code="method_not_allowed"))
+
+    async def internal(request: Request, exc):
+        log.exception("request failed: %s", exc)
+        return error_response(api.ApiError(500, f"Unexpected {type(exc).__name__}: {exc}.", "server_error"))
+
+    return Starlette(routes=[Route("/v1/models", route(models), methods=["GET"]),
+                             Route("/v1/chat/completions", route(chat_completions), methods=["POST"]),
+                             Route("/v1/completions", route(completions), methods=["POST"])],
+                     exception_handlers={404: not_found, 405: wrong_method, 500: internal})
+
+
+def _too_large() -> api.ApiError:
+    return api.ApiError(413, f"The request is larger than {MAX_REQUEST_BYTES // 2**20} MiB, the most this server "
+                        "reads. Send a shorter prompt.", code="request_too_large")
+
+
+def _data(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now so that a port in use is reported before anything starts."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host.strip("[]"), port), family=family)
+    except OSError as exc:
+        raise ServerConfigError(f"Could not listen on {host}:{port} ({exc.strerror or exc}). Another program may "
+                                "use that port: choose another one.") from None
+
+
+def address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+
+class ServerThread:
+    """uvicorn on a thread of its own, serving `jobs` on an already bound socket: inside the window, and for
+    `dflash-desktop serve`, whose main thread then only waits for Ctrl+C."""
+
+    def __init__(self, jobs: JobQueue, sock: socket.socket, api_key: str | None = None,
+                 model_name: Callable[[], str | None] = lambda: None, console: bool = False):
+        import uvicorn
+        self.jobs, self.sock, self.url = jobs, sock, address(sock)
+        quiet = {} if console else {"log_config": None, "access_log": False}
+        config = uvicorn.Config(create_app(jobs, api_key, model_name), http="h11", lifespan="off",
+                                timeout_graceful_shutdown=2, **quiet)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="openai-server", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def listen(cls, jobs: JobQueue, host: str = "127.0.0.1", port: int = DEFAULT_PORT, api_key: str | None = None,
+               model_name: Callable[[], str | None] = lambda: None) -> "ServerThread":
+        """Check the configuration, bind, serve; ServerConfigError says what is wrong."""
+        check_config(host, port, api_key)
+        return cls(jobs, bind(host, port), api_key, model_name)
+
+    def stop(self, on_stopped: Callable[[], None] | None = None) -> None:
+        """Stop taking requests and cancel the server's jobs; returns at once, `on_stopped` runs (on a
+        background thread) once the port is free."""
+        self._server.should_exit = True
+        for job in [self.jobs.running, *self.jobs.queued]:
+            if job is not None and job.owner == "server":
+                self.jobs.cancel(job.id)
+
+        def wait():
+            self.join(10)
+            if on_stopped:
+                on_stopped()
+        threading.Thread(target=wait, name="openai-server-stop", daemon=True).start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        self.sock.close()
+
+
+# -- dflash-desktop serve ---------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dflash-desktop serve", description="OpenAI-compatible server for a DFlash pair")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this computer only; any other needs --api-key)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--api-key", help="require Authorization: Bearer KEY on every request")
+    p.add_argument("--target", help="target model folder (default: the embedded demo pair)")
+    p.add_argument("--draft", help="DFlash drafter folder")
+    p.add_argument("--engine", default="torch", help="the engine that runs the pair (default torch)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    p.add_argument("--model-name", help="the model's name in /v1/models (default: demo, the hub repo of a "
+                                         "Hugging Face cache folder, else the target folder's name)")
+    return p
+
+
+def demo_dirs() -> tuple[str, str]:
+    from .catalog import load_catalog
+    pair = load_catalog().demo
+    return str(pair.local_path("target")), str(pair.local_path("drafter"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        check_config(args.host, args.port, args.api_key)
+        if args.draft and not args.target:
+            raise ServerConfigError("--draft needs --target: name the model the drafter belongs to.")
+        sock = bind(args.host, args.port)
+    except ServerConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from .worker_client import WorkerClient
+    jobs = JobQueue(on_event=_report)
+    client = WorkerClient(on_event=jobs.intake)
+    jobs.backend = client
+    target, draft = (args.target, args.draft) if args.target else demo_dirs()
+    name = args.model_name or ("demo" if not args.target else model_id_for(target))
+    print(f"Loading {target} ...", file=sys.stderr, flush=True)
+    try:
+        loaded = jobs.submit("load_pair", target=target, draft=draft, engine=args.engine,
+                             device=args.device).wait(LOAD_WAIT_S)
+    except KeyboardInterrupt:
+        client.shutdown()
+        return 130
+    if loaded.get("event") != "loaded":
+        print(f"error: {loaded.get('message')}", file=sys.stderr)
+        client.shutdown()
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    served = ServerThread(jobs, sock, args.api_key, lambda: name, console=True)
+    print(f"Serving {name} ({loaded['engine']} on {loaded['device']}) at {served.url}"
+          + ("  (API key required)" if args.api_key else ""), flush=True)
+    while not stop.wait(0.5):
+        pass
+    served.stop()
+    served.join(10)
+    client.shutdown()
+    return 0
+
+
+def _report(event: dict) -> None:
+    """Engine events that belong to no request (a crash between requests) go to the console."""
+    if event.get("event") == "error":
+        print(f"engine: {event.get('message')}", file=sys.stderr, flush=True)

@@ -1,0 +1,171 @@
+"""The llama.cpp build this engine runs: llama-server and the GGUF converter, from the llama.cpp source
+vendored in one pinned llama-cpp-python sdist (a registry package, checked by its hash), built with
+cmake once per machine and kept in the user's cache, outside any repository. The project's patches
+(patches/ beside this file) are applied before the build and are part of the cache key, so a changed
+patch rebuilds.
+
+    python -m engine.backends.llamacpp.build              # build when missing (CPU), print where
+    python -m engine.backends.llamacpp.build --backend cuda|vulkan|metal --portable   # installers' CI
+
+Nothing is downloaded at build time besides the sdist: the web UI, OpenSSL and other fetches are off.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from ...errors import EngineError
+
+VERSION = "0.3.36"                     # llama-cpp-python, vendoring llama.cpp 0c1e570 (DFlash drafts)
+SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+PATCHES = Path(__file__).with_name("patches")
+HOME_ENV = "DFLASH_LLAMACPP_HOME"      # a folder holding a build (installers ship one)
+BACKENDS = {"cpu": [], "cuda": ["-DGGML_CUDA=ON"], "vulkan": ["-DGGML_VULKAN=ON"], "metal": ["-DGGML_METAL=ON"]}
+# Off: the prebuilt web UI and OpenSSL would be fetched or linked; tests, examples and other tools are
+# not needed. The server only ever listens on 127.0.0.1 (server.py).
+CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
+               "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF"]
+TARGETS = ("llama-server", "llama-bench")
+CONVERTER = ("convert_hf_to_gguf.py", "conversion", "gguf-py")
+EXE = ".exe" if os.name == "nt" else ""
+
+
+class BuildMissing(EngineError):
+    code = "engine_unavailable"
+
+
+def patch_files() -> list[Path]:
+    return sorted(PATCHES.glob("*.patch"))
+
+
+def key(backend: str = "cpu", portable: bool = False) -> str:
+    """Version, backend and the patches' contents: what makes two builds different."""
+    digest = hashlib.sha256()
+    for p in patch_files():
+        digest.update(p.name.encode() + b"\0" + p.read_bytes())
+    return f"{VERSION}-{backend}{'-portable' if portable else ''}-{digest.hexdigest()[:10]}"
+
+
+def cache_root() -> Path:
+    """The per-user build cache. Not under DFLASH_DESKTOP_HOME: tests relocate the app's folders, and a
+    build is a machine's, not an app profile's."""
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("DFlashDesktop", appauthor=False)) / "llama.cpp"
+
+
+def build_dir(backend: str = "cpu", portable: bool = False) -> Path:
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
+    return cache_root() / key(backend, portable)
+
+
+def find_build() -> Path:
+    """The folder of a finished build for this version and these patches (GPU builds first)."""
+    candidates = [build_dir()] if os.environ.get(HOME_ENV) else [
+        build_dir(b, portable) for b in ("cuda", "vulkan", "metal", "cpu") for portable in (False, True)]
+    for folder in candidates:
+        if (folder / "BUILD.json").is_file():
+            return folder
+    raise BuildMissing(
+        f"llama.cpp {VERSION} (with this app's patches) is not built on this computer. Run "
+        "`python -m engine.backends.llamacpp.build` (scripts/dev.sh does it), or set "
+        f"{HOME_ENV} to a folder that holds a build.")
+
+
+def server_binary() -> Path:
+    return find_build() / "bin" / f"llama-server{EXE}"
+
+
+def converter() -> Path:
+    return find_build() / "convert_hf_to_gguf.py"
+
+
+def fetch_sdist(into: Path, log) -> Path:
+    """The sdist through pip (the registry's ordinary client), checked against the pinned hash."""
+    log(f"downloading the llama-cpp-python {VERSION} sdist (llama.cpp's source) ...")
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                    f"llama-cpp-python=={VERSION}", "-d", str(into)], check=True)
+    sdist = into / SDIST
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    if digest != SDIST_SHA256:
+        raise EngineError(f"{sdist.name} has sha256 {digest}, not the pinned {SDIST_SHA256}: refusing to build it.")
+    return sdist
+
+
+def extract(sdist: Path, into: Path) -> Path:
+    """Only the vendored llama.cpp, with tarfile's data filter (no links out, no absolute paths)."""
+    prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        tar.extractall(into, members=members, filter="data")
+    return into / prefix
+
+
+def apply_patches(src: Path, log) -> None:
+    for p in patch_files():
+        log(f"applying {p.name}")
+        subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(p)], cwd=src, check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def build(backend: str = "cpu", portable: bool = False, jobs: int | None = None, log=print) -> Path:
+    """Build into the cache unless it is there; returns the build folder."""
+    out = build_dir(backend, portable)
+    if (out / "BUILD.json").is_file():
+        return out
+    with tempfile.TemporaryDirectory(prefix="llamacpp-build-") as tmp:
+        tmp = Path(tmp)
+        src = extract(fetch_sdist(tmp, log), tmp / "src")
+        apply_patches(src, log)
+        flags = CMAKE_FLAGS + BACKENDS[backend] + [f"-DGGML_NATIVE={'OFF' if portable else 'ON'}"]
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        log(f"configuring ({backend}{', portable' if portable else ''}) ...")
+        subprocess.run(["cmake", "-S", str(src), "-B", str(tmp / "build"), *generator, *flags], check=True,
+                       stdout=subprocess.DEVNULL)
+        log("compiling llama-server (a few minutes) ...")
+        subprocess.run(["cmake", "--build", str(tmp / "build"), "--config", "Release", "-j",
+                        str(jobs or os.cpu_count() or 2), "--target", *TARGETS], check=True)
+        staging = out.with_name(out.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        (staging / "bin").mkdir(parents=True)
+        for name in TARGETS:
+            found = next((tmp / "build" / "bin").rglob(f"{name}{EXE}"))
+            shutil.copy2(found, staging / "bin" / found.name)
+        for name in CONVERTER:
+            (shutil.copytree if (src / name).is_dir() else shutil.copy2)(src / name, staging / name)
+        (staging / "BUILD.json").write_text(json.dumps({
+            "llama_cpp_python": VERSION, "backend": backend, "portable": portable, "cmake_flags": flags,
+            "patches": [p.name for p in patch_files()], "machine": platform.machine()}, indent=2))
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(staging, out)
+    log(f"llama.cpp built in {out}")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="cpu")
+    p.add_argument("--portable", action="store_true", help="no -march=native (for builds that ship)")
+    p.add_argument("--jobs", type=int, help="parallel compile jobs (default: every core)")
+    args = p.parse_args(argv)
+    try:
+        build(args.backend, args.portable, args.jobs)
+    except (EngineError, subprocess.CalledProcessError, OSError) as exc:
+        print(f"error: the llama.cpp build failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

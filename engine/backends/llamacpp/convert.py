@@ -1,0 +1,130 @@
+"""Safetensors folders to GGUF with llama.cpp's own converter (from the same build): targets in the
+dtype asked for, z-lab DFlash drafters (safetensors) to DFlash GGUF drafters for their target.
+
+The converter runs in a child process and sees only a staging folder of links to the model's JSON
+configs, tokenizer files and safetensors: no Python file and no pickle of a model folder reaches it, and
+transformers is told never to run a folder's code (convert_main.py). Results are cached in the app's
+cache folder under a key of what went in, so a pair converts once.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from ...errors import Cancelled, CheckpointError, EngineError
+from . import build
+
+# what the converter may read from a model folder
+ALLOWED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+           "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+           "model.safetensors.index.json")
+OUTTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0"}
+CONVERT_SECONDS = 3600.0
+
+
+def app_cache() -> Path:
+    """The app's cache folder, as dflash_desktop.paths.cache_dir (the engine does not import the app)."""
+    home = os.environ.get("DFLASH_DESKTOP_HOME")
+    if home:
+        return Path(home).expanduser() / "cache"
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("DFlashDesktop", appauthor=False))
+
+
+def _files(folder: Path, with_weights: bool) -> list[Path]:
+    names = [folder / n for n in ALLOWED if (folder / n).is_file()]
+    if with_weights:
+        names += sorted(folder.glob("*.safetensors"))
+    return names
+
+
+def identity(*folders: tuple[Path, bool]) -> str:
+    """A key of the inputs: names, sizes and the JSON files' bytes (the weights by size and mtime)."""
+    digest = hashlib.sha256(build.key().encode())
+    for folder, weights in folders:
+        for f in _files(folder, weights):
+            st = f.stat()
+            digest.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns if f.suffix == '.safetensors' else ''}\0".encode())
+            if f.suffix == ".json":
+                digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _stage(folder: Path, into: Path, with_weights: bool) -> Path:
+    into.mkdir(parents=True)
+    for f in _files(folder, with_weights):
+        os.symlink(f.resolve(), into / f.name)
+    return into
+
+
+def run_converter(args: list[str], what: str, cancelled: Callable[[], bool]) -> None:
+    """convert_hf_to_gguf.py with our guard, cancellable; its log's end becomes the error message."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([sys.executable, "-m", "engine.backends.llamacpp.convert_main",
+                                 str(build.converter()), *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=str(build.find_build()),
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                    [str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH", "")])})
+        end = time.monotonic() + CONVERT_SECONDS
+        while proc.poll() is None:
+            if cancelled() or time.monotonic() > end:
+                proc.kill()
+                proc.wait()
+                if cancelled():
+                    raise Cancelled(f"Converting {what} to GGUF was cancelled; nothing is loaded.")
+                raise EngineError(f"Converting {what} to GGUF took over {CONVERT_SECONDS:.0f} s and was stopped.")
+            time.sleep(0.1)
+        if proc.returncode != 0:
+            log.seek(0)
+            text = log.read().decode(errors="replace")
+            lines = [ln for ln in text.splitlines() if ln.strip()][-8:]
+            hint = (" Its tokenizer's pre-tokenizer is unknown to llama.cpp's converter: this model cannot be "
+                    "converted by this build; use a GGUF file made for it instead." if "pre-tokenizer was not "
+                    "recognized" in text else "")
+            raise CheckpointError(f"llama.cpp's converter could not convert {what} (exit code {proc.returncode})."
+                                  f"{hint} Its log ends with:\n" + "\n".join(lines))
+
+
+def convert(source: Path, out: Path, outtype: str, target_dir: Path | None, what: str,
+            cancelled: Callable[[], bool]) -> Path:
+    """Convert once into `out` (written under a temporary name, then renamed)."""
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gguf-stage-") as tmp:
+        staged = _stage(source, Path(tmp) / "model", with_weights=True)
+        args = [str(staged), "--outfile", str(out.with_suffix(".partial")), "--outtype", outtype]
+        if target_dir is not None:
+            args += ["--target-model-dir", str(_stage(target_dir, Path(tmp) / "target", with_weights=False))]
+        run_converter(args, what, cancelled)
+    os.replace(out.with_suffix(".partial"), out)
+    return out
+
+
+def target_gguf(target_dir: Path, dtype: str, cancelled=lambda: False) -> Path:
+    if dtype not in OUTTYPES:
+        raise EngineError(f"A target converted for llama.cpp can be {', '.join(OUTTYPES)}, not {dtype!r}.",
+                          code="bad_settings")
+    key = identity((target_dir, True))
+    out = app_cache() / "gguf" / f"{target_dir.name}-{key}-{OUTTYPES[dtype]}.gguf"
+    return convert(target_dir, out, OUTTYPES[dtype], None, f"the target in {target_dir}", cancelled)
+
+
+def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancelled=lambda: False) -> Path:
+    """A z-lab drafter for a target whose config and tokenizer are in target_dir; a quantized target keeps
+    a float16 drafter (DFlash's acceptance suffers from a quantized drafter, and drafters are small)."""
+    cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
+    if not set(cfg.get("architectures") or ()) & {"DFlashDraftModel", "DFlash2DraftModel"}:
+        raise CheckpointError(f"{draft_dir} is not a DFlash drafter (config.json architectures "
+                              f"{cfg.get('architectures')}).")
+    key = identity((draft_dir, True), (target_dir, False))
+    outtype = OUTTYPES.get(dtype, "f16") if dtype != "q8_0" else "f16"
+    out = app_cache() / "gguf" / f"{draft_dir.name}-dflash-{key}-{outtype}.gguf"
+    return convert(draft_dir, out, outtype, target_dir, f"the drafter in {draft_dir}", cancelled)

@@ -1,0 +1,215 @@
+"""A pair run by llama-server: the target GGUF with its DFlash GGUF drafter (or without, for plain
+decoding: the same server, so the baseline is fair). Prompts go in as token ids and tokens come back as
+ids, so the decode loop's text stream and stop rules work as with every engine.
+
+What llama.cpp reports and what we derive: `timings` with every streamed token carries the running
+drafted (draft_n) and accepted (draft_n_accepted) counts and the tokens generated, so verify steps are
+tokens - 1 - accepted, tau follows, and the tokens of one step (the ones that share those counts) are its
+accepted drafts followed by the target's own token. Per-slot acceptance is not reported.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ...errors import Cancelled, CheckpointError, EngineError
+from ...limits import GenerationSettings
+from ...loop import Chunk
+from ...tokenizer import ChatTokenizer
+from . import ARCHITECTURES, NAME, build, calibrate, convert, metadata
+from .server import Launch, Server
+from .tokens import ServerTokenizer
+
+DEFAULT_CONTEXT = 8192       # the server's context unless the model's is shorter; fixed at start
+
+
+def _ggufs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.gguf") if p.is_file())
+
+
+def find_target(target: Path, dtype: str, cancelled) -> Path:
+    """A .gguf file, a folder holding one (several: the one named for dtype), or safetensors to convert."""
+    if target.suffix == ".gguf":
+        return target
+    files = [p for p in _ggufs(target) if metadata.architecture(metadata.read_metadata(p)) != "dflash"]
+    if len(files) > 1:
+        files = [p for p in files if dtype and dtype.lower() in p.name.lower()] or files
+        if len(files) > 1:
+            raise CheckpointError(f"{target} holds several GGUF targets ({', '.join(p.name for p in files)}): "
+                                  "name one file, or keep one per folder.")
+    if files:
+        return files[0]
+    if not (target / "config.json").is_file():
+        raise CheckpointError(f"{target} holds neither a .gguf file nor a model (config.json and safetensors) "
+                              "to convert. Check the path or download the model again.")
+    return convert.target_gguf(target, dtype, cancelled)
+
+
+def find_draft(draft: Path, target: Path, dtype: str, cancelled) -> Path:
+    """A DFlash .gguf file or a folder holding one, or a z-lab drafter folder to convert for the target."""
+    if draft.suffix == ".gguf":
+        return draft
+    files = [p for p in _ggufs(draft) if metadata.architecture(metadata.read_metadata(p)) == "dflash"]
+    if files:
+        return files[0]
+    if not (draft / "config.json").is_file():
+        raise CheckpointError(f"{draft} holds neither a DFlash .gguf drafter nor a drafter (config.json and "
+                              "safetensors) to convert.")
+    tokenizer_dir = target if target.is_dir() else target.parent
+    if not (tokenizer_dir / "config.json").is_file():
+        raise CheckpointError(f"Converting the drafter in {draft} needs its target's config.json and tokenizer "
+                              f"files beside the target, and {tokenizer_dir} has none.")
+    return convert.draft_gguf(draft, tokenizer_dir, dtype, cancelled)
+
+
+def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None,
+              progress: Callable[[str, str], None] | None = None,
+              cancelled: Callable[[], bool] = lambda: False) -> "LlamaCppPair":
+    def report(stage: str, message: str) -> None:
+        if cancelled():
+            raise Cancelled("Loading was cancelled; nothing is loaded.")
+        if progress is not None:
+            progress(stage, message)
+
+    if device not in ("auto", "cpu"):
+        raise EngineError(f"The llama.cpp engine runs on the CPU in this build, not on {device!r}.",
+                          code="device_unavailable")
+    binary = build.server_binary()
+    target = Path(target_dir)
+    dtype = dtype or "float32"
+    report("convert", f"Preparing {target.name} for llama.cpp")
+    target_file = find_target(target, dtype, cancelled)
+    tmeta = metadata.read_metadata(target_file)
+    arch = metadata.architecture(tmeta)
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(f"{target_file.name} is a {arch!r} model; this app runs {', '.join(ARCHITECTURES)} "
+                              "targets with llama.cpp.", code="unsupported_architecture")
+    draft_file, block = None, 1
+    if draft_dir is not None:
+        report("drafter", f"Preparing the drafter {Path(draft_dir).name} for llama.cpp")
+        draft_file = find_draft(Path(draft_dir), target, dtype, cancelled)
+        dmeta = metadata.read_metadata(draft_file)
+        metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
+        block = int(dmeta.get("dflash.block_size") or 16)
+    context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
+    report("weights", f"Starting llama-server with {target_file.name}")
+    launch = Launch(binary, target_file, context=context)
+    pair = LlamaCppPair(launch, draft_file, block, tmeta, target if target.is_dir() else target.parent)
+    try:
+        if draft_file is not None:
+            report("tuning", "Choosing between DFlash and plain decoding for this machine")
+            pair.choice = calibrate.choose(pair, cancelled)
+            pair.info["speculation"] = pair.choice
+    except BaseException:
+        pair.close()
+        raise
+    return pair
+
+
+class LlamaCppPair:
+    """A loaded pair; one llama-server at a time, restarted when a setting fixed at its start changes."""
+
+    def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
+        self.base, self.draft, self.block_size = launch, draft, block_size
+        self.server: Server | None = None
+        self.choice: dict | None = None
+        self.max_positions = launch.context
+        # the target's Hugging Face tokenizer when it is beside the GGUF, else the server's own
+        self.tokenizer = ChatTokenizer.from_folder(tokenizer_dir) or ServerTokenizer(self, meta)
+        self.server_for(None)              # plain: ready for /tokenize and a baseline at once
+        self.eos_ids = tuple(self.tokenizer.eos_ids)
+        arch = metadata.architecture(meta)
+        self.info = {"engine": NAME, "device": "cpu", "dtype": _file_type(meta),
+                     "architecture": arch, "name": launch.model.name, "block_size": block_size,
+                     "has_drafter": draft is not None, "has_tokenizer": True,
+                     "chat_template": bool(self.tokenizer.has_template),
+                     "supports_thinking": bool(self.tokenizer.supports_thinking),
+                     "vocab_size": metadata.vocab_size(meta), "max_positions": self.max_positions,
+                     "layers": int(meta.get(f"{arch}.block_count") or 0), "gguf": str(launch.model),
+                     "draft_gguf": str(draft) if draft else None}
+
+    def server_for(self, n_max: int | None) -> Server:
+        """The running server when it matches (None: plain decoding), else a fresh one."""
+        want = Launch(self.base.binary, self.base.model, self.draft if n_max else None, n_max or 0,
+                      self.base.context, self.base.threads, self.base.gpu_layers)
+        if self.server is not None and self.server.launch == want and self.server.proc.poll() is None:
+            return self.server
+        self.stop_server()
+        self.server = Server(want)
+        return self.server
+
+    def n_max(self, settings: GenerationSettings, baseline: bool) -> tuple[int, dict | None]:
+        """Drafts per step for this answer, and why plain decoding runs when DFlash was asked for."""
+        if baseline or self.draft is None:
+            return 0, None
+        if settings.block_size:
+            return min(settings.block_size, self.block_size) - 1, None
+        choice = self.choice or {"n_max": self.block_size - 1}
+        if choice["n_max"]:
+            return choice["n_max"], None
+        return 0, {"after_tokens": 0, "reason": choice["reason"], "tau": choice.get("tau", 0.0),
+                   "speed_share": choice.get("speed_share", 0.0)}
+
+    def stream(self, prompt: list[int], settings: GenerationSettings, baseline: bool):
+        n_max, fallback = self.n_max(settings, baseline)
+        server = self.server_for(n_max)
+        events = server.stream(request_body(prompt, settings))
+        group: list[int] = []                  # the tokens of the step being received
+        key, accepted_before, totals = (0, 0), 0, {}
+        try:
+            for event in events:
+                timings = event.get("timings") or {}
+                drafted, accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
+                totals = {"drafted": drafted, "accepted": accepted,
+                          "steps": max(int(timings.get("predicted_n", 0)) - 1 - accepted, 0)}
+                if (drafted, accepted) != key and group:
+                    # a new step: the previous one's tokens are its accepted drafts, then the target's own
+                    yield _step(group, key[1] - accepted_before, totals, fallback)
+                    accepted_before, group = key[1], []
+                key = (drafted, accepted)
+                group += [int(t) for t in event.get("tokens") or []]
+                if key == (0, 0) and group:    # nothing drafted yet: the target's own tokens, sent at once
+                    yield _step(group, 0, totals, fallback)
+                    group = []
+                if event.get("stop"):
+                    break
+            yield _step(group, key[1] - accepted_before, totals, fallback)
+        finally:
+            events.close()
+
+    def memory(self) -> dict:
+        return {"peak_bytes": self.server.memory() if self.server else 0}
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def close(self) -> None:
+        self.stop_server()
+
+    def __del__(self):
+        self.stop_server()
+
+
+def _step(tokens: list[int], accepted: int, totals: dict, fallback: dict | None) -> Chunk:
+    accepted = max(0, min(accepted, len(tokens) - 1)) if tokens else 0
+    flags = [True] * accepted + [False] * (len(tokens) - accepted)
+    return Chunk(tokens, flags, dict(totals), fallback)
+
+
+def request_body(prompt: list[int], s: GenerationSettings) -> dict:
+    """Our sampling rules in llama.cpp's terms: top-k, top-p, temperature and nothing else (its defaults
+    add min-p and others), greedy at temperature 0."""
+    return {"prompt": list(prompt), "n_predict": s.max_new_tokens, "cache_prompt": True, "return_tokens": True,
+            "timings_per_token": True, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
+            "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+            "samplers": ["top_k", "top_p", "temperature"], "seed": -1 if s.seed is None else s.seed}
+
+
+_FILE_TYPES = {0: "float32", 1: "float16", 7: "q8_0", 15: "q4_k_m", 17: "q5_k_m", 18: "q6_k", 32: "bfloat16"}
+
+
+def _file_type(meta: dict) -> str:
+    return _FILE_TYPES.get(meta.get("general.file_type"), f"gguf type {meta.get('general.file_type')}")

@@ -1,0 +1,116 @@
+"""Reads a GGUF file's header (its key/value metadata) without loading any tensor, so a wrong or damaged
+file and a drafter made for another target are refused with a clear message before llama-server starts.
+Pure standard library: the window may call it too."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from ...errors import CheckpointError, PairMismatchError
+
+MAGIC = b"GGUF"
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+MAX_STRING = 1 << 24     # far above any real key or token, far below a damaged length field
+MAX_KEYS = 1 << 16
+KEEP_ARRAY = 4096        # longer arrays (the vocabulary) are skipped, their length kept
+
+
+class _Reader:
+    def __init__(self, f, where: str):
+        self.f, self.where = f, where
+
+    def take(self, fmt: str):
+        size = struct.calcsize(fmt)
+        data = self.f.read(size)
+        if len(data) != size:
+            raise CheckpointError(f"{self.where} ends inside its header: the file is truncated. Download it again.")
+        return struct.unpack(fmt, data)[0]
+
+    def string(self) -> str:
+        n = self.take("<Q")
+        if n > MAX_STRING:
+            raise CheckpointError(f"{self.where} has a damaged header (a {n}-byte string). Download it again.")
+        data = self.f.read(n)
+        if len(data) != n:
+            raise CheckpointError(f"{self.where} ends inside its header: the file is truncated. Download it again.")
+        return data.decode("utf-8", errors="replace")
+
+    def value(self, kind: int):
+        if kind in _SCALARS:
+            return self.take(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            item, n = self.take("<I"), self.take("<Q")
+            if item == _ARRAY or n > 1 << 32:
+                raise CheckpointError(f"{self.where} has a damaged header (array of {n}). Download it again.")
+            if item in _SCALARS and n > KEEP_ARRAY:
+                self.f.seek(n * struct.calcsize(_SCALARS[item]), 1)
+                return ArrayLength(n)
+            values = [self.value(item) for _ in range(n)]
+            return values if n <= KEEP_ARRAY else ArrayLength(n)
+        raise CheckpointError(f"{self.where} has a damaged header (value type {kind}). Download it again.")
+
+
+class ArrayLength(int):
+    """A long array (a vocabulary) read as its length only."""
+
+
+def read_metadata(path: Path) -> dict:
+    """The file's metadata, plus 'gguf.tensor_count'. Raises CheckpointError naming the problem."""
+    path = Path(path)
+    where = f"The GGUF file {path}"
+    if not path.is_file():
+        raise CheckpointError(f"{where} does not exist. Check the path or download the model again.")
+    with open(path, "rb") as f:
+        if f.read(4) != MAGIC:
+            raise CheckpointError(f"{path} is not a GGUF file (it does not start with 'GGUF'). Give a .gguf "
+                                  "model file, or a folder of safetensors to convert.")
+        r = _Reader(f, where)
+        version, tensors, keys = r.take("<I"), r.take("<Q"), r.take("<Q")
+        if version not in (2, 3) or keys > MAX_KEYS:
+            raise CheckpointError(f"{where} has GGUF version {version} and {keys} keys: damaged or from an "
+                                  "unknown llama.cpp version. Download or convert it again.")
+        meta = {"gguf.version": version, "gguf.tensor_count": tensors}
+        for _ in range(keys):
+            name = r.string()
+            meta[name] = r.value(r.take("<I"))
+    return meta
+
+
+def architecture(meta: dict) -> str:
+    return str(meta.get("general.architecture", ""))
+
+
+def vocab_size(meta: dict) -> int:
+    tokens = meta.get("tokenizer.ggml.tokens")
+    return len(tokens) if isinstance(tokens, list) else int(tokens or 0)
+
+
+def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> None:
+    """A DFlash drafter GGUF against its target's: what llama.cpp would otherwise abort on, or silently
+    run slowly with (a drafter for another model accepts nothing)."""
+    arch = architecture(target)
+    if arch == "dflash":
+        raise PairMismatchError(f"{target_name} is a DFlash drafter, not a target model. Swap the two files.")
+    if architecture(draft) != "dflash":
+        raise PairMismatchError(f"{draft_name} is not a DFlash drafter (its architecture is "
+                                f"{architecture(draft) or 'unknown'!r}). Give a drafter converted for DFlash.")
+    layers = target.get(f"{arch}.block_count")
+    wanted = [int(i) for i in draft.get("dflash.target_layers") or []]
+    # the drafter stores layer-output indices counted from the embeddings (layer i -> i + 1)
+    if not wanted or not layers or max(wanted) > int(layers) - 1 or min(wanted) < 1:
+        raise PairMismatchError(
+            f"{draft_name} reads target layers {[i - 1 for i in wanted]} but {target_name} has {layers} layers, "
+            "and llama.cpp cannot export its last one: this drafter was not made for this target.")
+    for what, t_key, d_key in (("hidden size", f"{arch}.embedding_length", "dflash.embedding_length"),
+                               ("vocabulary", "tokenizer.ggml.tokens", "tokenizer.ggml.tokens")):
+        t, d = target.get(t_key), draft.get(d_key)
+        if t is not None and d is not None and _size(t) != _size(d):
+            raise PairMismatchError(f"{draft_name} has {what} {_size(d)} but {target_name} has {_size(t)}: "
+                                    "this drafter was made for another model.")
+
+
+def _size(v) -> int:
+    return len(v) if isinstance(v, list) else int(v)

@@ -1,0 +1,177 @@
+"""One llama-server process on 127.0.0.1 and its streaming /completion requests.
+
+The server is started with the settings fixed at its start (model files, drafter, n_max, context,
+threads) and listens only on the loopback address, on a port that was free a moment before. Its log goes
+to a file, so a server that dies can say why. Every wait has a deadline and watches the process, so a
+crashed server becomes an EngineError, never a hang.
+"""
+from __future__ import annotations
+
+import ctypes
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import EngineError
+
+HOST = "127.0.0.1"
+START_SECONDS = 120.0       # loading a large model from a cold disk
+READ_SECONDS = 600.0        # the longest silence inside one answer (a long prompt's prefill)
+
+
+class ServerError(EngineError):
+    code = "worker_crashed"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a server is started with; a new value means a restart."""
+    binary: Path
+    model: Path
+    draft: Path | None = None
+    n_max: int = 0              # tokens drafted per step (at most the block size - 1)
+    context: int = 4096
+    threads: int = 0            # 0: llama.cpp's default
+    gpu_layers: int = 0
+
+    def args(self, port: int) -> list[str]:
+        a = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(port), "-c", str(self.context),
+             "-np", "1", "-ngl", str(self.gpu_layers), "--no-webui"]
+        if self.threads:
+            a += ["-t", str(self.threads)]
+        if self.draft:
+            # the draft KV cache stays f16: a quantized one collapses DFlash's acceptance (DESIGN.md 7)
+            a += ["-md", str(self.draft), "--spec-type", "draft-dflash", "--spec-draft-n-max", str(self.n_max),
+                  "-ngld", str(self.gpu_layers), "-ctkd", "f16", "-ctvd", "f16"]
+            if self.threads:
+                a += ["-td", str(self.threads)]
+        return a
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def clean_env() -> dict:
+    """The user's LLAMA_ARG_* variables would override our flags (the host among them): drop them."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_ARG_", "LLAMA_"))}
+
+
+def _die_with_parent():
+    """Linux: the server gets SIGTERM when the worker that started it dies, even by SIGKILL, so a killed
+    worker leaves no server holding the model's memory. The signal follows the starting thread, which in
+    the worker is its one long-lived executor thread. (Elsewhere the worker's normal exit stops it.)"""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def set_pdeathsig():
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    return set_pdeathsig
+
+
+class Server:
+    def __init__(self, launch: Launch):
+        self.launch = launch
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(launch.args(self.port), stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=clean_env(), preexec_fn=_die_with_parent())
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        end = time.monotonic() + START_SECONDS
+        while time.monotonic() < end:
+            self.check_alive("while loading the model")
+            try:
+                status, _ = self.request("GET", "/health", timeout=2.0)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise ServerError(f"llama-server did not become ready in {START_SECONDS:.0f} s. {self.tail()}")
+
+    def check_alive(self, when: str) -> None:
+        code = self.proc.poll()
+        if code is not None:
+            raise ServerError(f"llama-server stopped (exit code {code}) {when}. {self.tail()}")
+
+    def tail(self, lines: int = 12) -> str:
+        """The end of the server's log, where llama.cpp says what went wrong."""
+        try:
+            text = Path(self.log.name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+        return ("Its log ends with:\n" + "\n".join(kept)) if kept else ""
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read() or b"null")
+        finally:
+            conn.close()
+
+    def stream(self, body: dict):
+        """The events of one streamed /completion (dicts), ending with the one marked stop. Closing the
+        generator closes the connection, which makes llama-server cancel the request."""
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=READ_SECONDS)
+        try:
+            conn.request("POST", "/completion", body=json.dumps({**body, "stream": True}),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise EngineError(f"llama-server refused the request ({resp.status}): {resp.read(2000).decode(errors='replace')}")
+            for line in resp:
+                if not line.startswith(b"data: "):
+                    continue
+                event = json.loads(line[6:])
+                if "error" in event:
+                    raise EngineError(f"llama-server: {event['error'].get('message', event['error'])}")
+                yield event
+                if event.get("stop"):
+                    return
+            self.check_alive("in the middle of an answer")
+            raise ServerError(f"llama-server closed the answer without finishing it. {self.tail()}")
+        except (OSError, http.client.HTTPException) as exc:
+            self.check_alive("in the middle of an answer")
+            raise ServerError(f"The connection to llama-server broke ({exc}). {self.tail()}") from None
+        finally:
+            conn.close()
+
+    def memory(self) -> int:
+        """The server process's resident bytes (its peak where the OS reports it)."""
+        import psutil
+        try:
+            info = psutil.Process(self.proc.pid).memory_full_info()
+            return int(getattr(info, "peak_wset", 0) or info.rss)
+        except (psutil.Error, OSError):   # the process is gone
+            return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)

@@ -1,0 +1,215 @@
+"""The llama.cpp engine against a real llama-server (the build scripts/dev.sh makes): the demo pair
+converted to GGUF decodes greedily token for token like plain llama.cpp and like our torch engine;
+cancel and a killed server end an answer cleanly; bad files and mismatched pairs are refused before a
+server starts; conversion keeps the drafter's dflash settings."""
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.backends.llamacpp import build
+
+try:
+    build.find_build()
+except build.BuildMissing as exc:
+    pytest.skip(f"no llama.cpp build here ({exc})", allow_module_level=True)
+
+from engine.backends.llamacpp import calibrate, convert, metadata  # noqa: E402
+from engine.backends.llamacpp.engine import load_pair  # noqa: E402
+from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
+from engine.backends.torch.tiny import save_random_pair  # noqa: E402
+from engine.bench import DEMO_DIR, demo_prompts  # noqa: E402
+from engine.errors import CheckpointError, EngineError, PairMismatchError  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+
+TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def app_home(tmp_path_factory):
+    """Conversions and calibrations go to a fresh app folder, shared by this module's tests."""
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("DFLASH_DESKTOP_HOME")
+    os.environ["DFLASH_DESKTOP_HOME"] = str(home)
+    yield home
+    if old is None:
+        os.environ.pop("DFLASH_DESKTOP_HOME")
+    else:
+        os.environ["DFLASH_DESKTOP_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def pair(app_home):
+    p = load_pair(TARGET, DRAFT)
+    yield p
+    p.close()
+
+
+def servers() -> list[psutil.Process]:
+    return [c for c in psutil.Process().children(recursive=True) if "llama-server" in c.name()]
+
+
+def prompts(n=3):
+    return [text for _, text in demo_prompts(limit=n)]
+
+
+def test_greedy_dflash_equals_plain_llamacpp_and_the_torch_engine(pair):
+    reference = torch_pair(TARGET)
+    for text in prompts():
+        ids = pair.tokenizer.encode_prompt(text, raw=True)
+        assert ids == reference.tokenizer.encode_prompt(text, raw=True)
+        want = Generation(reference, ids, GenerationSettings(max_new_tokens=64), baseline=True).run().tokens
+        plain = Generation(pair, ids, GenerationSettings(max_new_tokens=64), baseline=True).run()
+        fast = Generation(pair, ids, GenerationSettings(max_new_tokens=64, block_size=16)).run()
+        assert plain.tokens == want, "llama.cpp's plain decoding differs from the torch engine (f32 weights)"
+        assert fast.tokens == want, "llama.cpp's DFlash differs from plain decoding"
+        assert fast.text == plain.text and fast.stop_reason == "length"
+        s = fast.stats
+        assert s.unknown == () and s.drafted > 0 and 0 < s.accepted <= s.drafted
+        assert s.steps == len(fast.tokens) - 1 - s.accepted and s.tau > 1.5
+        assert plain.stats.drafted == 0 and plain.stats.steps == len(plain.tokens) - 1
+
+
+def test_drafted_flags_follow_the_steps(pair):
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    run = Generation(pair, ids, GenerationSettings(max_new_tokens=96, block_size=16))
+    flags = [f for step in run for f in step.drafted]
+    assert len(flags) == len(run.tokens) and sum(flags) == run.stats.accepted > 0
+    assert flags[0] is False                       # the prefill's token is the target's
+
+
+def test_cancel_mid_answer_stops_the_request_and_the_server_serves_on(pair):
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    run = Generation(pair, ids, GenerationSettings(max_new_tokens=2000, block_size=16))
+    for i, _ in enumerate(run):
+        if i == 3:
+            run.cancel()
+    assert run.stop_reason == "cancelled" and 0 < len(run.tokens) < 200
+    start = time.perf_counter()
+    again = Generation(pair, ids, GenerationSettings(max_new_tokens=16, block_size=16)).run()
+    assert again.stop_reason == "length" and time.perf_counter() - start < 10
+
+
+def test_a_killed_server_is_an_engine_error_and_the_next_answer_restarts_it(pair):
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    run = Generation(pair, ids, GenerationSettings(max_new_tokens=5000, block_size=16))
+    start = time.perf_counter()
+    with pytest.raises(EngineError) as err:
+        for i, _ in enumerate(run):
+            if i == 2:
+                pair.server.proc.kill()
+    assert err.value.code == "worker_crashed" and "llama-server" in str(err.value)
+    assert time.perf_counter() - start < 30, "a dead server must not hang the answer"
+    again = Generation(pair, ids, GenerationSettings(max_new_tokens=16, block_size=16)).run()
+    assert again.stop_reason == "length" and len(again.tokens) == 16
+
+
+def test_a_block_size_change_restarts_the_server_with_its_n_max(pair):
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    Generation(pair, ids, GenerationSettings(max_new_tokens=8, block_size=4)).run()
+    assert pair.server.launch.n_max == 3 and "--spec-draft-n-max" in pair.server.launch.args(1)
+    first = pair.server.proc.pid
+    Generation(pair, ids, GenerationSettings(max_new_tokens=8, block_size=4)).run()
+    assert pair.server.proc.pid == first, "the same start-time settings keep the server"
+    Generation(pair, ids, GenerationSettings(max_new_tokens=8), baseline=True).run()
+    assert pair.server.launch.draft is None and pair.server.proc.pid != first
+
+
+def test_the_server_listens_on_loopback_only(pair):
+    ports = [c for c in psutil.Process(pair.server.proc.pid).net_connections() if c.status == "LISTEN"]
+    assert ports and all(c.laddr.ip == "127.0.0.1" for c in ports)
+
+
+def test_calibration_is_remembered_and_says_why(pair):
+    choice = calibrate.remembered(pair)
+    assert choice is not None and choice == pair.info["speculation"]
+    assert set(choice["rates"]) == {"0", "3", "7", "15"} and choice["reason"]
+    assert choice["n_max"] in (0, 3, 7, 15)
+    assert max(choice["rates"].values()) == choice["rates"][str(choice["n_max"])]
+    start = time.perf_counter()
+    assert calibrate.choose(pair) == choice and time.perf_counter() - start < 0.5
+
+
+def test_a_calibrated_plain_choice_runs_plain_decoding_and_says_why(pair):
+    decided = calibrate.decide({0: {"tok_s": 1000.0, "tau": 1.0}, 3: {"tok_s": 700.0, "tau": 3.1},
+                                7: {"tok_s": 800.0, "tau": 4.0}})
+    assert decided["n_max"] == 0 and "plain decoding" in decided["reason"] and decided["speed_share"] == 0.8
+    saved, pair.choice = pair.choice, decided
+    try:
+        ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+        run = Generation(pair, ids, GenerationSettings(max_new_tokens=16)).run()
+    finally:
+        pair.choice = saved
+    assert pair.server.launch.draft is None and run.stats.drafted == 0
+    assert run.fallback and run.fallback["reason"] == decided["reason"]
+
+
+def test_a_file_that_is_not_gguf_gets_a_clear_error(tmp_path, pair):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"PK\x03\x04 this is a zip file" * 100)
+    with pytest.raises(CheckpointError, match="not a GGUF file"):
+        load_pair(bad, None)
+    real = Path(pair.info["gguf"])
+    bad.write_bytes(real.read_bytes()[:4000])
+    with pytest.raises(CheckpointError, match="truncated|damaged"):
+        load_pair(bad, None)
+
+
+@pytest.fixture(scope="module")
+def other_pair(tmp_path_factory):
+    """A random z-lab-format pair of another size, with the demo tokenizer (the converter knows it)."""
+    return save_random_pair(tmp_path_factory.mktemp("random"), hidden=128, layers=6, block_size=8,
+                            draft_layers=2, tokenizer_dir=TARGET)
+
+
+def test_a_drafter_for_another_target_is_refused_before_a_server_starts(other_pair):
+    _, draft = other_pair
+    before = len(servers())
+    with pytest.raises(PairMismatchError, match="another model|not made for this target"):
+        load_pair(TARGET, draft)
+    assert len(servers()) == before
+
+
+@pytest.mark.parametrize("which", ["demo", "random"])
+def test_converted_drafters_keep_their_dflash_settings(which, other_pair):
+    target, draft = (TARGET, DRAFT) if which == "demo" else other_pair
+    cfg = json.loads((draft / "config.json").read_text())
+    meta = metadata.read_metadata(convert.draft_gguf(draft, target))
+    dflash = cfg["dflash_config"]
+    assert metadata.architecture(meta) == "dflash"
+    # llama.cpp counts layer outputs from the embeddings: layer i is i + 1
+    assert meta["dflash.target_layers"] == [i + 1 for i in dflash["target_layer_ids"]]
+    assert meta["dflash.block_size"] == dflash.get("block_size", cfg.get("block_size"))
+    assert meta["tokenizer.ggml.mask_token_id"] == dflash["mask_token_id"]
+    assert meta["dflash.block_count"] == cfg["num_hidden_layers"]
+
+
+def all_servers() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-server"}
+
+
+def test_a_worker_runs_the_demo_pair_with_llamacpp_and_its_server_dies_with_it(pair):
+    """engine "auto" (the first start) picks llama.cpp on this CPU; a killed worker leaves no server behind."""
+    from dflash_desktop.worker_client import WorkerClient
+    before = all_servers()
+    client = WorkerClient()
+    try:
+        loaded = client.wait(client.load_pair(TARGET, DRAFT, engine="auto", device="auto"), 120)
+        assert loaded["event"] == "loaded", loaded
+        assert loaded["engine"] == "llamacpp" and loaded["speculation"]["reason"]
+        done = client.wait(client.generate(prompt="import os\n\n\ndef main():", raw=True,
+                                           settings={"max_new_tokens": 32}), 60)
+        assert done["event"] == "done" and done["stats"]["generated_tokens"] == 32, done
+        assert done["stats"]["unknown"] == []
+        assert all_servers() - before, "the worker's llama-server runs"
+        os.kill(client.pid, 9)
+        deadline = time.monotonic() + 10
+        while all_servers() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not all_servers() - before, "a killed worker's llama-server must end with it"
+    finally:
+        client.shutdown(10)
