@@ -1,11 +1,14 @@
 """The frozen app's way into the worker: a PyInstaller build has no `python -m`, so the GUI starts
-`<app> --worker` and the main entry hands over here before it creates any window."""
+`<app> --worker` and the main entry hands over here before it creates any window. The llama.cpp engine's
+GGUF converter runs the same way, as `<app> --convert-gguf CONVERTER ARGS...`
+(engine/backends/llamacpp/convert.py)."""
 from __future__ import annotations
 
 import os
 import sys
 
 WORKER_FLAG = "--worker"
+CONVERT_FLAG = "--convert-gguf"
 
 
 def run_worker_if_requested(argv: list[str] | None = None) -> None:
@@ -16,6 +19,14 @@ def run_worker_if_requested(argv: list[str] | None = None) -> None:
         default_engine_packs()
         from engine.worker import main
         sys.exit(main(argv[2:]))
+    if len(argv) > 1 and argv[1] == CONVERT_FLAG:
+        default_engine_packs()
+        from engine import packs
+        packs.activate(packs.root_from_env())  # the converter imports torch: the same one the worker runs
+        from engine.backends.llamacpp.convert_main import main as convert
+        sys.argv = [argv[0], *argv[2:]]
+        convert()
+        sys.exit(0)
 
 
 def default_engine_packs() -> None:
