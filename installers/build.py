@@ -3,7 +3,9 @@ dist/DFlash Desktop.app) from installers/dflash-desktop.spec.
 
 Why a script around PyInstaller: the spec needs the version (from pyproject.toml) and icons in each
 platform's format, rendered here from the one SVG in assets/icons so no binary icon is kept in git; and
-every build should end with the same size report, which the installer tests and CI logs compare.
+every build should end with the same size report, which the installer tests and CI logs compare. It also
+ships llama.cpp's llama-server and GGUF converter (a portable build for --llamacpp-backend, made into the
+user's cache first when it is not there), which the frozen app finds in _internal/llama.cpp.
 Outputs go to build/ and dist/ (git-ignored). Run it from the environment the app runs in (torch CPU
 build, PySide6, the project's dependencies, pyinstaller from installers/requirements.txt).
 """
@@ -96,6 +98,23 @@ def windows_version_file(path: Path, ver: str) -> None:
 """, encoding="utf-8")
 
 
+def default_llamacpp_backend(platform: str = sys.platform, machine: str | None = None) -> str:
+    """Metal on Apple Silicon, else the CPU build: a CUDA or Vulkan llama-server needs their runtimes on
+    the user's computer, so those builds ship only when asked for (--llamacpp-backend)."""
+    import platform as _platform
+    machine = machine or _platform.machine()
+    return "metal" if platform == "darwin" and machine == "arm64" else "cpu"
+
+
+def llamacpp_build(backend: str) -> Path:
+    """The portable llama.cpp build to ship: taken from the user's cache, built there first when missing
+    (engine/backends/llamacpp/build.py: the pinned sdist, cmake; a few minutes)."""
+    from engine.backends.llamacpp import build as llamacpp
+    folder = llamacpp.build(backend, portable=True, log=lambda m: print(f"llama.cpp: {m}", flush=True))
+    print(f"shipping the llama.cpp build in {folder}")
+    return folder
+
+
 def folder_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
@@ -103,6 +122,12 @@ def folder_size(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clean", action="store_true", help="drop PyInstaller's cache of the last build first")
+    parser.add_argument("--llamacpp-backend", choices=("cpu", "cuda", "vulkan", "metal"),
+                        default=default_llamacpp_backend(),
+                        help="the llama.cpp build to ship (default here: %(default)s), built portable into the "
+                             "user's cache first when it is not there")
+    parser.add_argument("--without-llamacpp", action="store_true",
+                        help="ship no llama.cpp engine (the app then runs every pair with torch)")
     args = parser.parse_args(argv)
     ver = version()
     started = time.monotonic()
@@ -114,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                str(ROOT / "installers" / "dflash-desktop.spec")]
     if args.clean:
         command.insert(3, "--clean")
-    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "DFLASH_APP_VERSION": ver})
+    llamacpp = "" if args.without_llamacpp else str(llamacpp_build(args.llamacpp_backend))
+    subprocess.run(command, check=True, cwd=ROOT,
+                   env={**os.environ, "DFLASH_APP_VERSION": ver, "DFLASH_LLAMACPP_BUNDLE": llamacpp})
     exe = executable()
     if not exe.is_file():
         sys.exit(f"PyInstaller finished but {exe} is missing")

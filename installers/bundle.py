@@ -8,6 +8,8 @@ Kept apart from the spec so the rules are plain data a test can read, and so eac
       embedded-Linux displays, virtual keyboard), with the libraries only they pull in;
     - transformers' models other than the families the engines run (about 500), its command line and
       what only that imports (a model server: openai, fastapi...);
+    - llama.cpp: only what the engine runs (llama-server, the GGUF converter with its gguf-py and
+      conversion packages, BUILD.json), from a build made for shipping (build.py --portable);
     - build-host leaks: CUDA and NVIDIA libraries found on the build machine (the installers carry the
       CPU engine; the CUDA engine comes as an engine pack, engine/packs.py), and the GTK platform theme,
       which would bundle this machine's GTK (and pango, cairo, harfbuzz...) and break on other distributions.
@@ -25,12 +27,18 @@ SOURCE_PACKAGES = ("dflash_desktop", "ui", "engine", "assets")
 EXCLUDES = ["IPython", "matplotlib", "matplotlib_inline", "scipy", "sentencepiece", "PIL", "pandas", "tkinter",
             "_tkinter", "pytest", "_pytest", "jax", "tensorflow", "torchvision", "torchaudio", "sklearn", "numba",
             "triton",
-            # transformers' command line (a model server: openai, fastapi, uvicorn...) and code generator
-            # (libcst), and what only they or torch's own tests import
-            "transformers.cli", "openai", "fastapi", "starlette", "uvicorn", "botocore", "boto3", "libcst",
+            # transformers' command line (a model server: openai, fastapi...) and code generator (libcst),
+            # and what only they or torch's own tests import. Not starlette and uvicorn: the app's own
+            # OpenAI-compatible server runs on them (dflash_desktop/server.py; NEVER_EXCLUDED below).
+            "transformers.cli", "openai", "fastapi", "botocore", "boto3", "libcst",
             "hypothesis", "trio", "opentelemetry",
             # requests' fallback for a Python without ssl
             "cryptography", "OpenSSL", "urllib3.contrib.pyopenssl"]
+
+# What the app imports itself, so no exclude may name it: the local server (starlette, uvicorn, h11) and
+# llama.cpp's GGUF converter (numpy, yaml, tqdm, safetensors; torch and transformers are the engine's).
+NEVER_EXCLUDED = ("starlette", "uvicorn", "h11", "anyio", "numpy", "yaml", "tqdm", "safetensors", "torch",
+                  "transformers", "tokenizers", "huggingface_hub", "PySide6")
 
 
 def excludes(platform: str) -> list[str]:
@@ -141,3 +149,48 @@ def asset_datas(root: Path) -> list[tuple[str, str]]:
         if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".py":
             out.append((str(file), str(file.parent.relative_to(root))))
     return out
+
+
+# llama.cpp's build folder (engine/backends/llamacpp/build.py): what the engine runs from it. llama-bench
+# (a benchmark tool) and Python caches stay out.
+LLAMACPP_FILES = ("BUILD.json", "bin/llama-server", "bin/llama-server.exe", "convert_hf_to_gguf.py",
+                  "conversion/*", "gguf-py/*")
+LLAMACPP_SKIP = ("*/__pycache__/*", "*.pyc", "gguf-py/tests/*", "gguf-py/examples/*", "gguf-py/gguf/scripts/*")
+
+
+def llamacpp_datas(folder: Path, bundled: str = "llama.cpp") -> list[tuple[str, str]]:
+    """(source file, bundle folder) pairs for a finished llama.cpp build (its BUILD.json present); the
+    frozen app finds them in _internal/llama.cpp (build.bundled_dir)."""
+    if not (folder / "BUILD.json").is_file():
+        raise FileNotFoundError(f"{folder} holds no finished llama.cpp build (no BUILD.json)")
+    out = []
+    for file in sorted(folder.rglob("*")):
+        rel = file.relative_to(folder).as_posix()
+        if file.is_file() and any(fnmatch.fnmatchcase(rel, p) for p in LLAMACPP_FILES) \
+                and not any(fnmatch.fnmatchcase(rel, p) for p in LLAMACPP_SKIP):
+            out.append((str(file), str(PurePosixPath(bundled, rel).parent)))
+    if not any(PurePosixPath(dest).name == "bin" for _, dest in out):
+        raise FileNotFoundError(f"{folder}/bin has no llama-server")
+    return out
+
+
+def converter_imports(folder: Path, platform: str) -> list[str]:
+    """The modules llama.cpp's converter imports that PyInstaller cannot see (it runs the converter from
+    files at run time): every absolute import in convert_hf_to_gguf.py, conversion/ and gguf-py/gguf/,
+    less their own packages and the excludes. The frozen converter imports them from the bundle."""
+    import ast
+    own = {"gguf", "conversion", "convert_hf_to_gguf"}
+    dropped = set(excludes(platform))
+    files = [folder / "convert_hf_to_gguf.py", *sorted((folder / "conversion").rglob("*.py")),
+             *sorted((folder / "gguf-py" / "gguf").rglob("*.py"))]
+    names = set()
+    for file in files:
+        if not file.is_file() or "scripts" in file.relative_to(folder).parts:
+            continue
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"), str(file))):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+    return sorted(n for n in names if n.split(".")[0] not in own
+                  and not any(n == d or n.startswith(d + ".") for d in dropped))
