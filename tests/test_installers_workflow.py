@@ -41,3 +41,16 @@ def test_every_script_the_workflow_calls_exists():
     assert len(called) >= 10
     missing = sorted(p for p in called if not (ROOT / p).is_file())
     assert not missing, f"the workflow calls scripts that do not exist: {missing}"
+
+
+def test_each_job_builds_the_llama_cpp_it_ships():
+    """Linux and Windows ship llama.cpp's portable CPU build, Apple Silicon its Metal one; the app build
+    must name the same backend (installers/build.py defaults to it where none is named)."""
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    for name, backend in {"linux": "cpu", "windows": "cpu", "macos": "metal"}.items():
+        runs = [step.get("run", "") for step in jobs[name]["steps"]]
+        built = [r for r in runs if "engine.backends.llamacpp.build" in r]
+        assert built and all(f"--backend {backend} --portable" in r for r in built), (name, built)
+        app = [r for r in runs if "installers/build.py" in r]
+        assert all("--llamacpp-backend" not in r or f"--llamacpp-backend {backend}" in r for r in app), name
+        assert runs.index(built[0]) < min((runs.index(r) for r in app + [r for r in runs if "test_installers_linux" in r])), name
