@@ -131,3 +131,17 @@ def test_llama_cpp_backend_per_platform():
     assert build.default_llamacpp_backend("darwin", "x86_64") == "cpu"
     assert build.default_llamacpp_backend("linux", "x86_64") == "cpu"
     assert build.default_llamacpp_backend("win32", "AMD64") == "cpu"
+
+
+def test_model_families_the_apps_own_code_imports_are_kept():
+    """The drafters (DFlash and DFlash2) build on transformers' layers of a family by name; a trim that
+    drops that family breaks loading a drafter in the installed app only."""
+    import re
+    root = Path(bundle.__file__).parent.parent
+    named = set()
+    for package in bundle.SOURCE_PACKAGES:
+        for file in (root / package).rglob("*.py"):
+            named |= set(re.findall(r"transformers\.models\.(\w+)", file.read_text(encoding="utf-8")))
+    assert "qwen3" in named
+    kept = bundle.model_families(MODELS, ARCHITECTURES)
+    assert named <= kept, named - kept
