@@ -92,6 +92,12 @@ def test_bundle_keeps_what_the_app_needs_and_drops_the_rest(app):
     for gone in ("torch/test", "torch/include", "PySide6/Qt/translations",
                  "PySide6/Qt/plugins/platformthemes/libqgtk3.so", "scipy", "IPython"):
         assert not (internal / gone).exists(), f"{gone} should be trimmed"
+    server = internal / "llama.cpp" / "bin" / "llama-server"
+    assert server.is_file() and os.access(server, os.X_OK), "the llama.cpp engine runs llama-server"
+    assert (internal / "llama.cpp" / "convert_hf_to_gguf.py").is_file()
+    assert (internal / "llama.cpp" / "gguf-py" / "gguf" / "__init__.py").is_file()
+    assert json.loads((internal / "llama.cpp" / "BUILD.json").read_text())["portable"], "a build made to ship"
+    assert not (internal / "llama.cpp" / "bin" / "llama-bench").exists()
     leaks = [p.name for p in internal.rglob("*") if p.name.startswith(("libcuda", "libcudnn", "libgtk-3", "libgdk-3"))]
     assert not leaks, f"build-host libraries in the bundle: {leaks}"
 
@@ -107,6 +113,45 @@ def test_cli_command_runs_in_the_frozen_app(app):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "tok/s" in run.stdout + run.stderr
+
+
+def test_llama_cpp_engine_runs_in_the_frozen_app(app, tmp_path):
+    """The demo pair through the shipped llama.cpp: converted to GGUF by `<app> --convert-gguf` (the frozen
+    converter and its imports), then served by the bundled llama-server; no build in the user's cache."""
+    env = {**os.environ, "DFLASH_DESKTOP_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("DFLASH_LLAMACPP_HOME", None)
+    run = subprocess.run([str(EXE), "generate", "--engine", "llamacpp", "--prompt", "import os\n", "--raw",
+                          "--max-new-tokens", "16"], capture_output=True, text=True, timeout=1200, env=env)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert "tok/s" in run.stdout + run.stderr
+    assert list((tmp_path / "home" / "cache" / "gguf").glob("*.gguf")), "the converter wrote the GGUF files"
+
+
+def test_the_local_server_answers_from_the_frozen_app(app, tmp_path):
+    """`serve` in the frozen app: starlette and uvicorn are bundled and answer on 127.0.0.1."""
+    import socket
+    import urllib.request
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "DFLASH_DESKTOP_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([str(EXE), "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        body = None
+        for _ in range(600):
+            if proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as response:
+                    body = json.loads(response.read())
+                break
+            except OSError:
+                time.sleep(1)
+        assert body and body.get("data"), proc.stdout.read() if proc.poll() is not None else "no answer"
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def test_every_claimed_architecture_runs_in_the_frozen_worker(app, tmp_path):
