@@ -177,7 +177,8 @@ def llamacpp_datas(folder: Path, bundled: str = "llama.cpp") -> list[tuple[str, 
 def converter_imports(folder: Path, platform: str) -> list[str]:
     """The modules llama.cpp's converter imports that PyInstaller cannot see (it runs the converter from
     files at run time): every absolute import in convert_hf_to_gguf.py, conversion/ and gguf-py/gguf/,
-    less their own packages and the excludes. The frozen converter imports them from the bundle."""
+    less their own packages, the excludes and optional packages not installed here. The frozen converter
+    imports them from the bundle."""
     import ast
     own = {"gguf", "conversion", "convert_hf_to_gguf"}
     dropped = set(excludes(platform))
@@ -192,5 +193,7 @@ def converter_imports(folder: Path, platform: str) -> list[str]:
                 names |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module)
+    from importlib.util import find_spec
     return sorted(n for n in names if n.split(".")[0] not in own
-                  and not any(n == d or n.startswith(d + ".") for d in dropped))
+                  and not any(n == d or n.startswith(d + ".") for d in dropped)
+                  and find_spec(n.split(".")[0]) is not None)   # optional ones (mistral_common) not installed

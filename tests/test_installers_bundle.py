@@ -64,7 +64,8 @@ def fake_llamacpp_build(root: Path) -> Path:
         "BUILD.json": '{"backend": "cpu", "portable": true}',
         "bin/llama-server": "", "bin/llama-bench": "",
         "convert_hf_to_gguf.py": "import numpy as np\nimport torch\nimport sentencepiece\nimport gguf\n"
-                                 "from conversion import base\nfrom transformers import AutoTokenizer\n",
+                                 "from conversion import base\nfrom transformers import AutoTokenizer\n"
+                                 "from no_such_package_installed import x\n",
         "conversion/__init__.py": "", "conversion/base.py": "from . import other\nimport json\n",
         "conversion/__pycache__/base.cpython-311.pyc": "",
         "gguf-py/gguf/__init__.py": "import yaml\nfrom tqdm import tqdm\nfrom .constants import *\n",
@@ -90,7 +91,7 @@ def test_the_llama_cpp_build_ships_what_the_engine_runs(tmp_path):
 def test_the_converters_imports_are_bundled(tmp_path):
     names = bundle.converter_imports(fake_llamacpp_build(tmp_path / "build"), "linux")
     assert {"numpy", "torch", "yaml", "tqdm", "transformers", "json"} <= set(names)
-    assert not {"gguf", "conversion", "sentencepiece", "PIL", "pytest"} & set(names), names
+    assert not {"gguf", "conversion", "sentencepiece", "PIL", "pytest", "no_such_package_installed"} & set(names)
 
 
 def test_the_frozen_app_finds_its_llama_cpp_and_runs_the_converter_itself(tmp_path, monkeypatch):
