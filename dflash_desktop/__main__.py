@@ -1,6 +1,9 @@
 """`dflash-desktop`: with no command it opens the app; engine commands (generate, bench, train-draft)
 run in this process without Qt; `serve` runs the OpenAI-compatible server on a worker, without Qt or
-torch in this process. The GUI path never imports torch."""
+torch in this process. The GUI path never imports torch.
+
+`--version` prints the version; `--self-test` opens the window on the demo pair, answers one prompt
+through the worker and exits with 0 when all went well (ui/self_test.py)."""
 from __future__ import annotations
 
 import sys
@@ -9,15 +12,27 @@ ENGINE_COMMANDS = {"generate", "bench", "train-draft"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .worker_entry import run_worker_if_requested
+    from .worker_entry import default_engine_packs, run_worker_if_requested
     run_worker_if_requested([sys.argv[0], *(sys.argv[1:] if argv is None else argv)])  # frozen app: --worker
     argv = list(sys.argv[1:] if argv is None else argv)
+    from .stdio import ensure_stdio
+    ensure_stdio(console_wanted=bool(argv))  # a windowed build may start without stdout/stderr
+    if argv[:1] == ["--version"]:
+        from engine.worker import app_version
+        print(f"dflash-desktop {app_version()}")
+        return 0
     if argv and argv[0] == "serve":
         from .server import main as serve
         return serve(argv[1:])
     if argv and argv[0] in ENGINE_COMMANDS:
+        from engine import packs
+        default_engine_packs()
+        packs.activate(packs.root_from_env())
         from engine.cli import main as engine_main
         return engine_main(argv)
+    if argv[:1] == ["--self-test"]:
+        from ui.self_test import run as self_test
+        return self_test(argv[1:])
     from ui.app import run
     return run(argv)
 

@@ -24,10 +24,10 @@ import logging
 import re
 import urllib.request
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import assets
 from engine.backends import DEVICE_CLASSES, ENGINES
 from engine.config import GENERATIONS
 
@@ -149,7 +149,8 @@ class Pair:
     def local_path(self, role: str) -> Path | None:
         """Absolute folder of an embedded model (None for hub models)."""
         spec = self.target if role == "target" else self.drafter
-        return assets_root() / spec.path if spec.path else None
+        # embedded paths are relative to the folder that holds assets/ ("assets/demo/target")
+        return assets.path().parent / spec.path if spec.path else None
 
 
 @dataclass(frozen=True)
@@ -173,13 +174,8 @@ class Catalog:
         return next(p for p in self.pairs if p.kind == "embedded")
 
 
-def assets_root() -> Path:
-    """Folder that contains the ``assets`` package (paths in the catalog are relative to it)."""
-    return Path(str(resources.files("assets"))).parent
-
-
 def bundled_path() -> Path:
-    return Path(str(resources.files("assets") / "catalog.json"))
+    return assets.path("catalog.json")
 
 
 def refreshed_path() -> Path:

@@ -86,3 +86,9 @@ def existing_parent(path: Path) -> Path:
         if candidate.exists():
             return candidate
     return Path(path.anchor or ".")
+
+
+def engine_packs_dir() -> Path:
+    """Engine packs (engine/packs.py) a frozen app's engine uses: per user, beside the data and not in the
+    install folder, which a .deb or a signed macOS app cannot write and an upgrade replaces."""
+    return data_dir() / "engine-packs"

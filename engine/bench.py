@@ -8,11 +8,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import assets
+
 from .errors import EngineError
 from .limits import GenerationSettings
 from .loop import Generation
 
-DEMO_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo"
+DEMO_DIR = assets.path("demo")
 
 
 def demo_prompts(limit: int | None = None, chars: int = 1200) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
+from engine import packs
 from engine import protocol as P
 from engine.errors import Cancelled
 from engine.stats import cuda_memory
@@ -63,9 +64,12 @@ def load_engine(name: str = DEFAULT_ENGINE) -> SimpleNamespace:
         importlib.import_module(backends.engine_info(name).package + ".engine")
     except BaseException as exc:  # ImportError, OSError for a broken native library, even a SystemExit at
         # import; this never runs on the main thread, so no KeyboardInterrupt is swallowed here
+        in_use = packs.current().active
+        remedy = (f"Delete the engine pack folder {Path(in_use[0]['path']).parent} (the built-in engine then runs), "
+                  "or install the pack again" if in_use else "Reinstall the app")
         raise EngineUnavailable(
             f"The {name} engine's libraries could not be loaded ({type(exc).__name__}: {exc}). "
-            "Reinstall the app, or check the worker log for details.") from exc
+            f"{remedy}, or check the worker log for details.") from exc
     return SimpleNamespace(backends=backends, limits=limits, loop=loop)
 
 
@@ -75,7 +79,8 @@ def hardware_info() -> dict:
     eng = load_engine()
     return {"engines": {name: importlib.import_module(info.package).describe()
                         for name, info in eng.backends.ENGINES.items()},
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "engine_packs": packs.current().describe()}
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -165,7 +170,7 @@ class Worker:
             return None
         self.emit({"event": "hello", "id": msg.get("id"), "protocol": P.PROTOCOL_VERSION,
                    "app_version": app_version(), "pid": os.getpid(), "frozen": bool(getattr(sys, "frozen", False)),
-                   "pair": self.pair_info})
+                   "pair": self.pair_info, "engine_packs": packs.current().describe()})
         return None
 
     def _cancel(self, msg):
@@ -366,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.captureWarnings(True)
     log.info("worker %s starting (pid %d, protocol %d, python %s)", app_version(), os.getpid(),
              P.PROTOCOL_VERSION, sys.version.split()[0])
+    chosen = packs.activate(packs.root_from_env())  # before the executor imports any engine library
+    for pack in chosen.active:
+        log.info("engine pack %s in use: %s", pack["name"], pack["path"])
+    for note in chosen.notes:
+        log.warning("%s", note)
     stdin = sys.stdin.buffer if sys.stdin is not None else os.fdopen(0, "rb", closefd=False)
     code = Worker(out).serve(stdin)
     log.info("worker stopping")

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES="xvfb xauth libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 \
 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 \
-libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core \
+libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core nsis \
 cmake g++ ninja-build patch"
 
 install_system_packages() {

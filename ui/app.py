@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-ICON = Path(__file__).resolve().parent.parent / "assets" / "icons" / "dflash.svg"
+import assets
+
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def run(argv: list[str] | None = None) -> int:
     app.setOrganizationName("DFlash Desktop")
     app.setApplicationDisplayName("DFlash Desktop")
     app.setDesktopFileName("dflash-desktop")
-    app.setWindowIcon(QIcon(str(ICON)))
+    app.setWindowIcon(QIcon(str(assets.path("icons", "dflash.svg"))))
     try:
         instance = SingleInstance(paths.data_dir())
     except OSError:  # the data folder cannot be created: nothing to share there, and open_store says why

@@ -29,13 +29,19 @@ VERSION = "0.3.36"                     # llama-cpp-python, vendoring llama.cpp 0
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PATCHES = Path(__file__).with_name("patches")
-HOME_ENV = "DFLASH_LLAMACPP_HOME"      # a folder holding a build (installers ship one)
+HOME_ENV = "DFLASH_LLAMACPP_HOME"      # a folder holding a build
+BUNDLED = "llama.cpp"                  # the build an installed app carries, in its _internal folder (installers/)
 BACKENDS = {"cpu": [], "cuda": ["-DGGML_CUDA=ON"], "vulkan": ["-DGGML_VULKAN=ON"], "metal": ["-DGGML_METAL=ON"]}
 # Off: the prebuilt web UI and OpenSSL would be fetched or linked; tests, examples and other tools are
 # not needed. The server only ever listens on 127.0.0.1 (server.py).
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
                "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
                "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF"]
+# A build that ships in an installer must run on other computers: no -march=native, no OpenMP runtime
+# (libgomp, vcomp140.dll) that the user's system may lack (ggml then uses its own thread pool), and on
+# Windows the C++ runtime linked in, since llama-server.exe does not see the DLLs beside the app's Python.
+PORTABLE_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_OPENMP=OFF", "-DCMAKE_POLICY_DEFAULT_CMP0091=NEW",
+                  "-DCMAKE_MSVC_RUNTIME_LIBRARY=MultiThreaded"]
 TARGETS = ("llama-server", "llama-bench")
 CONVERTER = ("convert_hf_to_gguf.py", "conversion", "gguf-py")
 EXE = ".exe" if os.name == "nt" else ""
@@ -70,10 +76,19 @@ def build_dir(backend: str = "cpu", portable: bool = False) -> Path:
     return cache_root() / key(backend, portable)
 
 
+def bundled_dir() -> Path | None:
+    """The build inside an installed (frozen) app, or None in a source checkout."""
+    base = getattr(sys, "_MEIPASS", None)
+    return Path(base) / BUNDLED if getattr(sys, "frozen", False) and base else None
+
+
 def find_build() -> Path:
-    """The folder of a finished build for this version and these patches (GPU builds first)."""
+    """The folder of a finished build for this version and these patches: DFLASH_LLAMACPP_HOME when set,
+    else the one an installed app carries, else the user's cache (GPU builds first)."""
     candidates = [build_dir()] if os.environ.get(HOME_ENV) else [
         build_dir(b, portable) for b in ("cuda", "vulkan", "metal", "cpu") for portable in (False, True)]
+    if not os.environ.get(HOME_ENV) and bundled_dir() is not None:
+        candidates.insert(0, bundled_dir())
     for folder in candidates:
         if (folder / "BUILD.json").is_file():
             return folder
@@ -128,7 +143,7 @@ def build(backend: str = "cpu", portable: bool = False, jobs: int | None = None,
         tmp = Path(tmp)
         src = extract(fetch_sdist(tmp, log), tmp / "src")
         apply_patches(src, log)
-        flags = CMAKE_FLAGS + BACKENDS[backend] + [f"-DGGML_NATIVE={'OFF' if portable else 'ON'}"]
+        flags = CMAKE_FLAGS + BACKENDS[backend] + (PORTABLE_FLAGS if portable else ["-DGGML_NATIVE=ON"])
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         log(f"configuring ({backend}{', portable' if portable else ''}) ...")
         subprocess.run(["cmake", "-S", str(src), "-B", str(tmp / "build"), *generator, *flags], check=True,
@@ -156,7 +171,8 @@ def build(backend: str = "cpu", portable: bool = False, jobs: int | None = None,
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=sorted(BACKENDS), default="cpu")
-    p.add_argument("--portable", action="store_true", help="no -march=native (for builds that ship)")
+    p.add_argument("--portable", action="store_true",
+                   help="no -march=native, no OpenMP runtime, static C++ runtime on Windows (builds that ship)")
     p.add_argument("--jobs", type=int, help="parallel compile jobs (default: every core)")
     args = p.parse_args(argv)
     try:

@@ -64,11 +64,20 @@ def _stage(folder: Path, into: Path, with_weights: bool) -> Path:
     return into
 
 
+def converter_command(frozen: bool | None = None) -> list[str]:
+    """How to start convert_main: an installed (frozen) app has no `python -m`, so it runs itself with
+    --convert-gguf (dflash_desktop/worker_entry.py); a source checkout runs this Python."""
+    frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    if frozen:
+        return [sys.executable, "--convert-gguf"]
+    return [sys.executable, "-m", "engine.backends.llamacpp.convert_main"]
+
+
 def run_converter(args: list[str], what: str, cancelled: Callable[[], bool]) -> None:
     """convert_hf_to_gguf.py with our guard, cancellable; its log's end becomes the error message."""
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen([sys.executable, "-m", "engine.backends.llamacpp.convert_main",
-                                 str(build.converter()), *args], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*converter_command(), str(build.converter()), *args], stdout=log,
+                                stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=str(build.find_build()),
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                     [str(Path(__file__).resolve().parents[3]), os.environ.get("PYTHONPATH", "")])})
