@@ -213,3 +213,20 @@ def test_a_worker_runs_the_demo_pair_with_llamacpp_and_its_server_dies_with_it(p
         assert not all_servers() - before, "a killed worker's llama-server must end with it"
     finally:
         client.shutdown(10)
+
+
+def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
+    """A drafter that reads the target's last layer cannot run in llama.cpp, so "auto" gives it to torch
+    instead of failing the load; the same drafter on earlier layers goes to llama.cpp."""
+    from engine.backends import auto_engine
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir(), draft.mkdir()
+    (target / "config.json").write_text((TARGET / "config.json").read_text())
+    cfg = json.loads((DRAFT / "config.json").read_text())
+    layers = json.loads((TARGET / "config.json").read_text())["num_hidden_layers"]
+    cfg["dflash_config"]["target_layer_ids"] = [1, 2, layers - 1]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    assert auto_engine(target, "cpu", draft) == "torch"
+    cfg["dflash_config"]["target_layer_ids"] = [1, 2, layers - 2]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    assert auto_engine(target, "cpu", draft) == "llamacpp"

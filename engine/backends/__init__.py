@@ -96,7 +96,22 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
         import torch
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
-    return "llamacpp" if usable("llamacpp", "cpu") else "torch"
+    return "llamacpp" if usable("llamacpp", "cpu") and _exports_drafter_layers(target_dir, draft_dir) else "torch"
+
+
+def _exports_drafter_layers(target_dir, draft_dir) -> bool:
+    """llama.cpp's graphs cannot hand a drafter the target's last layer (docs/ENGINES.md): a drafter that
+    reads it runs on torch instead of failing to load."""
+    if draft_dir is None:
+        return True
+    import json
+    from pathlib import Path
+    from ..config import DraftConfig
+    try:
+        layers = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+        return max(DraftConfig.from_file(Path(draft_dir) / "config.json").target_layer_ids) < int(layers) - 1
+    except (OSError, ValueError, TypeError, KeyError, EngineError):
+        return False
 
 
 def architecture(model_type: str) -> str:
