@@ -285,8 +285,13 @@ class Worker:
         self._release()                          # a load replaces the pair: on failure nothing is loaded
         target, draft = msg["target"], msg.get("draft")
         for what, path in (("target", target), ("drafter", draft)):
-            if path is not None and not Path(path).is_dir():
-                raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist.")
+            if path is None or Path(path).is_dir():
+                continue
+            if engine == "llamacpp" and Path(path).suffix.lower() == ".gguf" and Path(path).is_file():
+                continue                         # llama.cpp takes a GGUF file itself
+            raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist." if not Path(path).exists()
+                                  else f"The {what} {path} is a file; give its folder (a GGUF file only runs "
+                                  "with the llama.cpp engine).")
         pair = eng.backends.load_pair(engine, target, draft, device=msg.get("device") or "auto",
                                       dtype=msg.get("dtype"), cancelled=cancelled,
                                       progress=lambda stage, message: self._progress(rid, stage, message))

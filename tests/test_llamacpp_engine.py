@@ -256,3 +256,25 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     cfg["dflash_config"]["target_layer_ids"] = [1, 2, layers - 2]
     (draft / "config.json").write_text(json.dumps(cfg))
     assert auto_engine(target, "cpu", draft) == "llamacpp"
+
+
+def test_a_pair_of_gguf_files_from_disk_loads_in_a_worker(pair, tmp_path):
+    """What "Open a model from disk" sends: a target GGUF file and a DFlash GGUF file, engine llama.cpp; the
+    same files with the torch engine are refused by name, and a missing file too."""
+    from dflash_desktop.worker_client import WorkerClient
+    from ui.local_pair_dialog import engine_for
+    target_gguf, draft_gguf = Path(pair.info["gguf"]), Path(pair.info["draft_gguf"])
+    assert engine_for(target_gguf) == "llamacpp" and engine_for(TARGET) == "auto"
+    client = WorkerClient()
+    try:
+        loaded = client.wait(client.load_pair(target_gguf, draft_gguf, engine="llamacpp", device="cpu"), 120)
+        assert loaded["event"] == "loaded" and loaded["gguf"] == str(target_gguf), loaded
+        done = client.wait(client.generate(prompt="import os\n\n\ndef main():", raw=True,
+                                           settings={"max_new_tokens": 16}), 60)
+        assert done["event"] == "done" and done["stats"]["generated_tokens"] == 16, done
+        refused = client.wait(client.load_pair(target_gguf, None, engine="torch", device="cpu"), 60)
+        assert refused["event"] == "error" and "llama.cpp engine" in refused["message"], refused
+        missing = client.wait(client.load_pair(tmp_path / "gone.gguf", None, engine="llamacpp", device="cpu"), 60)
+        assert missing["event"] == "error" and "does not exist" in missing["message"], missing
+    finally:
+        client.shutdown(10)

@@ -21,6 +21,7 @@ from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
 
 from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
+from .local_pair_dialog import LocalPairDialog
 from .remote_dialog import AddServerDialog
 
 BADGE_COLORS = {"fits": QColor(46, 160, 67), "slow": QColor(120, 140, 40), "tight": QColor(191, 135, 0),
@@ -211,7 +212,12 @@ class ModelPicker(QDialog):
         self.server_button.setToolTip("Chat with a model on a vLLM or SGLang server started with DFlash, for models "
                                       "this computer cannot hold")
         self.server_button.clicked.connect(self.add_server)
+        self.local_button = QPushButton("Open from disk…")
+        self.local_button.setToolTip("Load a model you already have: a GGUF file or a model folder, with its DFlash "
+                                     "drafter")
+        self.local_button.clicked.connect(self.open_local)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.local_button)
         buttons.addWidget(self.server_button)
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
@@ -269,9 +275,11 @@ class ModelPicker(QDialog):
 
     # -- loading ----------------------------------------------------------------------------------
     def _load_in_background(self) -> None:
-        self._loader = _Loader(self)
+        # no parent: the thread may finish after the picker is closed and deleted, and its signals then
+        # reach no one instead of a deleted object
+        self._loader = _Loader()
         self._loader.ready.connect(self._on_loaded)
-        self._loader.failed.connect(lambda msg: self.hardware_label.setText(msg))
+        self._loader.failed.connect(self.hardware_label.setText)
         catalog, hardware, loader = self.catalog, self.hardware, self._loader
 
         def work():
@@ -379,6 +387,13 @@ class ModelPicker(QDialog):
                               "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir),
                               "plan": idx.data(Roles.Plan), "thinking": row.pair.thinking})
         self.accept()
+
+    def open_local(self) -> LocalPairDialog:
+        """Ask for a target and drafter on disk; Load loads them as the pair."""
+        self.local_dialog = LocalPairDialog(self)
+        self.local_dialog.accepted.connect(lambda: (self.pairChosen.emit(self.local_dialog.pair()), self.accept()))
+        self.local_dialog.open()
+        return self.local_dialog
 
     def add_server(self) -> AddServerDialog:
         """Ask for a server's address and key; Connect loads it as the pair."""

@@ -1,0 +1,99 @@
+"""Open a pair from disk: a target (a GGUF file, or a model folder) and, optionally, its DFlash drafter (a
+DFlash GGUF, or a drafter folder in the z-lab format). Only that the paths exist is checked here; what
+they hold is checked by the engine when it loads them, and a mismatch is reported in the chat like any
+failed load."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QPushButton, QVBoxLayout, QWidget)
+
+from dflash_desktop.run_plan import AUTO
+
+
+def engine_for(target: Path) -> str:
+    """A GGUF target can only run in llama.cpp; a safetensors folder goes to the worker's own choice."""
+    if target.suffix.lower() == ".gguf" or (target.is_dir() and any(target.glob("*.gguf"))):
+        return "llamacpp"
+    return AUTO["engine"]
+
+
+class LocalPairDialog(QDialog):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Open a model from disk")
+        intro = QLabel("A target model and, for DFlash, its drafter. A target can be a GGUF file (run by "
+                       "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash GGUF or a "
+                       "z-lab drafter folder, converted for llama.cpp when needed. Nothing in the folders is "
+                       "ever run as code.")
+        intro.setWordWrap(True)
+        self.target = self._path_field("Target model file or folder", "for example ~/models/Qwen3-4B-Q4_K_M.gguf")
+        self.draft = self._path_field("Drafter file or folder", "optional: without one, plain decoding")
+        form = QFormLayout()
+        form.addRow("Target", self._with_browse(self.target, "Choose the target"))
+        form.addRow("Drafter", self._with_browse(self.draft, "Choose the drafter"))
+        self.error = QLabel("")
+        self.error.setObjectName("warning")
+        self.error.setWordWrap(True)
+        self.error.hide()
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Load")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addLayout(form)
+        layout.addWidget(self.error)
+        layout.addWidget(buttons)
+
+    @staticmethod
+    def _path_field(name: str, hint: str) -> QLineEdit:
+        field = QLineEdit()
+        field.setAccessibleName(name)
+        field.setPlaceholderText(hint)
+        return field
+
+    def _with_browse(self, field: QLineEdit, title: str) -> QWidget:
+        """The field with "File…" (a GGUF) and "Folder…" buttons."""
+        row = QWidget()
+        box = QHBoxLayout(row)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(field, 1)
+        for label, pick in (("File…", lambda: QFileDialog.getOpenFileName(self, title, "", "GGUF models (*.gguf)")[0]),
+                            ("Folder…", lambda: QFileDialog.getExistingDirectory(self, title))):
+            button = QPushButton(label)
+            button.clicked.connect(lambda _=False, pick=pick: (chosen := pick()) and field.setText(chosen))
+            box.addWidget(button)
+        return row
+
+    def _path(self, field: QLineEdit, what: str, required: bool) -> Path | None:
+        text = field.text().strip()
+        if not text:
+            if required:
+                raise ValueError(f"Choose the {what}: a GGUF file or a model folder.")
+            return None
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise ValueError(f"The {what} {path} does not exist. Check the path, or use File… or Folder….")
+        if path.is_file() and path.suffix.lower() != ".gguf":
+            raise ValueError(f"The {what} {path.name} is a file but not a GGUF model; for safetensors, choose "
+                             "the folder that holds it and its config.json.")
+        return path.resolve()
+
+    def accept(self) -> None:
+        try:
+            self.target_path = self._path(self.target, "target", required=True)
+            self.draft_path = self._path(self.draft, "drafter", required=False)
+        except ValueError as exc:
+            self.error.setText(str(exc))
+            self.error.show()
+            return
+        super().accept()
+
+    def pair(self) -> dict:
+        """The chosen pair in the shape the chat controller loads (its id keeps its baselines apart)."""
+        target, draft = self.target_path, self.draft_path
+        return {"id": f"local:{target}", "name": target.stem if target.is_file() else target.name,
+                "target_dir": str(target), "draft_dir": str(draft) if draft else None,
+                "plan": {**AUTO, "engine": engine_for(target)}, "thinking": None}
