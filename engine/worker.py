@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from engine import packs
 from engine import protocol as P
-from engine.errors import Cancelled
+from engine.errors import Cancelled, CheckpointError, PairMismatchError
 from engine.stats import cuda_memory
 
 log = logging.getLogger("engine.worker")
@@ -277,7 +277,8 @@ class Worker:
         if cancelled():
             raise Cancelled("Loading was cancelled before it started; the loaded model, if any, is unchanged.")
         engine = msg.get("engine") or DEFAULT_ENGINE
-        if engine == "auto":
+        chosen_here = engine == "auto"
+        if chosen_here:
             from engine.backends import auto_engine
             engine = auto_engine(msg["target"], msg.get("device") or "auto", msg.get("draft"))
         self._progress(rid, "import", "Loading the engine libraries")
@@ -292,12 +293,27 @@ class Worker:
             raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist." if not Path(path).exists()
                                   else f"The {what} {path} is a file; give its folder (a GGUF file only runs "
                                   "with the llama.cpp engine).")
-        pair = eng.backends.load_pair(engine, target, draft, device=msg.get("device") or "auto",
-                                      dtype=msg.get("dtype"), cancelled=cancelled,
-                                      progress=lambda stage, message: self._progress(rid, stage, message))
+
+        def load(name: str):
+            return eng.backends.load_pair(name, target, draft, device=msg.get("device") or "auto",
+                                          dtype=msg.get("dtype"), cancelled=cancelled,
+                                          progress=lambda stage, message: self._progress(rid, stage, message))
+        note = None
+        try:
+            pair = load(engine)
+        except (CheckpointError, PairMismatchError) as exc:
+            # llama.cpp was this worker's own pick; a pair it cannot convert or run still runs in torch
+            if not (chosen_here and engine == "llamacpp"):
+                raise
+            note = f"llama.cpp could not run this pair, so the torch engine runs it. {exc}"
+            log.warning("%s", note)
+            self._progress(rid, "engine", "llama.cpp could not run this pair; loading it with the torch engine")
+            pair = load("torch")
         self._progress(rid, "ready", "Model ready")
         self.pair = pair
         self.pair_info = {**pair.info, "target": target, "draft": draft}
+        if note:
+            self.pair_info["engine_note"] = note
         return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0,
                 **cuda_memory(pair.memory())}
 

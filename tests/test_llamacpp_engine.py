@@ -278,3 +278,20 @@ def test_a_pair_of_gguf_files_from_disk_loads_in_a_worker(pair, tmp_path):
         assert missing["event"] == "error" and "does not exist" in missing["message"], missing
     finally:
         client.shutdown(10)
+
+
+def test_auto_falls_back_to_torch_when_llamacpp_cannot_convert_the_pair(tmp_path):
+    """A pair whose tokenizer llama.cpp's converter does not know still loads under "auto": the worker
+    runs it with torch and the loaded event says why."""
+    from dflash_desktop.worker_client import WorkerClient
+    from tests.ui_chat_fixtures import save_echo_pair
+    target, draft = save_echo_pair(tmp_path)
+    client = WorkerClient()
+    try:
+        loaded = client.wait(client.load_pair(target, draft, engine="auto", device="auto"), 120)
+        assert loaded["event"] == "loaded", loaded
+        assert loaded["engine"] == "torch" and "llama.cpp could not run this pair" in loaded["engine_note"]
+        asked = client.wait(client.load_pair(target, draft, engine="llamacpp", device="cpu"), 120)
+        assert asked["event"] == "error" and "converter" in asked["message"], asked   # asked for by name: no fallback
+    finally:
+        client.shutdown(10)

@@ -32,7 +32,10 @@ def save_echo_pair(root, block_size: int = 8):
 @pytest.fixture(scope="module")
 def echo_pair(tmp_path_factory):
     target, draft = save_echo_pair(tmp_path_factory.mktemp("echo"))
-    return {"id": "echo", "name": "Echo test pair", "target_dir": str(target), "draft_dir": str(draft)}
+    # the torch engine by name: llama.cpp's converter does not know the random tokenizer (under "auto" the
+    # worker would try it first, then fall back: tests/test_llamacpp_engine.py)
+    return {"id": "echo", "name": "Echo test pair", "target_dir": str(target), "draft_dir": str(draft),
+            "plan": {"engine": "torch", "device": "auto", "dtype": None}}
 
 
 @pytest.fixture(scope="module")

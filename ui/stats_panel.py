@@ -216,6 +216,8 @@ class StatsPanel(QDockWidget):
                 f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights")
         if loaded.get("speculation"):        # an engine that chose DFlash's settings or plain decoding itself
             text += f"\n{loaded['speculation']['reason']}"
+        if loaded.get("engine_note"):        # the worker's own engine pick could not run the pair
+            text += f"\n{loaded['engine_note']}"
         self.runtime.setText(text)
         self.values["runtime"] = text
 
