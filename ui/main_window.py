@@ -256,11 +256,21 @@ class MainWindow(QMainWindow):
                 self.demo_action.setChecked(False)
                 return
             self.demo = SpeedupDemo(self.worker, self)
+            self.demo.baselineMeasured.connect(self._demo_baseline)
             self.stack.addWidget(self.demo)
         if self.demo_action.isChecked() != on:
             self.demo_action.setChecked(on)
             return
         self.stack.setCurrentWidget(self.demo if on else self.chat_view)
+
+    def _demo_baseline(self, done: dict, cpu_other) -> None:
+        """The speedup demo's plain run becomes the loaded pair's baseline: one baseline, everywhere."""
+        info = self.controller.pair_info or {}
+        same_pair = (self.worker.pair_info or {}).get("target") == info.get("target")
+        if info and info.get("engine") != "remote" and same_pair:
+            from dflash_desktop.session import BaselineRecord
+            self.controller.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
+                                                                     cpu_other))
 
     def open_model_picker(self):
         """Open the model picker; a chosen pair is loaded and remembered. Returns the dialog (or None)."""
