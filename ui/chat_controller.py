@@ -8,6 +8,7 @@ from PySide6.QtCore import QObject, Signal
 from dflash_desktop import run_plan, session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.session import BaselineRecord
 
@@ -23,6 +24,7 @@ class ChatController(QObject):
     currentConversationChanged = Signal(int)   # -1: a new chat not saved yet
     pairLoaded = Signal(dict)             # the loaded event (+ the pair's display name as "display_name")
     answerFinished = Signal(dict)         # the done or error event that ended an answer
+    baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
 
     def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
                  panel: StatsPanel, parent: QObject | None = None):
@@ -36,6 +38,7 @@ class ChatController(QObject):
         self._calib_id: str | None = None
         self._gen: dict | None = None      # id, widget, message_id, conversation_id
         self._waiting = False              # an answer is queued behind a load or a calibration
+        self._calib_meter: CpuMeter | None = None
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
         worker.tokens.connect(self._on_tokens)
@@ -75,6 +78,7 @@ class ChatController(QObject):
         self.pair, self.pair_info = dict(pair), None
         self._calib_id = None
         self.panel.set_baseline(self.baseline())
+        self.baselineChanged.emit(self.baseline())
         if pair.get("remote"):
             self._load_id = self.worker.load_remote(**pair["remote"])
             self.loadingChanged.emit(True, f"Connecting to {pair['remote']['base_url']}…")
@@ -93,6 +97,25 @@ class ChatController(QObject):
     def baseline(self) -> BaselineRecord | None:
         return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
 
+    def record_baseline(self, record: BaselineRecord, pair: dict | None = None) -> None:
+        """Make ``record`` the baseline of ``pair`` (default: the loaded one) on this machine: saved, shown, and
+        every figure derived from it recomputed. The calibration and the speedup demo both come here."""
+        key = session.pair_key(pair or self.pair)
+        if not key:
+            return
+        self.settings.baselines[key] = record.to_dict()
+        self.save_settings()
+        if key == session.pair_key(self.pair):
+            self.panel.set_baseline(record)
+            self.baselineChanged.emit(record)
+
+    def worker_pid(self) -> int | None:
+        client = getattr(self.worker, "client", None)
+        try:
+            return client.pid if client is not None else None
+        except Exception:   # noqa: BLE001 - a worker being restarted has no pid yet
+            return None
+
     def calibrate(self) -> None:
         """Measure plain decoding of the same target on this machine (64 tokens, greedy)."""
         if self.pair_info is None or self._gen is not None or self._calib_id is not None:
@@ -103,6 +126,7 @@ class ChatController(QObject):
             return
         self.panel.set_baseline(self.baseline(), measuring=True)
         self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
+        self._calib_meter = CpuMeter([self.worker_pid()]).start()
         self._calib_id = self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
             "max_new_tokens": session.CALIBRATION_TOKENS, "temperature": 0.0})
 
@@ -145,6 +169,7 @@ class ChatController(QObject):
         self.conversation_id = None
         self._pending_system_prompt = ""
         self.view.load([], "")
+        self.panel.clear_answer()
         self.currentConversationChanged.emit(-1)
 
     def open_conversation(self, conversation_id: int) -> None:
@@ -156,8 +181,27 @@ class ChatController(QObject):
         if conv is None:
             return
         self.conversation_id = conv.id
-        self.view.load(self.store.messages(conv.id), conv.system_prompt, self.pair_info)
+        messages = self.store.messages(conv.id)
+        self.view.load(messages, conv.system_prompt, self.pair_info)
+        self.show_stats_of(messages)
         self.currentConversationChanged.emit(conv.id)
+
+    def show_stats_of(self, messages) -> None:
+        """The stats panel describes the chat on screen: its answer being written, else its last answer with
+        stats, else nothing (never another chat's numbers)."""
+        gen = self._gen
+        if gen is not None and gen["conversation_id"] == self.conversation_id:
+            self.panel.start_answer()
+            return
+        answers = [m for m in messages if m.role == "assistant" and m.stats]
+        if not answers:
+            self.panel.clear_answer()
+            return
+        last = answers[-1]
+        before = [m for m in messages if m.role == "user" and m.id < last.id]
+        context = self._context(last.stats, text=last.content, prompt=before[-1].content if before else "")
+        number = sum(1 for m in messages if m.role == "assistant" and m.id <= last.id)
+        self.panel.set_stats(last.stats, context, subject=f"Answer {number} of this chat.")
 
     def delete_conversation(self, conversation_id: int) -> None:
         if conversation_id == self.conversation_id:
@@ -223,7 +267,8 @@ class ChatController(QObject):
             self.worker.cancel(gen["id"])
 
     def _start_answer(self) -> None:
-        widget = self.view.add_assistant()
+        users = [w for w in self.view.messages if isinstance(w, MessageWidget) and w.role == "user"]
+        widget = self.view.add_assistant(prefix=users[-1].text if users else "")
         message = self.store.add_message(self.conversation_id, "assistant", "", stop_reason="generating")
         widget.message_id = message.id
         self._gen = {"id": None, "widget": widget, "message_id": message.id, "conversation_id": self.conversation_id}
@@ -263,6 +308,9 @@ class ChatController(QObject):
                                       bool(self.pair_info.get("chat_template")))
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
         self._gen["widget"].footer.setText("thinking…")
+        self._gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
+        if self.pair_info.get("engine") != "remote":   # a server's answer does not run on this machine's CPU
+            self._gen["meter"] = CpuMeter([self.worker_pid()]).start()
         self._gen["id"] = self.worker.generate(
             **request, enable_thinking=thinking,
             settings=self.settings.generation(self.pair_info.get("block_size")))
@@ -276,15 +324,16 @@ class ChatController(QObject):
             gen["widget"].footer.setText(f"{ev.get('generated', 0)} tokens…")
         else:
             gen.setdefault("late_spans", []).extend(ev.get("spans") or [])
+            return                       # the panel describes the chat on screen, not this one
         self.panel.update_live(ev)
 
     def _on_done(self, ev: dict) -> None:
         if ev.get("id") is not None and ev.get("id") == self._calib_id:
             self._calib_id = None
-            record = BaselineRecord.from_done(ev, (self.pair_info or {}).get("device", "cpu"))
-            self.settings.baselines[session.pair_key(self.pair)] = record.to_dict()
-            self.save_settings()
-            self.panel.set_baseline(record)
+            meter, self._calib_meter = self._calib_meter, None
+            record = BaselineRecord.from_done(ev, (self.pair_info or {}).get("device", "cpu"), "calibration",
+                                              meter.stop() if meter else None)
+            self.record_baseline(record)
             self.loadingChanged.emit(False, "")
             self.statusMessage.emit(record.describe())
             self._run_waiting()
@@ -328,6 +377,10 @@ class ChatController(QObject):
         if not is_error and ev.get("text") is not None and ev["text"] != text:
             text, spans = ev["text"], [[ev["text"], False]]   # the engine's text is the reference
         stats = None if is_error else ev.get("stats")
+        meter = gen.get("meter")
+        cpu_other = meter.stop() if meter else None
+        if stats and cpu_other is not None:
+            stats = {**stats, "cpu_other": cpu_other}   # measured by the window: kept with the answer
         stop_reason = "error" if is_error else ev.get("stop_reason")
         error = {k: v for k, v in ev.items() if k != "event"} if is_error else None
         self.store.update_message(gen["message_id"], content=text, spans=spans, stats=stats,
@@ -341,10 +394,20 @@ class ChatController(QObject):
         self.view.set_busy(False)
         if is_error:
             self.statusMessage.emit(f"Error: {ev.get('message', '')}")
-        elif stats:
-            self.panel.set_stats(stats)
+        elif stats and visible:
+            context = self._context(stats, text=text, prompt=gen.get("prompt", ""), token_ids=ev.get("token_ids"))
+            self.panel.set_stats(stats, context)
         self.conversationsChanged.emit()
         self.answerFinished.emit(ev)
+
+    def _context(self, stats: dict, text: str, prompt: str, token_ids: list | None = None) -> dict:
+        """What session.diagnose needs besides the stats, from measurements and the loaded pair."""
+        info = self.pair_info or {}
+        trained = (self.pair or {}).get("thinking")
+        thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
+        return {"cpu_other": stats.get("cpu_other"), "text": text, "prompt": prompt, "token_ids": token_ids,
+                "chat_template": bool(info.get("chat_template")) if info else None,
+                "thinking_mismatch": trained is not None and thinking is not None and thinking != trained}
 
     def save_settings(self) -> None:
         try:

@@ -19,9 +19,15 @@ CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
 CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
                  "linked list.", "What is the difference between a list and a tuple in Python?")
 MAX_COLUMN = 920
-DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library — start typing Python, "
-             "e.g. <code>def main(argv=None):</code>")
+DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library. Click a card to send exactly "
+             "the code on it, or type the start of your own Python file.")
 RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
+DEMO_BANNER = ("<b>Code completion model:</b> give it the start of a Python file. It continues what you type; it "
+               "does not answer questions (an English question gets code-like noise) and has no system prompt.")
+RAW_BANNER = ("<b>Completion model:</b> it has no chat template, so it continues the text you type instead of "
+              "answering it. Give it the beginning of what you want written; there is no system prompt.")
+SYSTEM_PROMPT_OFF = ("No system prompt: this model has no chat template, so it cannot take instructions; it only "
+                     "continues your text.")
 
 
 class Composer(QPlainTextEdit):
@@ -59,6 +65,7 @@ class ChatView(QWidget):
         self.system_prompt.setObjectName("systemPrompt")
         self.system_prompt.setPlaceholderText("System prompt for this chat (optional)")
         self.system_prompt.setAccessibleName("System prompt for this chat")
+        self.system_prompt.setToolTip("Instructions the model reads before every message of this chat.")
         self.system_prompt.editingFinished.connect(lambda: self.systemPromptChanged.emit(self.system_prompt.text()))
         top.addWidget(self.system_prompt, 1)
         self.thinking = QCheckBox("Thinking")
@@ -68,6 +75,17 @@ class ChatView(QWidget):
         self.thinking.setVisible(False)
         top.addWidget(self.thinking)
         root.addLayout(top)
+        self.banner = QLabel()
+        self.banner.setObjectName("banner")
+        self.banner.setWordWrap(True)
+        self.banner.setTextFormat(Qt.TextFormat.RichText)
+        self.banner.setAccessibleName("What this model can do")
+        self.banner.setToolTip("This model was trained to continue text (here, Python code), not to chat.")
+        self.banner.hide()
+        banner_row = QHBoxLayout()
+        banner_row.setContentsMargins(16, 0, 16, 6)
+        banner_row.addWidget(self.banner)
+        root.addLayout(banner_row)
 
         self.scroll = QScrollArea()
         self.scroll.setObjectName("chatScroll")
@@ -79,6 +97,7 @@ class ChatView(QWidget):
         self.column_layout = QVBoxLayout(self.column)
         self.column_layout.setContentsMargins(24, 8, 24, 8)
         self.column_layout.setSpacing(10)
+        self.input = Composer()
         self.empty = self._empty_state()
         self.column_layout.addWidget(self.empty)
         self.column_layout.addStretch(1)
@@ -90,7 +109,6 @@ class ChatView(QWidget):
         composer.setObjectName("composer")
         row = QHBoxLayout(composer)
         row.setContentsMargins(10, 6, 8, 6)
-        self.input = Composer()
         self.input.setObjectName("input")
         self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
         self.input.setAccessibleName("Message to send")
@@ -137,17 +155,30 @@ class ChatView(QWidget):
         return box
 
     def set_examples(self, chat_model: bool, demo: bool = True) -> None:
-        """Code openers for a code-continuation model, questions for a chat model."""
+        """Code openers for a code-continuation model, questions for a chat model. A model that cannot chat
+        says so: a banner, the system prompt switched off with the reason, cards showing exactly what they
+        send (every line, in the code font)."""
         self.code_mode = not chat_model
         examples = CHAT_EXAMPLES if chat_model else CODE_EXAMPLES
         self.hint.setText("" if chat_model else DEMO_HINT if demo else RAW_HINT)
         self.hint.setVisible(not chat_model)
+        self.banner.setText("" if chat_model else DEMO_BANNER if demo else RAW_BANNER)
+        self.banner.setVisible(not chat_model)
+        self.system_prompt.setEnabled(chat_model)
+        self.system_prompt.setPlaceholderText("System prompt for this chat (optional)" if chat_model
+                                              else SYSTEM_PROMPT_OFF)
+        self.system_prompt.setToolTip("Instructions the model reads before every message of this chat."
+                                      if chat_model else SYSTEM_PROMPT_OFF)
+        self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)" if chat_model else
+                                      "Start of a Python file  (Enter to send, Shift+Enter for a new line)"
+                                      if demo else "Text to continue  (Enter to send, Shift+Enter for a new line)")
         font = mono_font() if not chat_model else self.font()
         font.setPointSizeF(self.font().pointSizeF())
         for button, text in zip(self.example_buttons, examples):
             button.setFont(font)
             button.setProperty("prompt", text)
-            button.setText(text.splitlines()[0])
+            button.setText(text.replace("&", "&&"))      # every line, exactly as it is sent
+            button.setToolTip("Sends exactly this text" + ("; the model continues it." if not chat_model else "."))
             button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")
 
     def _use_example(self, button: QPushButton) -> None:
@@ -193,7 +224,8 @@ class ChatView(QWidget):
             if m.role == "user":
                 self.add_user(m.id, m.content)
             elif m.role == "assistant":
-                w = self.add_assistant(m.id)
+                before = [x for x in messages if x.role == "user" and x.id < m.id]
+                w = self.add_assistant(m.id, prefix=before[-1].content if before else "")
                 w.set_content(m.content, m.spans or [[m.content, False]])
                 w.set_footer(m.stats, m.stop_reason)
                 if m.error:
@@ -213,9 +245,12 @@ class ChatView(QWidget):
         self._add(w)
         return w
 
-    def add_assistant(self, message_id: int | None = None) -> MessageWidget:
+    def add_assistant(self, message_id: int | None = None, prefix: str = "") -> MessageWidget:
+        """prefix: the user's turn a completion continues (shown before it for a code completion model)."""
         w = MessageWidget("assistant", message_id, highlight=self.highlight, code_only=self.code_mode,
                           parent=self.column)
+        if prefix:
+            w.set_prefix(prefix)
         w.regenerateRequested.connect(self.regenerateRequested)
         self._add(w)
         return w

@@ -109,6 +109,8 @@ def style_sheet(c: Colors) -> str:
     QDockWidget::title {{ padding: 6px 10px; font-weight: 600; }}
     QLabel#bigNumber {{ font-size: 18pt; font-weight: 600; }}
     QLabel#warning {{ color: {c.warn}; }}
+    QLabel#banner {{ background: {c.alt}; border: 1px solid {c.warn}; border-radius: 8px; padding: 6px 10px; }}
+    QLineEdit#systemPrompt:disabled {{ background: {c.alt}; color: {c.muted}; }}
     """
 
 
