@@ -22,8 +22,8 @@ MAX_COLUMN = 920
 DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library. Click a card to send exactly "
              "the code on it, or type the start of your own Python file.")
 RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
-DEMO_BANNER = ("<b>Code completion model:</b> give it the start of a Python file. It continues what you type; it "
-               "does not answer questions (an English question gets code-like noise) and has no system prompt.")
+DEMO_BANNER = ("<b>Code completion model:</b> give it the start of a Python file. It continues what you type; "
+               "it does not answer questions.")
 RAW_BANNER = ("<b>Completion model:</b> it has no chat template, so it continues the text you type instead of "
               "answering it. Give it the beginning of what you want written; there is no system prompt.")
 SYSTEM_PROMPT_OFF = ("No system prompt: this model has no chat template, so it cannot take instructions; it only "
@@ -31,13 +31,81 @@ SYSTEM_PROMPT_OFF = ("No system prompt: this model has no chat template, so it c
 
 
 class Composer(QPlainTextEdit):
-    """Enter or Ctrl+Enter submits; Shift+Enter inserts a newline."""
+    """Enter or Ctrl+Enter submits; Shift+Enter inserts a newline. Tab moves the focus on (keyboard users
+    must be able to leave the box); Ctrl+Tab inserts a tab."""
     submitted = Signal()
+    focusChanged = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
                 event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
             self.submitted.emit()
+            return
+        if event.key() == Qt.Key.Key_Tab and event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.insertPlainText("\t")
+            return
+        super().keyPressEvent(event)
+
+    def event(self, event) -> bool:
+        # Ctrl+Tab reaches a text box as a shortcut override first; take it for the tab character
+        if event.type() == event.Type.ShortcutOverride and event.key() == Qt.Key.Key_Tab and \
+                event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            event.accept()
+            return True
+        return super().event(event)
+
+    def focusInEvent(self, event) -> None:
+        super().focusInEvent(event)
+        self.focusChanged.emit(True)
+
+    def focusOutEvent(self, event) -> None:
+        super().focusOutEvent(event)
+        self.focusChanged.emit(False)
+
+
+class ExampleCard(QFrame):
+    """A starter card: shows every line of the text it sends (wrapped, never cut), clicked with the mouse,
+    Space or Enter."""
+    clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("example")
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        self.label = QLabel()
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setWordWrap(True)
+        self.label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        layout.addWidget(self.label)
+
+    def setText(self, text: str) -> None:   # noqa: N802
+        self.label.setText(text)
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def setFont(self, font) -> None:   # noqa: N802
+        super().setFont(font)
+        self.label.setFont(font)
+
+    def click(self) -> None:
+        self.clicked.emit()
+
+    def mouseReleaseEvent(self, event) -> None:   # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(event.position().toPoint()):
+            self.clicked.emit()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:   # noqa: N802
+        if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            self.clicked.emit()
             return
         super().keyPressEvent(event)
 
@@ -107,10 +175,13 @@ class ChatView(QWidget):
 
         composer = QFrame()
         composer.setObjectName("composer")
+        self.composer = composer
+        self.input.focusChanged.connect(self._composer_focus)
         row = QHBoxLayout(composer)
         row.setContentsMargins(10, 6, 8, 6)
         self.input.setObjectName("input")
         self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.input.setToolTip("Enter sends, Shift+Enter adds a line, Tab moves on, Ctrl+Tab inserts a tab.")
         self.input.setAccessibleName("Message to send")
         self.input.setFixedHeight(64)
         self.input.submitted.connect(self.submit)
@@ -130,7 +201,7 @@ class ChatView(QWidget):
     def _empty_state(self) -> QWidget:
         box = QWidget()
         layout = QVBoxLayout(box)
-        layout.setContentsMargins(40, 60, 40, 20)
+        layout.setContentsMargins(8, 24, 8, 12)
         layout.setSpacing(10)
         title = QLabel("What shall we write?")
         title.setObjectName("emptyTitle")
@@ -142,13 +213,10 @@ class ChatView(QWidget):
         self.hint.setTextFormat(Qt.TextFormat.RichText)
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout.addWidget(self.hint)
-        self.example_buttons: list[QPushButton] = []
+        self.example_buttons: list[ExampleCard] = []
         for _ in range(3):
-            button = QPushButton()
-            button.setObjectName("example")
-            button.setCursor(Qt.CursorShape.PointingHandCursor)
-            button.clicked.connect(lambda _=False, b=button: self._use_example(b))
-            button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            button = ExampleCard()
+            button.clicked.connect(lambda b=button: self._use_example(b))
             layout.addWidget(button)
             self.example_buttons.append(button)
         self.set_examples(False)
@@ -166,7 +234,7 @@ class ChatView(QWidget):
         self.banner.setVisible(not chat_model)
         self.system_prompt.setEnabled(chat_model)
         self.system_prompt.setPlaceholderText("System prompt for this chat (optional)" if chat_model
-                                              else SYSTEM_PROMPT_OFF)
+                                              else "No system prompt: a completion model (hover for why)")
         self.system_prompt.setToolTip("Instructions the model reads before every message of this chat."
                                       if chat_model else SYSTEM_PROMPT_OFF)
         self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)" if chat_model else
@@ -177,11 +245,17 @@ class ChatView(QWidget):
         for button, text in zip(self.example_buttons, examples):
             button.setFont(font)
             button.setProperty("prompt", text)
-            button.setText(text.replace("&", "&&"))      # every line, exactly as it is sent
+            button.setText(text)      # every line, exactly as it is sent
             button.setToolTip("Sends exactly this text" + ("; the model continues it." if not chat_model else "."))
             button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")
 
-    def _use_example(self, button: QPushButton) -> None:
+    def _composer_focus(self, on: bool) -> None:
+        """A visible focus ring around the whole composer (style sheets have no :focus-within)."""
+        self.composer.setProperty("focused", on)
+        self.composer.style().unpolish(self.composer)
+        self.composer.style().polish(self.composer)
+
+    def _use_example(self, button: ExampleCard) -> None:
         self.input.setPlainText(button.property("prompt"))
         self.submit()
 
