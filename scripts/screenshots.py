@@ -180,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("07-settings", dialog)
         dialog.reject()
 
-        # 9. the local server on, answering a request from another program (status bar: address, activity)
+        # 9. the local server on, answering a request from another program (status bar: address, activity);
+        # the engine killed in 6 took the loaded pair with it: load it again first (the server never loads)
+        c.load_pair(pair)
+        wait_until(app, lambda: c.ready, 240, "the model to load again")
         import json
         import threading
         import urllib.request

@@ -148,6 +148,7 @@ class ChatController(QObject):
             self.view.thinking.setChecked(bool(self.pair["thinking"]))
         self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
         self.panel.has_drafter = bool(ev.get("has_drafter"))
+        self.view.set_context(limit=ev.get("max_positions") or 0)
         self.loadingChanged.emit(False, "")
         if ev.get("engine") == "remote":
             self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
@@ -169,6 +170,7 @@ class ChatController(QObject):
         self.conversation_id = None
         self._pending_system_prompt = ""
         self.view.load([], "")
+        self.view.set_context(used=0)
         self.panel.clear_answer()
         self.currentConversationChanged.emit(-1)
 
@@ -194,6 +196,7 @@ class ChatController(QObject):
             self.panel.start_answer()
             return
         answers = [m for m in messages if m.role == "assistant" and m.stats]
+        self.view.set_context(used=self._context_used(messages))
         if not answers:
             self.panel.clear_answer()
             return
@@ -388,17 +391,63 @@ class ChatController(QObject):
         if visible:
             widget.set_content(text, spans)
             widget.set_footer(stats, stop_reason)
-            if is_error:
+            if stats:
+                self.view.set_context(used=int(stats.get("prompt_tokens") or 0) + int(stats.get("generated_tokens") or 0))
+            if is_error and ev.get("code") == "prompt_too_long":
+                self.view.add_error(ev, self.pair_info, action=("Drop the oldest turns and retry",
+                                                                self.drop_oldest_and_retry))
+            elif is_error:
                 self.view.add_error(ev, self.pair_info)
             self.view.mark_last()
         self.view.set_busy(False)
-        if is_error:
+        if is_error and ev.get("code") == "prompt_too_long":
+            self.statusMessage.emit("This chat no longer fits the model's context: drop its oldest turns, or start "
+                                    "a new chat.")
+        elif is_error:
             self.statusMessage.emit(f"Error: {ev.get('message', '')}")
         elif stats and visible:
             context = self._context(stats, text=text, prompt=gen.get("prompt", ""), token_ids=ev.get("token_ids"))
             self.panel.set_stats(stats, context)
         self.conversationsChanged.emit()
         self.answerFinished.emit(ev)
+
+    @staticmethod
+    def _context_used(messages) -> int:
+        """Tokens the chat uses: the engine's count with the last answer, plus an estimate of later turns."""
+        from .chat_view import CHARS_PER_TOKEN
+        used, counted_up_to = 0, 0
+        for m in messages:
+            if m.role == "assistant" and m.stats:
+                used = int(m.stats.get("prompt_tokens") or 0) + int(m.stats.get("generated_tokens") or 0)
+                counted_up_to = m.id
+        rest = sum(len(m.content.encode("utf-8")) for m in messages if m.id > counted_up_to)
+        return used + round(rest / CHARS_PER_TOKEN)
+
+    def drop_oldest_and_retry(self) -> None:
+        """The chat outgrew the model's context: drop its oldest exchange (a user turn and its answer) and the
+        failed answer, then write the answer again. Repeat if it is still too long."""
+        if self._gen is not None or self.conversation_id is None:
+            return
+        messages = self.store.messages(self.conversation_id)
+        if messages and messages[-1].role == "assistant":
+            self.store.delete_messages([messages[-1].id])
+            messages = messages[:-1]
+        users = [m for m in messages if m.role == "user"]
+        if len(users) < 2:
+            self.statusMessage.emit("Your message alone is longer than the model's context: shorten it, or start "
+                                    "a new chat with the part that matters.")
+            conv = self.store.conversation(self.conversation_id)
+            self.view.load(messages, conv.system_prompt if conv else "", self.pair_info)
+            return
+        oldest = [m.id for m in messages if m.id < users[1].id]
+        self.store.delete_messages(oldest)
+        kept = self.store.messages(self.conversation_id)
+        conv = self.store.conversation(self.conversation_id)
+        self.view.load(kept, conv.system_prompt if conv else "", self.pair_info)
+        self.view.set_context(used=self._context_used(kept))
+        self.statusMessage.emit(f"Dropped the oldest {len(oldest)} message(s) of this chat to fit the model's "
+                                "context; writing the answer again.")
+        self._start_answer()
 
     def _context(self, stats: dict, text: str, prompt: str, token_ids: list | None = None) -> dict:
         """What session.diagnose needs besides the stats, from measurements and the loaded pair."""

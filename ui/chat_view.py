@@ -19,6 +19,10 @@ CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
 CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
                  "linked list.", "What is the difference between a list and a tuple in Python?")
 MAX_COLUMN = 920
+CHARS_PER_TOKEN = 3.5   # only for the message being typed, until the engine counts it with the chat
+CONTEXT_TIP = ("Tokens this chat uses of the model's context. The whole chat is sent with every message: the "
+               "part already sent is counted by the engine (prompt + answer of the last turn); the message you "
+               "are typing is estimated (≈) until it is sent.")
 DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library. Click a card to send exactly "
              "the code on it, or type the start of your own Python file.")
 RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
@@ -194,8 +198,22 @@ class ChatView(QWidget):
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         wrap = QVBoxLayout()
         wrap.setContentsMargins(24, 6, 24, 14)
+        wrap.setSpacing(2)
         wrap.addWidget(composer)
+        self.context_meter = QLabel("")
+        self.context_meter.setObjectName("muted")
+        self.context_meter.setAlignment(Qt.AlignmentFlag.AlignRight)
+        self.context_meter.setAccessibleName("Context used")
+        self.context_meter.setToolTip(CONTEXT_TIP)
+        wrap.addWidget(self.context_meter)
         root.addLayout(wrap)
+        self.context_used: int = 0           # counted by the engine: the chat as sent with the last answer
+        self.context_limit: int | None = None
+        self._typing = QTimer(self)
+        self._typing.setSingleShot(True)
+        self._typing.setInterval(250)        # debounced: the meter follows typing without redrawing per key
+        self._typing.timeout.connect(self._show_context)
+        self.input.textChanged.connect(self._typing.start)
         self._stick_to_bottom = True
 
     def _empty_state(self) -> QWidget:
@@ -248,6 +266,34 @@ class ChatView(QWidget):
             button.setText(text)      # every line, exactly as it is sent
             button.setToolTip("Sends exactly this text" + ("; the model continues it." if not chat_model else "."))
             button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")
+
+    # -- context meter ------------------------------------------------------------------------------
+    def set_context(self, used: int | None = None, limit: int | None = None) -> None:
+        """used: tokens of the chat as the engine counted them with the last answer; limit: the model's context."""
+        if used is not None:
+            self.context_used = max(int(used), 0)
+        if limit is not None:
+            self.context_limit = int(limit) or None
+        self._show_context()
+
+    def typed_estimate(self) -> int:
+        text = self.input.toPlainText()
+        return round(len(text.encode("utf-8")) / CHARS_PER_TOKEN) if text else 0
+
+    def _show_context(self) -> None:
+        if not self.context_limit:
+            self.context_meter.setText("")
+            return
+        typed = self.typed_estimate()
+        total = self.context_used + typed
+        share = total / self.context_limit
+        text = f"{'≈' if typed else ''}{total:,} / {self.context_limit:,} tokens of context ({share:.0%})"
+        if share >= 1:
+            text += " — too long: the oldest turns will have to go"
+        self.context_meter.setText(text)
+        self.context_meter.setObjectName("warning" if share >= 0.85 else "muted")
+        self.context_meter.style().unpolish(self.context_meter)
+        self.context_meter.style().polish(self.context_meter)
 
     def _composer_focus(self, on: bool) -> None:
         """A visible focus ring around the whole composer (style sheets have no :focus-within)."""

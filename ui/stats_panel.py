@@ -121,9 +121,12 @@ class Metric(QWidget):
         return self.value.text()
 
     def needed_width(self) -> int:
-        fm = self.value.fontMetrics()
-        return max(fm.horizontalAdvance(self.value.text()), fm.horizontalAdvance("00.00×"),
-                   self.caption.fontMetrics().horizontalAdvance(max(self.caption.text().split(), key=len))) + 12
+        fm, cfm = self.value.fontMetrics(), self.caption.fontMetrics()
+        caption = self.caption.text()
+        # a short caption ("Baseline tok/s") stays on one line; a long one may wrap between words
+        words = cfm.horizontalAdvance(caption) if len(caption) <= 16 else max(
+            cfm.horizontalAdvance(w) for w in caption.split())
+        return max(fm.horizontalAdvance(self.value.text()), fm.horizontalAdvance("00.00×"), words) + 12
 
 
 class MetricGrid(QWidget):
