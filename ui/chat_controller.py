@@ -3,6 +3,9 @@ stop, regenerate, edit-and-resend, model load and baseline calibration. Every wo
 once; results come back as QtWorker signals, matched to our requests by id."""
 from __future__ import annotations
 
+import time
+
+import psutil
 from PySide6.QtCore import QObject, Signal
 
 from dflash_desktop import run_plan, session
@@ -24,6 +27,7 @@ class ChatController(QObject):
     currentConversationChanged = Signal(int)   # -1: a new chat not saved yet
     pairLoaded = Signal(dict)             # the loaded event (+ the pair's display name as "display_name")
     answerFinished = Signal(dict)         # the done or error event that ended an answer
+    pairUnloaded = Signal()               # the user unloaded the model: memory freed
     baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
 
     def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
@@ -39,6 +43,12 @@ class ChatController(QObject):
         self._gen: dict | None = None      # id, widget, message_id, conversation_id
         self._waiting = False              # an answer is queued behind a load or a calibration
         self._calib_meter: CpuMeter | None = None
+        self._load_started = 0.0           # when the user asked for the load: the wait they really had
+        self.ready_text = ""               # the last "ready" line (the status bar may have moved on)
+        self._unload_id: str | None = None
+        self._unloaded = False             # the user unloaded the pair: the next message loads it again
+        self._rss_before_unload: int | None = None
+        worker.ok.connect(self._on_ok)
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
         worker.tokens.connect(self._on_tokens)
@@ -75,6 +85,11 @@ class ChatController(QObject):
         server; remembered as the last pair once it loads."""
         if self._gen:
             self.stop()
+        self._submit_load(pair)
+
+    def _submit_load(self, pair: dict) -> None:
+        self._unloaded = False
+        self._load_started = time.monotonic()
         self.pair, self.pair_info = dict(pair), None
         self._calib_id = None
         self.panel.set_baseline(self.baseline())
@@ -132,7 +147,35 @@ class ChatController(QObject):
 
     def _on_progress(self, ev: dict) -> None:
         if ev.get("id") == self._load_id:
-            self.loadingChanged.emit(True, ev.get("message", "Loading…"))
+            waited = time.monotonic() - self._load_started
+            self.loadingChanged.emit(True, f"{ev.get('message', 'Loading…')}  ({waited:.0f} s so far)")
+
+    def unload(self) -> None:
+        """Free the model's memory (the worker keeps running); the next message loads the same pair again."""
+        if self.pair_info is None or self.pair_info.get("engine") == "remote" or self._unload_id:
+            return
+        if self._gen:
+            self.stop()
+        self._rss_before_unload = self._worker_rss()
+        self._unload_id = self.worker.unload()
+        self.loadingChanged.emit(True, "Unloading the model…")
+
+    def _worker_rss(self) -> int | None:
+        try:
+            return psutil.Process(self.worker_pid()).memory_info().rss if self.worker_pid() else None
+        except (psutil.Error, ValueError):
+            return None
+
+    def _on_ok(self, ev: dict) -> None:
+        if ev.get("id") is None or ev.get("id") != self._unload_id:
+            return
+        self._unload_id, self.pair_info, self._unloaded = None, None, True
+        before, after = self._rss_before_unload, self._worker_rss()
+        memory = (f" The engine process went from {before / 2**20:,.0f} MB to {after / 2**20:,.0f} MB."
+                  if before and after else "")
+        self.loadingChanged.emit(False, "")
+        self.statusMessage.emit(f"Model unloaded: its memory is freed.{memory} Your next message loads it again.")
+        self.pairUnloaded.emit()
 
     def _on_loaded(self, ev: dict) -> None:
         if ev.get("id") != self._load_id:
@@ -154,9 +197,11 @@ class ChatController(QObject):
             self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
                                     "engine is not started.")
         else:
-            self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
+            self.ready_text = (f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
                                     f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
-                                    f"loaded in {ev.get('load_s', 0):.1f} s)")
+                                    f"ready {time.monotonic() - self._load_started:.1f} s after you asked; "
+                                    f"reading the model took {ev.get('load_s', 0):.1f} s of that)")
+            self.statusMessage.emit(self.ready_text)
         self.panel.set_runtime(ev)
         self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
         if self.baseline() is None and ev.get("engine") != "remote":
@@ -283,6 +328,8 @@ class ChatController(QObject):
         else:
             widget.footer.setText("waiting for the model…")
             self._waiting = True
+            if self._unloaded and self.pair is not None and self._load_id is None:
+                self._submit_load(self.pair)      # unloaded by the user: this message loads it again
             if self.pair is None:
                 self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
 

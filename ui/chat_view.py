@@ -330,9 +330,16 @@ class ChatView(QWidget):
                 w.regenerate_button.setEnabled(not busy)
 
     # -- messages -----------------------------------------------------------------------------------
+    def _drop(self, w: QWidget) -> None:
+        """Out of the column at once (deleteLater alone waits for the event loop, and a script or test that
+        only processes events would keep showing it)."""
+        w.hide()
+        self.column_layout.removeWidget(w)
+        w.deleteLater()
+
     def clear(self) -> None:
         for w in self.messages:
-            w.deleteLater()
+            self._drop(w)
         self.messages = []
         self.empty.show()
 
@@ -386,7 +393,7 @@ class ChatView(QWidget):
             return
         index = self.messages.index(widget)
         for w in self.messages[index:]:
-            w.deleteLater()
+            self._drop(w)
         self.messages = self.messages[:index]
         if not self.messages:
             self.empty.show()

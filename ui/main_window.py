@@ -202,6 +202,8 @@ class MainWindow(QMainWindow):
                                                "Put the cursor in the message box")
         self.remeasure_action = self._action("Re-measure baseline", "Ctrl+Shift+B", self.controller.calibrate,
                                              "Measure plain decoding of the loaded model again")
+        self.unload_action = self._action("Unload model", "Ctrl+U", self.controller.unload,
+                                          "Free the model's memory; your next message loads it again")
         self.shortcuts_action = self._action("Keyboard shortcuts", "F1", self.show_shortcuts,
                                              "List every keyboard shortcut")
         self.about_action = self._action("About DFlash Desktop", None, self.show_about, "Versions and licence")
@@ -227,7 +229,7 @@ class MainWindow(QMainWindow):
                  "&Edit": (self.send_action, self.stop_action, None, self.copy_answer_action, self.copy_code_action,
                            self.edit_last_action, self.regenerate_action, None, self.focus_input_action),
                  "&View": (self.sidebar_action, self.stats_action, self.highlight_action, None, self.demo_action),
-                 "&Model": (self.models_action, self.remeasure_action, None, self.server_action, self.settings_action),
+                 "&Model": (self.models_action, self.unload_action, self.remeasure_action, None, self.server_action, self.settings_action),
                  "&Help": (self.shortcuts_action, self.about_action)}
         self.menus = {}
         for title, actions in menus.items():
@@ -266,6 +268,7 @@ class MainWindow(QMainWindow):
         c.statusMessage.connect(self.status_label.setText)
         c.loadingChanged.connect(self._loading)
         c.pairLoaded.connect(self._show_pair)
+        c.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(c.pair or {}).get('name', 'Model')}  ·  unloaded"))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
         self.sidebar.conversationChosen.connect(c.open_conversation)
