@@ -56,6 +56,10 @@ def test_no_label_is_cut_from_800x600_to_2560x1440(qtbot, home, chat_worker, ech
                 w = bar.widgetForAction(action)
                 if w is not None and w.isVisible() and not action.isSeparator():
                     assert bar.rect().contains(w.geometry()), f"{action.text()} is cut at {size}"
+            hidden = [a for a in bar.actions() if bar.widgetForAction(a) is not None and not a.isSeparator()
+                      and not bar.widgetForAction(a).isVisible()]
+            more = bar.findChild(QToolButton, "qt_toolbar_ext_button")
+            assert not hidden or (more.isVisible() and bar.rect().contains(more.geometry())), "no » for hidden items"
             menu_actions = {a for m in window.menus.values() for a in m.actions()}
             assert all(a in menu_actions for a in bar.actions() if not a.isSeparator())
         assert window.sidebar.isVisible()          # room again at 2560: the chats list is back

@@ -184,7 +184,6 @@ class ChatView(QWidget):
         row = QHBoxLayout(composer)
         row.setContentsMargins(10, 6, 8, 6)
         self.input.setObjectName("input")
-        self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
         self.input.setToolTip("Enter sends, Shift+Enter adds a line, Tab moves on, Ctrl+Tab inserts a tab.")
         self.input.setAccessibleName("Message to send")
         self.input.setFixedHeight(64)
@@ -258,6 +257,7 @@ class ChatView(QWidget):
         self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)" if chat_model else
                                       "Start of a Python file  (Enter to send, Shift+Enter for a new line)"
                                       if demo else "Text to continue  (Enter to send, Shift+Enter for a new line)")
+        self.input.viewport().update()
         font = mono_font() if not chat_model else self.font()
         font.setPointSizeF(self.font().pointSizeF())
         for button, text in zip(self.example_buttons, examples):

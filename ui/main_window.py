@@ -14,7 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
-                               QStackedWidget, QToolBar)
+                               QStackedWidget, QToolBar, QToolButton)
 
 from dflash_desktop import downloads, run_plan
 from dflash_desktop import settings as settings_mod
@@ -221,6 +221,10 @@ class MainWindow(QMainWindow):
                 widget.setAccessibleName(action.text().rstrip("…"))
         self.toolbar = bar    # items that do not fit go into its » menu (Qt's extension button)
         self.addToolBar(bar)
+        more = bar.findChild(QToolButton, "qt_toolbar_ext_button")
+        if more is not None:
+            more.setToolTip("More: the toolbar buttons that do not fit (the menu bar has them all too)")
+            more.setAccessibleName("More toolbar buttons")
         self._build_menus()
 
     def _build_menus(self) -> None:

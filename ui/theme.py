@@ -82,6 +82,7 @@ def style_sheet(c: Colors, font_size: int = 11) -> str:
     QToolBar QToolButton {{ padding: 4px 8px; border-radius: 6px; }}
     QToolBar QToolButton:checked {{ background: {c.alt}; }}
     QToolBar QToolButton:hover {{ background: {c.alt}; }}
+    QToolBar QToolButton#qt_toolbar_ext_button {{ padding: 0px; border: 1px solid {c.border}; }}
     QStatusBar {{ border-top: 1px solid {c.border}; }}
     QListView#conversationList {{ border: none; background: {c.alt}; padding: 6px; }}
     QListView#conversationList::item {{ padding: 8px 10px; border-radius: 6px; margin: 1px 0; }}
