@@ -211,6 +211,12 @@ class ChatStore:
                         _load(r["stats"]), r["stop_reason"], _load(r["error"]), r["created"]) for r in rows]
 
     @_writes
+    def delete_messages(self, message_ids: list[int]) -> None:
+        """Delete these messages only (the oldest turns of a chat that outgrew the model's context)."""
+        with self._db:
+            self._db.executemany("DELETE FROM messages WHERE id = ?", [(i,) for i in message_ids])
+
+    @_writes
     def delete_from(self, conversation_id: int, message_id: int) -> None:
         """Delete a message and everything after it (regenerate, edit-and-resend)."""
         with self._db:

@@ -19,36 +19,55 @@ def pair_key(pair: dict | None) -> str:
 
 @dataclass
 class BaselineRecord:
-    """Plain decoding speed of the target, measured here, so the speedup compares like with like."""
-    tok_s: float
+    """Plain decoding speed of the target, measured here, so the speedup compares like with like.
+
+    The one source of truth for "this pair's baseline on this machine": the chat's calibration and the
+    speedup demo's plain run both write it (ChatController.record_baseline), and every figure derived
+    from it (speedup, warnings) is recomputed when it changes."""
+    tok_s: float                    # decode tokens per second (the first token, prefill, excluded)
     tokens: int
     measured_at: float
     device: str
+    method: str = "calibration"     # "calibration" (64 tokens of a fixed prompt) or "speedup demo"
+    cpu_other: float | None = None  # share of the machine's CPU other programs used meanwhile (0-1)
 
     @classmethod
-    def from_done(cls, done: dict, device: str) -> "BaselineRecord":
+    def from_done(cls, done: dict, device: str, method: str = "calibration",
+                  cpu_other: float | None = None) -> "BaselineRecord":
         stats = done.get("stats") or {}
         return cls(float(stats.get("decode_tok_s") or 0.0), int(stats.get("generated_tokens") or 0),
-                   time.time(), device)
+                   time.time(), device, method, cpu_other)
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> "BaselineRecord | None":
         try:
-            return cls(float(raw["tok_s"]), int(raw["tokens"]), float(raw["measured_at"]), str(raw["device"]))
-        except (TypeError, KeyError, ValueError):
+            cpu = raw.get("cpu_other")
+            return cls(float(raw["tok_s"]), int(raw["tokens"]), float(raw["measured_at"]), str(raw["device"]),
+                       str(raw.get("method") or "calibration"), None if cpu is None else float(cpu))
+        except (TypeError, KeyError, ValueError, AttributeError):
             return None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
-        """'Baseline 41 tok/s — plain decoding of the same target, measured today 14:02 on this CPU, 64 tokens.'"""
+        """'Baseline 41 tok/s — plain decoding of the same target, measured today 14:02 on this CPU, 64 tokens
+        (calibration run); other programs used 3% of the CPU meanwhile.'"""
         when = time.localtime(self.measured_at)
         today = time.localtime()
         day = "today" if when[:3] == today[:3] else time.strftime("on %d %b", when)
         where = "this CPU" if self.device.startswith("cpu") else f"this {self.device.split(':')[0].upper()} device"
-        return (f"Baseline {self.tok_s:.0f} tok/s — plain decoding of the same target, measured {day} "
-                f"{time.strftime('%H:%M', when)} on {where}, {self.tokens} tokens.")
+        how = "calibration run" if self.method == "calibration" else f"plain run of the {self.method}"
+        text = (f"Baseline {self.tok_s:.0f} tok/s — plain decoding of the same target, measured {day} "
+                f"{time.strftime('%H:%M', when)} on {where}, {self.tokens} tokens ({how})")
+        if self.cpu_other is not None:
+            text += f"; other programs used {self.cpu_other:.0%} of the CPU meanwhile"
+        return text + "."
+
+
+BUSY_SHARE = 0.25        # other programs using a quarter of the CPU capacity slow a CPU decode noticeably
+REPEAT_SHARE = 0.5       # half the tokens repeating earlier text: drafts of it are easy, not representative
+REPEAT_NGRAM = 4
 
 
 def speedup(stats: dict | None, baseline: BaselineRecord | None) -> float | None:
@@ -58,8 +77,46 @@ def speedup(stats: dict | None, baseline: BaselineRecord | None) -> float | None
     return rate / baseline.tok_s if rate > 0 else None
 
 
-def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: bool = True) -> str | None:
-    """A sentence when DFlash is not helping, None when it is (or when there is too little to judge)."""
+def repetition_share(token_ids: list[int] | None = None, text: str = "") -> float:
+    """Share of the output that repeats earlier output: tokens whose preceding 4-gram (with them) already
+    occurred (by token ids; by characters of whole lines when no ids are known). 0 for short outputs."""
+    if token_ids and len(token_ids) >= 4 * REPEAT_NGRAM:
+        seen, repeated = set(), 0
+        for i in range(REPEAT_NGRAM - 1, len(token_ids)):
+            gram = tuple(token_ids[i - REPEAT_NGRAM + 1: i + 1])
+            repeated += gram in seen
+            seen.add(gram)
+        return repeated / len(token_ids)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) < 4:
+        return 0.0
+    seen_lines, repeated_chars = set(), 0
+    for line in lines:
+        if line in seen_lines:
+            repeated_chars += len(line)
+        seen_lines.add(line)
+    return repeated_chars / sum(len(line) for line in lines)
+
+
+def looks_like_prose(text: str) -> bool:
+    """English sentences rather than code: mostly letters and spaces, few code symbols."""
+    text = text.strip()
+    if len(text) < 8:
+        return False
+    code = sum(text.count(ch) for ch in "()[]{}=:_#;<>\"\'")
+    words = text.split()
+    return code / len(text) < 0.03 and len(words) >= 3 and sum(w.isalpha() for w in words) / len(words) > 0.6
+
+
+def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: bool = True,
+             context: dict | None = None) -> str | None:
+    """Sentences when DFlash is not helping (or when its speedup is not representative), None when all is well
+    or there is too little to judge. Every reason comes from a measurement.
+
+    context (all optional): `cpu_other` (share of the CPU other programs used during the answer),
+    `token_ids` / `text` (the answer), `prompt` (the last user turn), `chat_template` (bool), and
+    `thinking_mismatch` (thinking switched away from the drafter's training)."""
+    context = context or {}
     if not stats or int(stats.get("generated_tokens") or 0) < 8:
         return None
     if not has_drafter:
@@ -68,27 +125,62 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
         return (f"{stats['fallback']['reason']} The text is the same either way. (Settings: Plain fallback "
                 "turns this off.)")
     tau = float(stats.get("tau") or 0.0)
+    rate = float(stats.get("acceptance_rate") or 0.0)
     ratio = speedup(stats, baseline)
+    reasons: list[str] = []
     if tau and tau < LOW_TAU:
-        return (f"Acceptance collapsed (τ = {tau:.2f}): the drafter is barely helping. Likely causes: a drafter "
-                "that does not match this target or chat mode (thinking on/off), or a prompt unlike its "
-                "training data (prose, other languages).")
+        reasons.append(f"Low acceptance: the target kept {rate:.0%} of the drafted tokens, {tau:.2f} tokens per "
+                       f"pass. {_likely_cause(context)}")
+    cpu = context.get("cpu_other")
+    if cpu is not None and cpu >= BUSY_SHARE:
+        reasons.append(f"A busy machine: other programs used {cpu:.0%} of the CPU while this answer was written, "
+                       "so the engine got less of it.")
     if ratio is not None and ratio < 1.0:
-        return (f"DFlash ran slower than plain decoding ({ratio:.2f}×). The drafter's cost is not repaid at "
-                f"τ = {tau:.2f}; try a smaller block size, or plain decoding for this kind of prompt.")
-    return None
+        base_cpu = baseline.cpu_other if baseline else None
+        if base_cpu is not None and cpu is not None and cpu >= BUSY_SHARE > base_cpu:
+            pass   # said above: the baseline ran on a quiet machine, this answer did not
+        elif base_cpu is not None and base_cpu >= BUSY_SHARE:
+            reasons.append(f"The baseline itself was measured while other programs used {base_cpu:.0%} of the "
+                           "CPU: Re-measure on a quiet machine.")
+        steps, decode_s = int(stats.get("steps") or 0), float(stats.get("decode_s") or 0.0)
+        if not reasons and steps and decode_s > 0 and baseline and baseline.tok_s > 0:
+            step_ms, plain_ms = 1000 * decode_s / steps, 1000 / baseline.tok_s
+            reasons.append(f"A step too costly here: each DFlash step (draft + verify) took {step_ms:.1f} ms, "
+                           f"{step_ms / plain_ms:.1f}× a plain step ({plain_ms:.1f} ms), but committed only "
+                           f"{tau:.2f} tokens. A smaller block size or a GPU lowers the cost of a step.")
+        head = f"DFlash ran slower than plain decoding ({ratio:.2f}×). Why, from this answer's measurements:"
+        return " ".join([head, *reasons]) if reasons else head
+    if ratio is not None and ratio >= 1.0:
+        share = repetition_share(context.get("token_ids"), context.get("text") or "")
+        if share >= REPEAT_SHARE:
+            reasons.append(f"This speedup ({ratio:.2f}×) comes from repetition: {share:.0%} of the answer repeats "
+                           "its own earlier text, which the drafter predicts easily. Expect less on varied text.")
+    return " ".join(reasons) or None
+
+
+def _likely_cause(context: dict) -> str:
+    if context.get("thinking_mismatch"):
+        return "Likely cause: chat mode — thinking is switched away from how this drafter was trained."
+    if context.get("chat_template") is False and looks_like_prose(context.get("prompt") or ""):
+        return ("Likely cause: the prompt is prose, but this is a code completion model — give it the start of "
+                "a Python file.")
+    if context.get("chat_template") and looks_like_prose(context.get("prompt") or ""):
+        return ("Likely cause: prose; drafters are usually trained on code and maths answers and accept fewer "
+                "tokens of free text.")
+    return ("Likely cause: a prompt format unlike the drafter's training data (another language, another "
+            "template), or a drafter that does not match this target.")
 
 
 def request_for(messages: list[dict], system_prompt: str, has_chat_template: bool) -> dict:
     """generate() keywords for a conversation: chat messages when the model has a template, otherwise the
-    conversation as one raw prompt (the demo model continues code; it has no roles)."""
+    conversation as one raw prompt without the system prompt (the demo model continues code; it has no roles)."""
     turns = [{"role": m["role"], "content": m["content"]} for m in messages if m["role"] in ("user", "assistant")]
     if has_chat_template:
         sys_turn = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
         return {"messages": sys_turn + turns}
-    parts = [system_prompt] if system_prompt.strip() else []
-    parts += [t["content"] for t in turns]
-    return {"prompt": "".join(parts)}
+    # no roles, so no system prompt either: the window disables the field and says why (a system prompt
+    # pasted in front of the code would only be continued as if it were code)
+    return {"prompt": "".join(t["content"] for t in turns)}
 
 
 def title_from(text: str, limit: int = 48) -> str:

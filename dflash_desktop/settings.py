@@ -49,6 +49,10 @@ class Settings:
     server_port: int = 8765        # the local OpenAI-compatible server (dflash_desktop/server.py), on 127.0.0.1
     server_api_key: str = ""       # "" = no key asked (the server only listens on this computer)
     remote_servers: list = field(default_factory=list)  # [{base_url, api_key}], the latest first
+    window_geometry: str = ""      # QMainWindow.saveGeometry(), base64: size and place restored at start
+    window_state: str = ""         # QMainWindow.saveState(), base64: the stats dock's width and place
+    splitter_state: str = ""       # the chats list / chat splitter, base64
+    last_conversation: int | None = None   # the chat on screen when the app closed, reopened at start
 
     def validate(self, max_block_size: int | None = None) -> "Settings":
         """Raise SettingsError on the first out-of-range value; return self for chaining."""
@@ -80,6 +84,11 @@ class Settings:
         need(isinstance(self.remote_servers, list) and len(self.remote_servers) <= MAX_REMOTE_SERVERS and all(
             isinstance(r, dict) and set(r) == {"base_url", "api_key"} and all(isinstance(v, str) for v in r.values())
             for r in self.remote_servers), "Remote servers are a short list of {base_url, api_key}.")
+        need(all(isinstance(v, str) and len(v) <= 16384 and _is_base64(v)
+                 for v in (self.window_geometry, self.window_state, self.splitter_state)),
+             "Window layout fields are short base64 texts.")
+        need(self.last_conversation is None or (_is_int(self.last_conversation) and self.last_conversation > 0),
+             "The last chat is a chat number.")
         return self
 
     def generation(self, max_block_size: int | None = None) -> dict:
@@ -97,6 +106,10 @@ def remember_server(settings: Settings, base_url: str, api_key: str) -> None:
     """Put a remote server first in the list the model picker offers."""
     rest = [r for r in settings.remote_servers if r["base_url"] != base_url]
     settings.remote_servers = [{"base_url": base_url, "api_key": api_key}, *rest][:MAX_REMOTE_SERVERS]
+
+
+def _is_base64(value: str) -> bool:
+    return all(ch.isalnum() or ch in "+/=" for ch in value)
 
 
 def _is_int(value) -> bool:

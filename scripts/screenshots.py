@@ -116,6 +116,19 @@ def main(argv: list[str] | None = None) -> int:
         # 3. the stats panel next to that answer
         window.show_stats(True)
         shots.shoot("03-stats-panel")
+        first_chat = c.conversation_id
+
+        # 11. an English question to the code completion model: the banner, and what the panel makes of it
+        # (every draft verified, no plain fallback: what DFlash does with text unlike its training, measured)
+        c.new_chat()
+        finished.clear()
+        window.settings.draft_cutoff, window.settings.plain_fallback = 0.0, False
+        window.chat_view.input.setPlainText("Explain speculative decoding in two sentences.")
+        window.chat_view.submit()
+        wait_until(app, lambda: bool(finished), 240, "the answer to the English question")
+        shots.shoot("11-code-model-prose-question")
+        print("panel warning:", window.stats_panel.values.get("warning"), flush=True)
+        window.settings.draft_cutoff, window.settings.plain_fallback = None, True
 
         # 4. side-by-side demo after a real measurement and a full replay
         window.show_stats(False)
@@ -167,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("07-settings", dialog)
         dialog.reject()
 
-        # 9. the local server on, answering a request from another program (status bar: address, activity)
+        # 9. the local server on, answering a request from another program (status bar: address, activity);
+        # the engine killed in 6 took the loaded pair with it: load it again first (the server never loads)
+        c.load_pair(pair)
+        wait_until(app, lambda: c.ready, 240, "the model to load again")
         import json
         import threading
         import urllib.request
@@ -192,6 +208,19 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("10-add-a-server", dialog)
         dialog.reject()
         picker.reject()
+
+        # 12. the smallest window: 800x600, the first chat with its stats (the chats list folds away)
+        c.open_conversation(first_chat)
+        window.show_stats(True)
+        window.resize(800, 600)
+        shots.shoot("12-window-800x600")
+
+        # 13. a large font (16 pt) at 1400x860: numbers wrap instead of being cut
+        window.settings.font_size = 16
+        window.apply_settings(window.settings)
+        window.resize(1400, 860)
+        shots.shoot("13-large-font")
+
     finally:
         window.close()
     too_big = [p.name for p in shots.saved if p.stat().st_size > 300 * 1024]

@@ -64,11 +64,11 @@ def test_baseline_record_speedup_and_diagnosis():
     rec = BaselineRecord(tok_s=40.0, tokens=64, measured_at=__import__("time").time(), device="cpu")
     text = rec.describe()
     assert text.startswith("Baseline 40 tok/s — plain decoding of the same target, measured today")
-    assert "on this CPU, 64 tokens." in text
+    assert "on this CPU, 64 tokens (calibration run)." in text
     assert BaselineRecord.from_dict(rec.to_dict()) == rec and BaselineRecord.from_dict({"tok_s": 1}) is None
     good = {"generated_tokens": 64, "tau": 4.0, "decode_tok_s": 120.0}
     assert speedup(good, rec) == 3.0 and diagnose(good, rec) is None
-    assert "Acceptance collapsed" in diagnose({**good, "tau": 1.1}, rec)
+    assert "Low acceptance" in diagnose({**good, "tau": 1.1}, rec)
     assert "slower than plain decoding" in diagnose({**good, "decode_tok_s": 30.0}, rec)
     assert "No drafter" in diagnose(good, rec, has_drafter=False)
     assert diagnose({"generated_tokens": 2, "tau": 1.0}, rec) is None   # too little to judge
@@ -80,6 +80,7 @@ def test_request_for_chat_and_raw_models():
     assert request_for(history, "sys", True) == {"messages": [{"role": "system", "content": "sys"}, *history]}
     assert request_for(history, "", True) == {"messages": history}
     assert request_for(history, "", False) == {"prompt": "def f(x):\n"}
+    assert request_for(history, "You are helpful.", False) == {"prompt": "def f(x):\n"}   # no roles, no system
     assert title_from("  a   long\ntitle ") == "a long title" and len(title_from("x" * 100)) == 48
 
 

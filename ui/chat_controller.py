@@ -3,11 +3,15 @@ stop, regenerate, edit-and-resend, model load and baseline calibration. Every wo
 once; results come back as QtWorker signals, matched to our requests by id."""
 from __future__ import annotations
 
+import time
+
+import psutil
 from PySide6.QtCore import QObject, Signal
 
 from dflash_desktop import run_plan, session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.session import BaselineRecord
 
@@ -23,6 +27,8 @@ class ChatController(QObject):
     currentConversationChanged = Signal(int)   # -1: a new chat not saved yet
     pairLoaded = Signal(dict)             # the loaded event (+ the pair's display name as "display_name")
     answerFinished = Signal(dict)         # the done or error event that ended an answer
+    pairUnloaded = Signal()               # the user unloaded the model: memory freed
+    baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
 
     def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
                  panel: StatsPanel, parent: QObject | None = None):
@@ -36,6 +42,13 @@ class ChatController(QObject):
         self._calib_id: str | None = None
         self._gen: dict | None = None      # id, widget, message_id, conversation_id
         self._waiting = False              # an answer is queued behind a load or a calibration
+        self._calib_meter: CpuMeter | None = None
+        self._load_started = 0.0           # when the user asked for the load: the wait they really had
+        self.ready_text = ""               # the last "ready" line (the status bar may have moved on)
+        self._unload_id: str | None = None
+        self._unloaded = False             # the user unloaded the pair: the next message loads it again
+        self._rss_before_unload: int | None = None
+        worker.ok.connect(self._on_ok)
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
         worker.tokens.connect(self._on_tokens)
@@ -72,9 +85,15 @@ class ChatController(QObject):
         server; remembered as the last pair once it loads."""
         if self._gen:
             self.stop()
+        self._submit_load(pair)
+
+    def _submit_load(self, pair: dict) -> None:
+        self._unloaded = False
+        self._load_started = time.monotonic()
         self.pair, self.pair_info = dict(pair), None
         self._calib_id = None
         self.panel.set_baseline(self.baseline())
+        self.baselineChanged.emit(self.baseline())
         if pair.get("remote"):
             self._load_id = self.worker.load_remote(**pair["remote"])
             self.loadingChanged.emit(True, f"Connecting to {pair['remote']['base_url']}…")
@@ -93,6 +112,25 @@ class ChatController(QObject):
     def baseline(self) -> BaselineRecord | None:
         return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
 
+    def record_baseline(self, record: BaselineRecord, pair: dict | None = None) -> None:
+        """Make ``record`` the baseline of ``pair`` (default: the loaded one) on this machine: saved, shown, and
+        every figure derived from it recomputed. The calibration and the speedup demo both come here."""
+        key = session.pair_key(pair or self.pair)
+        if not key:
+            return
+        self.settings.baselines[key] = record.to_dict()
+        self.save_settings()
+        if key == session.pair_key(self.pair):
+            self.panel.set_baseline(record)
+            self.baselineChanged.emit(record)
+
+    def worker_pid(self) -> int | None:
+        client = getattr(self.worker, "client", None)
+        try:
+            return client.pid if client is not None else None
+        except Exception:   # noqa: BLE001 - a worker being restarted has no pid yet
+            return None
+
     def calibrate(self) -> None:
         """Measure plain decoding of the same target on this machine (64 tokens, greedy)."""
         if self.pair_info is None or self._gen is not None or self._calib_id is not None:
@@ -103,12 +141,41 @@ class ChatController(QObject):
             return
         self.panel.set_baseline(self.baseline(), measuring=True)
         self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
+        self._calib_meter = CpuMeter([self.worker_pid()]).start()
         self._calib_id = self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
             "max_new_tokens": session.CALIBRATION_TOKENS, "temperature": 0.0})
 
     def _on_progress(self, ev: dict) -> None:
         if ev.get("id") == self._load_id:
-            self.loadingChanged.emit(True, ev.get("message", "Loading…"))
+            waited = time.monotonic() - self._load_started
+            self.loadingChanged.emit(True, f"{ev.get('message', 'Loading…')}  ({waited:.0f} s so far)")
+
+    def unload(self) -> None:
+        """Free the model's memory (the worker keeps running); the next message loads the same pair again."""
+        if self.pair_info is None or self.pair_info.get("engine") == "remote" or self._unload_id:
+            return
+        if self._gen:
+            self.stop()
+        self._rss_before_unload = self._worker_rss()
+        self._unload_id = self.worker.unload()
+        self.loadingChanged.emit(True, "Unloading the model…")
+
+    def _worker_rss(self) -> int | None:
+        try:
+            return psutil.Process(self.worker_pid()).memory_info().rss if self.worker_pid() else None
+        except (psutil.Error, ValueError):
+            return None
+
+    def _on_ok(self, ev: dict) -> None:
+        if ev.get("id") is None or ev.get("id") != self._unload_id:
+            return
+        self._unload_id, self.pair_info, self._unloaded = None, None, True
+        before, after = self._rss_before_unload, self._worker_rss()
+        memory = (f" The engine process went from {before / 2**20:,.0f} MB to {after / 2**20:,.0f} MB."
+                  if before and after else "")
+        self.loadingChanged.emit(False, "")
+        self.statusMessage.emit(f"Model unloaded: its memory is freed.{memory} Your next message loads it again.")
+        self.pairUnloaded.emit()
 
     def _on_loaded(self, ev: dict) -> None:
         if ev.get("id") != self._load_id:
@@ -124,14 +191,17 @@ class ChatController(QObject):
             self.view.thinking.setChecked(bool(self.pair["thinking"]))
         self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
         self.panel.has_drafter = bool(ev.get("has_drafter"))
+        self.view.set_context(limit=ev.get("max_positions") or 0)
         self.loadingChanged.emit(False, "")
         if ev.get("engine") == "remote":
             self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
                                     "engine is not started.")
         else:
-            self.statusMessage.emit(f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
+            self.ready_text = (f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
                                     f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
-                                    f"loaded in {ev.get('load_s', 0):.1f} s)")
+                                    f"ready {time.monotonic() - self._load_started:.1f} s after you asked; "
+                                    f"reading the model took {ev.get('load_s', 0):.1f} s of that)")
+            self.statusMessage.emit(self.ready_text)
         self.panel.set_runtime(ev)
         self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
         if self.baseline() is None and ev.get("engine") != "remote":
@@ -145,6 +215,8 @@ class ChatController(QObject):
         self.conversation_id = None
         self._pending_system_prompt = ""
         self.view.load([], "")
+        self.view.set_context(used=0)
+        self.panel.clear_answer()
         self.currentConversationChanged.emit(-1)
 
     def open_conversation(self, conversation_id: int) -> None:
@@ -156,8 +228,28 @@ class ChatController(QObject):
         if conv is None:
             return
         self.conversation_id = conv.id
-        self.view.load(self.store.messages(conv.id), conv.system_prompt, self.pair_info)
+        messages = self.store.messages(conv.id)
+        self.view.load(messages, conv.system_prompt, self.pair_info)
+        self.show_stats_of(messages)
         self.currentConversationChanged.emit(conv.id)
+
+    def show_stats_of(self, messages) -> None:
+        """The stats panel describes the chat on screen: its answer being written, else its last answer with
+        stats, else nothing (never another chat's numbers)."""
+        gen = self._gen
+        if gen is not None and gen["conversation_id"] == self.conversation_id:
+            self.panel.start_answer()
+            return
+        answers = [m for m in messages if m.role == "assistant" and m.stats]
+        self.view.set_context(used=self._context_used(messages))
+        if not answers:
+            self.panel.clear_answer()
+            return
+        last = answers[-1]
+        before = [m for m in messages if m.role == "user" and m.id < last.id]
+        context = self._context(last.stats, text=last.content, prompt=before[-1].content if before else "")
+        number = sum(1 for m in messages if m.role == "assistant" and m.id <= last.id)
+        self.panel.set_stats(last.stats, context, subject=f"Answer {number} of this chat.")
 
     def delete_conversation(self, conversation_id: int) -> None:
         if conversation_id == self.conversation_id:
@@ -223,7 +315,8 @@ class ChatController(QObject):
             self.worker.cancel(gen["id"])
 
     def _start_answer(self) -> None:
-        widget = self.view.add_assistant()
+        users = [w for w in self.view.messages if isinstance(w, MessageWidget) and w.role == "user"]
+        widget = self.view.add_assistant(prefix=users[-1].text if users else "")
         message = self.store.add_message(self.conversation_id, "assistant", "", stop_reason="generating")
         widget.message_id = message.id
         self._gen = {"id": None, "widget": widget, "message_id": message.id, "conversation_id": self.conversation_id}
@@ -235,6 +328,8 @@ class ChatController(QObject):
         else:
             widget.footer.setText("waiting for the model…")
             self._waiting = True
+            if self._unloaded and self.pair is not None and self._load_id is None:
+                self._submit_load(self.pair)      # unloaded by the user: this message loads it again
             if self.pair is None:
                 self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
 
@@ -263,6 +358,9 @@ class ChatController(QObject):
                                       bool(self.pair_info.get("chat_template")))
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
         self._gen["widget"].footer.setText("thinking…")
+        self._gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
+        if self.pair_info.get("engine") != "remote":   # a server's answer does not run on this machine's CPU
+            self._gen["meter"] = CpuMeter([self.worker_pid()]).start()
         self._gen["id"] = self.worker.generate(
             **request, enable_thinking=thinking,
             settings=self.settings.generation(self.pair_info.get("block_size")))
@@ -276,15 +374,16 @@ class ChatController(QObject):
             gen["widget"].footer.setText(f"{ev.get('generated', 0)} tokens…")
         else:
             gen.setdefault("late_spans", []).extend(ev.get("spans") or [])
+            return                       # the panel describes the chat on screen, not this one
         self.panel.update_live(ev)
 
     def _on_done(self, ev: dict) -> None:
         if ev.get("id") is not None and ev.get("id") == self._calib_id:
             self._calib_id = None
-            record = BaselineRecord.from_done(ev, (self.pair_info or {}).get("device", "cpu"))
-            self.settings.baselines[session.pair_key(self.pair)] = record.to_dict()
-            self.save_settings()
-            self.panel.set_baseline(record)
+            meter, self._calib_meter = self._calib_meter, None
+            record = BaselineRecord.from_done(ev, (self.pair_info or {}).get("device", "cpu"), "calibration",
+                                              meter.stop() if meter else None)
+            self.record_baseline(record)
             self.loadingChanged.emit(False, "")
             self.statusMessage.emit(record.describe())
             self._run_waiting()
@@ -328,6 +427,10 @@ class ChatController(QObject):
         if not is_error and ev.get("text") is not None and ev["text"] != text:
             text, spans = ev["text"], [[ev["text"], False]]   # the engine's text is the reference
         stats = None if is_error else ev.get("stats")
+        meter = gen.get("meter")
+        cpu_other = meter.stop() if meter else None
+        if stats and cpu_other is not None:
+            stats = {**stats, "cpu_other": cpu_other}   # measured by the window: kept with the answer
         stop_reason = "error" if is_error else ev.get("stop_reason")
         error = {k: v for k, v in ev.items() if k != "event"} if is_error else None
         self.store.update_message(gen["message_id"], content=text, spans=spans, stats=stats,
@@ -335,16 +438,72 @@ class ChatController(QObject):
         if visible:
             widget.set_content(text, spans)
             widget.set_footer(stats, stop_reason)
-            if is_error:
+            if stats:
+                self.view.set_context(used=int(stats.get("prompt_tokens") or 0) + int(stats.get("generated_tokens") or 0))
+            if is_error and ev.get("code") == "prompt_too_long":
+                self.view.add_error(ev, self.pair_info, action=("Drop the oldest turns and retry",
+                                                                self.drop_oldest_and_retry))
+            elif is_error:
                 self.view.add_error(ev, self.pair_info)
             self.view.mark_last()
         self.view.set_busy(False)
-        if is_error:
+        if is_error and ev.get("code") == "prompt_too_long":
+            self.statusMessage.emit("This chat no longer fits the model's context: drop its oldest turns, or start "
+                                    "a new chat.")
+        elif is_error:
             self.statusMessage.emit(f"Error: {ev.get('message', '')}")
-        elif stats:
-            self.panel.set_stats(stats)
+        elif stats and visible:
+            context = self._context(stats, text=text, prompt=gen.get("prompt", ""), token_ids=ev.get("token_ids"))
+            self.panel.set_stats(stats, context)
         self.conversationsChanged.emit()
         self.answerFinished.emit(ev)
+
+    @staticmethod
+    def _context_used(messages) -> int:
+        """Tokens the chat uses: the engine's count with the last answer, plus an estimate of later turns."""
+        from .chat_view import CHARS_PER_TOKEN
+        used, counted_up_to = 0, 0
+        for m in messages:
+            if m.role == "assistant" and m.stats:
+                used = int(m.stats.get("prompt_tokens") or 0) + int(m.stats.get("generated_tokens") or 0)
+                counted_up_to = m.id
+        rest = sum(len(m.content.encode("utf-8")) for m in messages if m.id > counted_up_to)
+        return used + round(rest / CHARS_PER_TOKEN)
+
+    def drop_oldest_and_retry(self) -> None:
+        """The chat outgrew the model's context: drop its oldest exchange (a user turn and its answer) and the
+        failed answer, then write the answer again. Repeat if it is still too long."""
+        if self._gen is not None or self.conversation_id is None:
+            return
+        messages = self.store.messages(self.conversation_id)
+        if messages and messages[-1].role == "assistant":
+            self.store.delete_messages([messages[-1].id])
+            messages = messages[:-1]
+        users = [m for m in messages if m.role == "user"]
+        if len(users) < 2:
+            self.statusMessage.emit("Your message alone is longer than the model's context: shorten it, or start "
+                                    "a new chat with the part that matters.")
+            conv = self.store.conversation(self.conversation_id)
+            self.view.load(messages, conv.system_prompt if conv else "", self.pair_info)
+            return
+        oldest = [m.id for m in messages if m.id < users[1].id]
+        self.store.delete_messages(oldest)
+        kept = self.store.messages(self.conversation_id)
+        conv = self.store.conversation(self.conversation_id)
+        self.view.load(kept, conv.system_prompt if conv else "", self.pair_info)
+        self.view.set_context(used=self._context_used(kept))
+        self.statusMessage.emit(f"Dropped the oldest {len(oldest)} message(s) of this chat to fit the model's "
+                                "context; writing the answer again.")
+        self._start_answer()
+
+    def _context(self, stats: dict, text: str, prompt: str, token_ids: list | None = None) -> dict:
+        """What session.diagnose needs besides the stats, from measurements and the loaded pair."""
+        info = self.pair_info or {}
+        trained = (self.pair or {}).get("thinking")
+        thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
+        return {"cpu_other": stats.get("cpu_other"), "text": text, "prompt": prompt, "token_ids": token_ids,
+                "chat_template": bool(info.get("chat_template")) if info else None,
+                "thinking_mismatch": trained is not None and thinking is not None and thinking != trained}
 
     def save_settings(self) -> None:
         try:

@@ -19,19 +19,97 @@ CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
 CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
                  "linked list.", "What is the difference between a list and a tuple in Python?")
 MAX_COLUMN = 920
-DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library — start typing Python, "
-             "e.g. <code>def main(argv=None):</code>")
+CHARS_PER_TOKEN = 3.5   # only for the message being typed, until the engine counts it with the chat
+CONTEXT_TIP = ("Tokens this chat uses of the model's context. The whole chat is sent with every message: the "
+               "part already sent is counted by the engine (prompt + answer of the last turn); the message you "
+               "are typing is estimated (≈) until it is sent.")
+DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library. Click a card to send exactly "
+             "the code on it, or type the start of your own Python file.")
 RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
+DEMO_BANNER = ("<b>Code completion model:</b> give it the start of a Python file. It continues what you type; "
+               "it does not answer questions.")
+RAW_BANNER = ("<b>Completion model:</b> it has no chat template, so it continues the text you type instead of "
+              "answering it. Give it the beginning of what you want written; there is no system prompt.")
+SYSTEM_PROMPT_OFF = ("No system prompt: this model has no chat template, so it cannot take instructions; it only "
+                     "continues your text.")
 
 
 class Composer(QPlainTextEdit):
-    """Enter or Ctrl+Enter submits; Shift+Enter inserts a newline."""
+    """Enter or Ctrl+Enter submits; Shift+Enter inserts a newline. Tab moves the focus on (keyboard users
+    must be able to leave the box); Ctrl+Tab inserts a tab."""
     submitted = Signal()
+    focusChanged = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
                 event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
             self.submitted.emit()
+            return
+        if event.key() == Qt.Key.Key_Tab and event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.insertPlainText("\t")
+            return
+        super().keyPressEvent(event)
+
+    def event(self, event) -> bool:
+        # Ctrl+Tab reaches a text box as a shortcut override first; take it for the tab character
+        if event.type() == event.Type.ShortcutOverride and event.key() == Qt.Key.Key_Tab and \
+                event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            event.accept()
+            return True
+        return super().event(event)
+
+    def focusInEvent(self, event) -> None:
+        super().focusInEvent(event)
+        self.focusChanged.emit(True)
+
+    def focusOutEvent(self, event) -> None:
+        super().focusOutEvent(event)
+        self.focusChanged.emit(False)
+
+
+class ExampleCard(QFrame):
+    """A starter card: shows every line of the text it sends (wrapped, never cut), clicked with the mouse,
+    Space or Enter."""
+    clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("example")
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        self.label = QLabel()
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setWordWrap(True)
+        self.label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        layout.addWidget(self.label)
+
+    def setText(self, text: str) -> None:   # noqa: N802
+        self.label.setText(text)
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def setFont(self, font) -> None:   # noqa: N802
+        super().setFont(font)
+        self.label.setFont(font)
+
+    def click(self) -> None:
+        self.clicked.emit()
+
+    def mouseReleaseEvent(self, event) -> None:   # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton and self.rect().contains(event.position().toPoint()):
+            self.clicked.emit()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:   # noqa: N802
+        if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            self.clicked.emit()
             return
         super().keyPressEvent(event)
 
@@ -59,6 +137,7 @@ class ChatView(QWidget):
         self.system_prompt.setObjectName("systemPrompt")
         self.system_prompt.setPlaceholderText("System prompt for this chat (optional)")
         self.system_prompt.setAccessibleName("System prompt for this chat")
+        self.system_prompt.setToolTip("Instructions the model reads before every message of this chat.")
         self.system_prompt.editingFinished.connect(lambda: self.systemPromptChanged.emit(self.system_prompt.text()))
         top.addWidget(self.system_prompt, 1)
         self.thinking = QCheckBox("Thinking")
@@ -68,6 +147,17 @@ class ChatView(QWidget):
         self.thinking.setVisible(False)
         top.addWidget(self.thinking)
         root.addLayout(top)
+        self.banner = QLabel()
+        self.banner.setObjectName("banner")
+        self.banner.setWordWrap(True)
+        self.banner.setTextFormat(Qt.TextFormat.RichText)
+        self.banner.setAccessibleName("What this model can do")
+        self.banner.setToolTip("This model was trained to continue text (here, Python code), not to chat.")
+        self.banner.hide()
+        banner_row = QHBoxLayout()
+        banner_row.setContentsMargins(16, 0, 16, 6)
+        banner_row.addWidget(self.banner)
+        root.addLayout(banner_row)
 
         self.scroll = QScrollArea()
         self.scroll.setObjectName("chatScroll")
@@ -79,6 +169,7 @@ class ChatView(QWidget):
         self.column_layout = QVBoxLayout(self.column)
         self.column_layout.setContentsMargins(24, 8, 24, 8)
         self.column_layout.setSpacing(10)
+        self.input = Composer()
         self.empty = self._empty_state()
         self.column_layout.addWidget(self.empty)
         self.column_layout.addStretch(1)
@@ -88,11 +179,12 @@ class ChatView(QWidget):
 
         composer = QFrame()
         composer.setObjectName("composer")
+        self.composer = composer
+        self.input.focusChanged.connect(self._composer_focus)
         row = QHBoxLayout(composer)
         row.setContentsMargins(10, 6, 8, 6)
-        self.input = Composer()
         self.input.setObjectName("input")
-        self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)")
+        self.input.setToolTip("Enter sends, Shift+Enter adds a line, Tab moves on, Ctrl+Tab inserts a tab.")
         self.input.setAccessibleName("Message to send")
         self.input.setFixedHeight(64)
         self.input.submitted.connect(self.submit)
@@ -105,14 +197,28 @@ class ChatView(QWidget):
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         wrap = QVBoxLayout()
         wrap.setContentsMargins(24, 6, 24, 14)
+        wrap.setSpacing(2)
         wrap.addWidget(composer)
+        self.context_meter = QLabel("")
+        self.context_meter.setObjectName("muted")
+        self.context_meter.setAlignment(Qt.AlignmentFlag.AlignRight)
+        self.context_meter.setAccessibleName("Context used")
+        self.context_meter.setToolTip(CONTEXT_TIP)
+        wrap.addWidget(self.context_meter)
         root.addLayout(wrap)
+        self.context_used: int = 0           # counted by the engine: the chat as sent with the last answer
+        self.context_limit: int | None = None
+        self._typing = QTimer(self)
+        self._typing.setSingleShot(True)
+        self._typing.setInterval(250)        # debounced: the meter follows typing without redrawing per key
+        self._typing.timeout.connect(self._show_context)
+        self.input.textChanged.connect(self._typing.start)
         self._stick_to_bottom = True
 
     def _empty_state(self) -> QWidget:
         box = QWidget()
         layout = QVBoxLayout(box)
-        layout.setContentsMargins(40, 60, 40, 20)
+        layout.setContentsMargins(8, 24, 8, 12)
         layout.setSpacing(10)
         title = QLabel("What shall we write?")
         title.setObjectName("emptyTitle")
@@ -124,33 +230,78 @@ class ChatView(QWidget):
         self.hint.setTextFormat(Qt.TextFormat.RichText)
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout.addWidget(self.hint)
-        self.example_buttons: list[QPushButton] = []
+        self.example_buttons: list[ExampleCard] = []
         for _ in range(3):
-            button = QPushButton()
-            button.setObjectName("example")
-            button.setCursor(Qt.CursorShape.PointingHandCursor)
-            button.clicked.connect(lambda _=False, b=button: self._use_example(b))
-            button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            button = ExampleCard()
+            button.clicked.connect(lambda b=button: self._use_example(b))
             layout.addWidget(button)
             self.example_buttons.append(button)
         self.set_examples(False)
         return box
 
     def set_examples(self, chat_model: bool, demo: bool = True) -> None:
-        """Code openers for a code-continuation model, questions for a chat model."""
+        """Code openers for a code-continuation model, questions for a chat model. A model that cannot chat
+        says so: a banner, the system prompt switched off with the reason, cards showing exactly what they
+        send (every line, in the code font)."""
         self.code_mode = not chat_model
         examples = CHAT_EXAMPLES if chat_model else CODE_EXAMPLES
         self.hint.setText("" if chat_model else DEMO_HINT if demo else RAW_HINT)
         self.hint.setVisible(not chat_model)
+        self.banner.setText("" if chat_model else DEMO_BANNER if demo else RAW_BANNER)
+        self.banner.setVisible(not chat_model)
+        self.system_prompt.setEnabled(chat_model)
+        self.system_prompt.setPlaceholderText("System prompt for this chat (optional)" if chat_model
+                                              else "No system prompt: a completion model (hover for why)")
+        self.system_prompt.setToolTip("Instructions the model reads before every message of this chat."
+                                      if chat_model else SYSTEM_PROMPT_OFF)
+        self.input.setPlaceholderText("Message  (Enter to send, Shift+Enter for a new line)" if chat_model else
+                                      "Start of a Python file  (Enter to send, Shift+Enter for a new line)"
+                                      if demo else "Text to continue  (Enter to send, Shift+Enter for a new line)")
+        self.input.viewport().update()
         font = mono_font() if not chat_model else self.font()
         font.setPointSizeF(self.font().pointSizeF())
         for button, text in zip(self.example_buttons, examples):
             button.setFont(font)
             button.setProperty("prompt", text)
-            button.setText(text.splitlines()[0])
+            button.setText(text)      # every line, exactly as it is sent
+            button.setToolTip("Sends exactly this text" + ("; the model continues it." if not chat_model else "."))
             button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")
 
-    def _use_example(self, button: QPushButton) -> None:
+    # -- context meter ------------------------------------------------------------------------------
+    def set_context(self, used: int | None = None, limit: int | None = None) -> None:
+        """used: tokens of the chat as the engine counted them with the last answer; limit: the model's context."""
+        if used is not None:
+            self.context_used = max(int(used), 0)
+        if limit is not None:
+            self.context_limit = int(limit) or None
+        self._show_context()
+
+    def typed_estimate(self) -> int:
+        text = self.input.toPlainText()
+        return round(len(text.encode("utf-8")) / CHARS_PER_TOKEN) if text else 0
+
+    def _show_context(self) -> None:
+        if not self.context_limit:
+            self.context_meter.setText("")
+            return
+        typed = self.typed_estimate()
+        total = self.context_used + typed
+        share = total / self.context_limit
+        text = f"{'≈' if typed else ''}{total:,} / {self.context_limit:,} tokens of context ({share:.0%})"
+        if share >= 1:
+            text += " — too long: the oldest turns will have to go"
+        self.context_meter.setText(text)
+        self.context_meter.setObjectName("warning" if share >= 0.85 else "muted")
+        self.context_meter.style().unpolish(self.context_meter)
+        self.context_meter.style().polish(self.context_meter)
+
+    def _composer_focus(self, on: bool) -> None:
+        """A visible focus ring around the whole composer (style sheets have no :focus-within)."""
+        self.composer.setProperty("focused", on)
+        self.composer.style().unpolish(self.composer)
+        self.composer.style().polish(self.composer)
+
+    def _use_example(self, button: ExampleCard) -> None:
         self.input.setPlainText(button.property("prompt"))
         self.submit()
 
@@ -179,9 +330,16 @@ class ChatView(QWidget):
                 w.regenerate_button.setEnabled(not busy)
 
     # -- messages -----------------------------------------------------------------------------------
+    def _drop(self, w: QWidget) -> None:
+        """Out of the column at once (deleteLater alone waits for the event loop, and a script or test that
+        only processes events would keep showing it)."""
+        w.hide()
+        self.column_layout.removeWidget(w)
+        w.deleteLater()
+
     def clear(self) -> None:
         for w in self.messages:
-            w.deleteLater()
+            self._drop(w)
         self.messages = []
         self.empty.show()
 
@@ -193,7 +351,8 @@ class ChatView(QWidget):
             if m.role == "user":
                 self.add_user(m.id, m.content)
             elif m.role == "assistant":
-                w = self.add_assistant(m.id)
+                before = [x for x in messages if x.role == "user" and x.id < m.id]
+                w = self.add_assistant(m.id, prefix=before[-1].content if before else "")
                 w.set_content(m.content, m.spans or [[m.content, False]])
                 w.set_footer(m.stats, m.stop_reason)
                 if m.error:
@@ -213,9 +372,12 @@ class ChatView(QWidget):
         self._add(w)
         return w
 
-    def add_assistant(self, message_id: int | None = None) -> MessageWidget:
+    def add_assistant(self, message_id: int | None = None, prefix: str = "") -> MessageWidget:
+        """prefix: the user's turn a completion continues (shown before it for a code completion model)."""
         w = MessageWidget("assistant", message_id, highlight=self.highlight, code_only=self.code_mode,
                           parent=self.column)
+        if prefix:
+            w.set_prefix(prefix)
         w.regenerateRequested.connect(self.regenerateRequested)
         self._add(w)
         return w
@@ -231,7 +393,7 @@ class ChatView(QWidget):
             return
         index = self.messages.index(widget)
         for w in self.messages[index:]:
-            w.deleteLater()
+            self._drop(w)
         self.messages = self.messages[:index]
         if not self.messages:
             self.empty.show()

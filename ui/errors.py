@@ -64,7 +64,9 @@ class ErrorBubble(QFrame):
         self.setAccessibleName("Error")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 10)
-        title = QLabel("Something went wrong")
+        # a chat longer than the model's context is a normal situation with a way out, not a failure
+        title = QLabel("This chat is longer than the model can read" if self.error.get("code") == "prompt_too_long"
+                       else "Something went wrong")
         title.setObjectName("role")
         layout.addWidget(title)
         self.message = QLabel(self.error.get("message") or "The engine reported an error.")

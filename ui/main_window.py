@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
-                               QStackedWidget, QToolBar)
+                               QStackedWidget, QToolBar, QToolButton)
 
 from dflash_desktop import downloads, run_plan
 from dflash_desktop import settings as settings_mod
@@ -26,10 +26,47 @@ from engine.backends import ENGINES, missing_engines
 from . import theme
 from .chat_controller import ChatController
 from .chat_view import ChatView
+from .message_widget import MessageWidget
 from .conversation_list import ConversationList
 from .server_status import LocalServer, ServerStatus
 from .settings_dialog import FIELDS as DIALOG_FIELDS, SettingsDialog
 from .stats_panel import StatsPanel
+
+
+class ElidedLabel(QLabel):
+    """One line that never pushes the window wider: cut with … where it does not fit, whole in its tooltip."""
+
+    def __init__(self, text: str = "", parent=None):
+        super().__init__(parent)
+        self._full = ""
+        self.setMinimumWidth(40)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:   # noqa: N802
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def text(self) -> str:   # the whole line, as set (what is drawn may be cut)
+        return self._full
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width() - 2, 0))
+        super().setText(shown if self.width() > 0 else self._full)
+
+    def sizeHint(self):   # noqa: N802
+        hint = super().sizeHint()
+        hint.setWidth(min(hint.width(), self.fontMetrics().horizontalAdvance(self._full) + 4))
+        return hint
+
+    def minimumSizeHint(self):   # noqa: N802
+        hint = super().minimumSizeHint()
+        hint.setWidth(40)
+        return hint
+
+    def resizeEvent(self, event) -> None:   # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
 
 
 def demo_pair() -> dict | None:
@@ -63,6 +100,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("DFlash Desktop")
         self.setObjectName("mainWindow")
         self.resize(1280, 820)
+        self.setMinimumSize(640, 480)
         self.settings = settings or settings_mod.load()
         downloads.set_offline(self.settings.offline)
         self._owns_worker = worker is None
@@ -82,11 +120,17 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         self.stack.addWidget(self.chat_view)
         splitter = QSplitter()
+        splitter.setObjectName("mainSplitter")
         splitter.addWidget(self.sidebar)
         splitter.addWidget(self.stack)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([240, 760])
-        splitter.setChildrenCollapsible(False)
+        splitter.setCollapsible(0, True)      # the chats list folds away on a small screen
+        splitter.setCollapsible(1, False)
+        self.sidebar.setMinimumWidth(150)
+        self.stack.setMinimumWidth(300)
+        self.splitter = splitter
+        self._auto_hidden_sidebar = False
         self.setCentralWidget(splitter)
 
         self.controller = ChatController(self.worker, self.store, self.settings, self.chat_view, self.stats_panel, self)
@@ -95,7 +139,11 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._wire()
         self.resizeDocks([self.stats_panel], [360], Qt.Orientation.Horizontal)
+        self._restore_layout()
         self.refresh_conversations()
+        last = self.settings.last_conversation
+        if last and self.store.conversation(last) is not None:
+            self.controller.open_conversation(last)
         pair = pair or startup_pair(self.settings)
         if autoload and pair:
             QTimer.singleShot(0, lambda: self.controller.load_pair(pair))
@@ -123,7 +171,7 @@ class MainWindow(QMainWindow):
         self.models_action = self._action("Models…", "Ctrl+M", self.open_model_picker, "Choose a model pair")
         self.demo_action = self._action("Speedup demo", "Ctrl+D", self.toggle_demo,
                                         "Compare DFlash with plain decoding side by side", checkable=True)
-        self.highlight_action = self._action("Highlight drafted", None, self._set_highlight,
+        self.highlight_action = self._action("Highlight drafted", "Ctrl+H", self._set_highlight,
                                              "Tint the text that the drafter wrote and the target accepted",
                                              checkable=True)
         self.highlight_action.setChecked(self.settings.highlight_drafted)
@@ -138,6 +186,27 @@ class MainWindow(QMainWindow):
                                           "(OpenAI-compatible API)", checkable=True)
         self.stop_action = self._action("Stop", "Esc", self.controller.stop, "Stop the answer being written")
         self.send_action = self._action("Send", "Ctrl+Return", self.chat_view.submit, "Send the message")
+        self.quit_action = self._action("Quit", "Ctrl+Q", self.close, "Quit DFlash Desktop")
+        self.sidebar_action = self._action("Chats list", "Ctrl+B", self.show_sidebar,
+                                           "Show or hide the list of chats", checkable=True)
+        self.sidebar_action.setChecked(True)
+        self.copy_answer_action = self._action("Copy last answer", "Ctrl+Shift+C", self.copy_last_answer,
+                                               "Copy the newest answer's text")
+        self.copy_code_action = self._action("Copy last code block", "Ctrl+Shift+K", self.copy_last_code,
+                                             "Copy the newest answer's last code block")
+        self.regenerate_action = self._action("Regenerate", "Ctrl+R", self.controller.regenerate,
+                                              "Write the newest answer again")
+        self.edit_last_action = self._action("Edit last message", "Ctrl+Shift+E", self.edit_last_message,
+                                             "Edit your newest message and send it again")
+        self.focus_input_action = self._action("Go to the message box", "Ctrl+L", lambda: self.chat_view.input.setFocus(),
+                                               "Put the cursor in the message box")
+        self.remeasure_action = self._action("Re-measure baseline", "Ctrl+Shift+B", self.controller.calibrate,
+                                             "Measure plain decoding of the loaded model again")
+        self.unload_action = self._action("Unload model", "Ctrl+U", self.controller.unload,
+                                          "Free the model's memory; your next message loads it again")
+        self.shortcuts_action = self._action("Keyboard shortcuts", "F1", self.show_shortcuts,
+                                             "List every keyboard shortcut")
+        self.about_action = self._action("About DFlash Desktop", None, self.show_about, "Versions and licence")
 
         bar = QToolBar("Main")
         bar.setObjectName("mainToolbar")
@@ -150,11 +219,32 @@ class MainWindow(QMainWindow):
             widget = bar.widgetForAction(action)
             if widget is not None and action.text():
                 widget.setAccessibleName(action.text().rstrip("…"))
+        self.toolbar = bar    # items that do not fit go into its » menu (Qt's extension button)
         self.addToolBar(bar)
+        more = bar.findChild(QToolButton, "qt_toolbar_ext_button")
+        if more is not None:
+            more.setToolTip("More: the toolbar buttons that do not fit (the menu bar has them all too)")
+            more.setAccessibleName("More toolbar buttons")
+        self._build_menus()
+
+    def _build_menus(self) -> None:
+        """Every action, with its shortcut, in a menu bar: File, Edit, View, Model, Help."""
+        menus = {"&File": (self.new_chat_action, None, self.quit_action),
+                 "&Edit": (self.send_action, self.stop_action, None, self.copy_answer_action, self.copy_code_action,
+                           self.edit_last_action, self.regenerate_action, None, self.focus_input_action),
+                 "&View": (self.sidebar_action, self.stats_action, self.highlight_action, None, self.demo_action),
+                 "&Model": (self.models_action, self.unload_action, self.remeasure_action, None, self.server_action, self.settings_action),
+                 "&Help": (self.shortcuts_action, self.about_action)}
+        self.menus = {}
+        for title, actions in menus.items():
+            menu = self.menuBar().addMenu(title)
+            for action in actions:
+                menu.addSeparator() if action is None else menu.addAction(action)
+            self.menus[title.replace("&", "")] = menu
 
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
-        self.status_label = QLabel("Starting…")
+        self.status_label = ElidedLabel("Starting…")
         self.status_label.setAccessibleName("Model status")
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
@@ -163,7 +253,7 @@ class MainWindow(QMainWindow):
         self.progress.setTextVisible(False)
         self.progress.setAccessibleName("Model loading progress")
         self.progress.hide()
-        self.pair_label = QLabel("No model")
+        self.pair_label = ElidedLabel("No model")
         self.pair_label.setObjectName("muted")
         self.pair_label.setAccessibleName("Loaded model")
         bar.addWidget(self.status_label, 1)
@@ -182,6 +272,7 @@ class MainWindow(QMainWindow):
         c.statusMessage.connect(self.status_label.setText)
         c.loadingChanged.connect(self._loading)
         c.pairLoaded.connect(self._show_pair)
+        c.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(c.pair or {}).get('name', 'Model')}  ·  unloaded"))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
         self.sidebar.conversationChosen.connect(c.open_conversation)
@@ -243,6 +334,91 @@ class MainWindow(QMainWindow):
         self.server_action.setChecked(False)
         self.status_label.setText(f"The local server did not start: {message}")
 
+    # -- keyboard reach for the per-message actions ---------------------------------------------------
+    def _answers(self) -> list[MessageWidget]:
+        return [w for w in self.chat_view.messages if isinstance(w, MessageWidget) and w.role == "assistant"]
+
+    def copy_last_answer(self) -> None:
+        answers = self._answers()
+        if answers:
+            answers[-1].copy_to_clipboard()
+            self.statusBar().showMessage("Copied the answer.", 3000)
+
+    def copy_last_code(self) -> None:
+        answers = [w for w in self._answers() if w.code_blocks]
+        if answers:
+            QGuiApplication.clipboard().setText(answers[-1].code_blocks[-1])
+            self.statusBar().showMessage("Copied the code block.", 3000)
+
+    def edit_last_message(self) -> None:
+        users = [w for w in self.chat_view.messages if isinstance(w, MessageWidget) and w.role == "user"]
+        if users and not self.controller.generating:
+            users[-1].start_edit()
+
+    def show_shortcuts(self) -> QMessageBox:
+        rows = [(a.text().replace("&", "").rstrip("…"), a.shortcut().toString(QKeySequence.SequenceFormat.NativeText))
+                for menu in self.menus.values() for a in menu.actions() if not a.isSeparator()]
+        rows.append(("New line in the message box", "Shift+Enter"))
+        rows.append(("Tab character in the message box", "Ctrl+Tab"))
+        text = "".join(f"<tr><td>{name}</td><td>&nbsp;&nbsp;<b>{key or '—'}</b></td></tr>" for name, key in rows)
+        return self._message(QMessageBox.Icon.Information, f"<table>{text}</table>")
+
+    def show_about(self) -> QMessageBox:
+        import platform
+
+        import PySide6
+        info = self.controller.pair_info or {}
+        engine = f"{info.get('engine')} engine on {info.get('device')}" if info else "no model loaded"
+        return self._message(QMessageBox.Icon.Information,
+                             f"<b>DFlash Desktop</b><br>Fast local LLMs with DFlash speculative decoding."
+                             f"<br><br>Python {platform.python_version()} · Qt {PySide6.__version__}"
+                             f"<br>Model: {engine}")
+
+    # -- layout -------------------------------------------------------------------------------------
+    def show_sidebar(self, visible: bool = True) -> None:
+        """The chats list; on a narrow window it folds away by itself (and comes back when there is room)."""
+        self._auto_hidden_sidebar = False
+        self.sidebar.setVisible(visible)
+        if visible and self.splitter.sizes()[0] == 0:
+            self.splitter.setSizes([220, max(self.splitter.width() - 220, 300)])
+        if self.sidebar_action.isChecked() != visible:
+            self.sidebar_action.setChecked(visible)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if not hasattr(self, "sidebar_action"):
+            return
+        narrow = self.width() < 960
+        if narrow and not self.sidebar.isHidden() and not self._auto_hidden_sidebar:
+            self.sidebar.hide()
+            self._auto_hidden_sidebar = True
+            self.sidebar_action.blockSignals(True)
+            self.sidebar_action.setChecked(False)
+            self.sidebar_action.blockSignals(False)
+        elif not narrow and self._auto_hidden_sidebar:
+            self.show_sidebar(True)
+        if narrow:   # leave the chat at least half the window
+            self.resizeDocks([self.stats_panel], [min(self.stats_panel.width(), max(self.width() // 3, 200))],
+                             Qt.Orientation.Horizontal)
+
+    def _restore_layout(self) -> None:
+        """Window size and place, the dock and the splitter as they were when the app closed."""
+        s = self.settings
+        if s.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(s.window_geometry.encode()))
+        if s.window_state:
+            self.restoreState(QByteArray.fromBase64(s.window_state.encode()))
+            self.stats_panel.setVisible(s.show_stats)
+        if s.splitter_state:
+            self.splitter.restoreState(QByteArray.fromBase64(s.splitter_state.encode()))
+
+    def _save_layout(self) -> None:
+        s = self.settings
+        s.window_geometry = bytes(self.saveGeometry().toBase64()).decode()
+        s.window_state = bytes(self.saveState().toBase64()).decode()
+        s.splitter_state = bytes(self.splitter.saveState().toBase64()).decode()
+        s.last_conversation = self.controller.conversation_id
+
     def show_stats(self, visible: bool = True) -> None:
         self.stats_panel.setVisible(visible)
 
@@ -256,11 +432,21 @@ class MainWindow(QMainWindow):
                 self.demo_action.setChecked(False)
                 return
             self.demo = SpeedupDemo(self.worker, self)
+            self.demo.baselineMeasured.connect(self._demo_baseline)
             self.stack.addWidget(self.demo)
         if self.demo_action.isChecked() != on:
             self.demo_action.setChecked(on)
             return
         self.stack.setCurrentWidget(self.demo if on else self.chat_view)
+
+    def _demo_baseline(self, done: dict, cpu_other) -> None:
+        """The speedup demo's plain run becomes the loaded pair's baseline: one baseline, everywhere."""
+        info = self.controller.pair_info or {}
+        same_pair = (self.worker.pair_info or {}).get("target") == info.get("target")
+        if info and info.get("engine") != "remote" and same_pair:
+            from dflash_desktop.session import BaselineRecord
+            self.controller.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
+                                                                     cpu_other))
 
     def open_model_picker(self):
         """Open the model picker; a chosen pair is loaded and remembered. Returns the dialog (or None)."""
@@ -316,6 +502,9 @@ class MainWindow(QMainWindow):
         downloads.set_offline(self.settings.offline)
         app = QApplication.instance()
         theme.apply(app, self.settings.theme, self.settings.font_size)
+        self.stats_panel.restyle()
+        self.chat_view.set_examples(bool((self.controller.pair_info or {}).get("chat_template", False)),
+                                    demo=(self.controller.pair or {}).get("id") == "demo")
         self.chat_view.set_highlight(False)
         self.chat_view.set_highlight(self.settings.highlight_drafted)   # re-render with the new colours
         if reload:                                       # automatic: the worker's choice (engine "auto")
@@ -353,6 +542,7 @@ class MainWindow(QMainWindow):
     # -- lifetime -----------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
         self.settings.show_stats = self.stats_panel.isVisible()
+        self._save_layout()
         self.controller.save_settings()
         self.local_server.stop()
         if self._owns_worker:

@@ -72,15 +72,19 @@ class _Writer:
 
 
 def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: bool = False,
-           code_only: bool = False, copy_link: bool = True) -> list[str]:
+           code_only: bool = False, copy_link: bool = True, prefix: str = "") -> list[str]:
     """Fill `doc` with the rendered text; returns the code blocks' contents (for their Copy links).
     code_only renders everything as one code block (models that continue code instead of chatting);
-    copy_link=False leaves out its "Copy code" line (the user's own prompt)."""
+    copy_link=False leaves out its "Copy code" line (the user's own prompt). prefix (code_only): the prompt
+    the text continues, drawn dimmed before it so indentation reads right, and copied with it."""
     colors = theme.current()
     doc.clear()
     doc.setDocumentMargin(2)
     cursor = QTextCursor(doc)
-    intervals = drafted_intervals(spans) if highlight else []
+    prefix = prefix if code_only else ""
+    cut = len(prefix)
+    text = prefix + text
+    intervals = [(a + cut, b + cut) for a, b in drafted_intervals(spans)] if highlight else []
     tint = QColor(colors.drafted) if highlight else None
     writer = _Writer(cursor, text, intervals, tint)
 
@@ -91,6 +95,9 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
     mono.setPointSizeF(base_pt * 0.95)
     code.setFont(mono)
     code.setForeground(QColor(colors.text))
+    prompt = QTextCharFormat(code)
+    prompt.setForeground(QColor(colors.muted))
+    prompt.setToolTip("Your prompt: the model continues it")
     para = QTextBlockFormat()
     para.setBottomMargin(2)
     code_block = QTextBlockFormat()
@@ -137,7 +144,8 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
         first = False
         if in_code:
             blocks[-1].append(line)
-            writer.put(start, end, code)
+            writer.put(start, min(end, cut), prompt)
+            writer.put(max(start, cut), end, code)
             continue
         _inline_line(writer, line, start, plain, code, base_pt)
     return ["\n".join(b) for b in blocks]

@@ -63,6 +63,7 @@ class MessageWidget(QFrame):
         self.role, self.message_id, self.highlight = role, message_id, highlight
         self.code_only = code_only   # a code-continuation model: the whole text is code
         self.text, self.spans, self.code_blocks = "", [], []
+        self.prefix = ""             # code_only answers: the prompt they continue, shown dimmed before them
         self.setObjectName(f"bubble_{role}")
         self.setAccessibleName("Your message" if role == "user" else "Answer")
         outer = QVBoxLayout(self)
@@ -124,10 +125,15 @@ class MessageWidget(QFrame):
             self.highlight = on
             self._render()
 
+    def set_prefix(self, prefix: str) -> None:
+        """Show a completion after the prompt it continues (a code completion model's answers)."""
+        self.prefix = prefix if self.code_only and self.role == "assistant" else ""
+        self._render()
+
     def _render(self) -> None:
         self.code_blocks = markdown.render(self.browser.document(), self.text, self.spans,
                                            self.highlight and self.role == "assistant", self.code_only,
-                                           copy_link=self.role == "assistant")
+                                           copy_link=self.role == "assistant", prefix=self.prefix)
 
     def set_footer(self, stats: dict | None, stop_reason: str | None) -> None:
         self.footer.setText(footer_text(stats, stop_reason))

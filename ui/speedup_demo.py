@@ -16,6 +16,7 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
                                QSizePolicy, QTextEdit, QVBoxLayout, QWidget)
 
+from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.qt_worker import QtWorker
 
 from . import theme
@@ -125,6 +126,9 @@ class SpeedupDemo(QWidget):
     """Measures plain decoding then DFlash on the loaded pair, then replays both at measured speed."""
 
     stateChanged = Signal(str)  # idle, measuring, replaying, finished
+    # the plain run's done event and the CPU share other programs took meanwhile: it becomes the pair's
+    # one baseline (ChatController.record_baseline), so the stats panel and this demo agree
+    baselineMeasured = Signal(dict, object)
 
     def __init__(self, worker: QtWorker, parent: QWidget | None = None):
         super().__init__(parent)
@@ -284,6 +288,7 @@ class SpeedupDemo(QWidget):
 
     def _measure(self, m: Measurement) -> None:
         self._current = m
+        self._meter = CpuMeter([getattr(self.worker.client, "pid", None)]).start()
         self.progress.setValue(0)
         self._show_progress(0)
         settings = {**self.settings, "max_new_tokens": WARMUP_TOKENS} if m.warmup else dict(self.settings)
@@ -320,6 +325,9 @@ class SpeedupDemo(QWidget):
             return
         m.token_ids, m.stats, m.stop_reason = list(ev.get("token_ids") or []), ev.get("stats") or {}, ev["stop_reason"]
         self._current, self._rid = None, None
+        cpu_other = self._meter.stop() if getattr(self, "_meter", None) else None
+        if m is self.plain and m.stop_reason != "cancelled" and m.stats.get("decode_tok_s"):
+            self.baselineMeasured.emit(ev, cpu_other)
         if m.stop_reason == "cancelled":
             self._queue, self.plain, self.dflash = [], None, None
             self.status.setText("Stopped. Run again to measure both methods.")
@@ -390,6 +398,10 @@ class SpeedupDemo(QWidget):
         elif s < 1:
             detail += (f" Drafts were accepted (τ {tau:.2f}), but here a draft-and-verify step costs more than the "
                        "tokens it saves; DFlash pays off with larger models, on a GPU.")
+        plain_decode = float(self.plain.stats.get("decode_tok_s") or 0.0)
+        if plain_decode:
+            detail += (f" This plain run is now the pair's baseline in the stats panel: {plain_decode:.1f} tok/s "
+                       "decoding alone, the first token and the prompt not counted.")
         self.speedup_detail.setText(detail)
         if self.identical is None:
             self.identical_label.setText("Sampling (temperature > 0): the outputs may differ, but both follow the "

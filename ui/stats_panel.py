@@ -3,7 +3,9 @@ the acceptance-length histogram and a tok/s sparkline, all drawn with QPainter (
 of PySide6-Essentials). When DFlash is not paying off it says so in words."""
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, Qt, Signal
+import time
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QDockWidget, QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea,
                                QVBoxLayout, QWidget)
@@ -90,11 +92,81 @@ class Sparkline(QWidget):
                    f"peak {top:.0f} tok/s")
 
 
-def _big(accessible: str) -> QLabel:
-    label = QLabel("—")
-    label.setObjectName("bigNumber")
-    label.setAccessibleName(accessible)
-    return label
+class Metric(QWidget):
+    """One headline figure: a big value over a short caption, both carrying the same tooltip."""
+
+    def __init__(self, caption: str, accessible: str, tip: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        self.value = QLabel("—")
+        self.value.setObjectName("bigNumber")
+        self.value.setAccessibleName(accessible)
+        self.caption = QLabel(caption)
+        self.caption.setObjectName("muted")
+        self.caption.setWordWrap(True)
+        for label in (self.value, self.caption):
+            layout.addWidget(label)
+        self.set_tip(tip)
+
+    def set_tip(self, tip: str) -> None:
+        for w in (self, self.value, self.caption):
+            w.setToolTip(tip)
+
+    def setText(self, text: str) -> None:   # noqa: N802 (reads like a QLabel's)
+        self.value.setText(text)
+
+    def text(self) -> str:
+        return self.value.text()
+
+    def needed_width(self) -> int:
+        fm, cfm = self.value.fontMetrics(), self.caption.fontMetrics()
+        caption = self.caption.text()
+        # a short caption ("Baseline tok/s") stays on one line; a long one may wrap between words
+        words = cfm.horizontalAdvance(caption) if len(caption) <= 16 else max(
+            cfm.horizontalAdvance(w) for w in caption.split())
+        return max(fm.horizontalAdvance(self.value.text()), fm.horizontalAdvance("00.00×"), words) + 12
+
+
+class MetricGrid(QWidget):
+    """Metrics side by side while they fit, wrapping onto more rows when the panel is narrow or the font
+    large, so no number is ever clipped."""
+
+    def __init__(self, metrics: list[Metric], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.metrics = metrics
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(10)
+        self.grid.setVerticalSpacing(6)
+        self._columns = 0
+        self._place(len(metrics))
+
+    def _place(self, columns: int) -> None:
+        if columns == self._columns:
+            return
+        self._columns = columns
+        for m in self.metrics:
+            self.grid.removeWidget(m)
+        for i, m in enumerate(self.metrics):
+            self.grid.addWidget(m, i // columns, i % columns)
+        for c in range(len(self.metrics)):
+            self.grid.setColumnStretch(c, 1 if c < columns else 0)
+        self.updateGeometry()
+
+    def reflow(self) -> None:
+        widest = max(m.needed_width() for m in self.metrics)
+        fit = max(1, (self.width() + 10) // (widest + 10))
+        self._place(min(len(self.metrics), fit))
+
+    def minimumSizeHint(self) -> QSize:   # noqa: N802
+        hint = super().minimumSizeHint()
+        return QSize(max(m.needed_width() for m in self.metrics), hint.height())
+
+    def resizeEvent(self, event) -> None:   # noqa: N802
+        super().resizeEvent(event)
+        self.reflow()
 
 
 def _caption(text: str) -> QLabel:
@@ -103,10 +175,30 @@ def _caption(text: str) -> QLabel:
     return label
 
 
-def _section(text: str) -> QLabel:
+def _section(text: str, tip: str) -> QLabel:
     label = QLabel(text)
     label.setObjectName("section")
+    label.setWordWrap(True)
+    label.setToolTip(tip)
     return label
+
+
+TIPS = {
+    "dflash": "Decoding speed of this answer with DFlash: tokens after the first one, per second of decoding "
+              "(the prompt's prefill is not counted). Live while the answer streams, exact when it ends.",
+    "baseline": "Plain decoding speed of the same target model on this machine (one token per target pass), "
+                "from the one baseline measurement shown below. Re-measure or the speedup demo replaces it.",
+    "speedup": "DFlash tok/s divided by the baseline tok/s above. Recomputed whenever the baseline changes.",
+    "acceptance": "Of the tokens the drafter proposed and the target checked in this answer, the share the "
+                  "target accepted (accepted ÷ drafted).",
+    "tau": "τ: mean number of tokens committed per target pass (accepted drafts + the target's own token). "
+           "Plain decoding commits 1.",
+    "positions": "For each slot of the draft block, the share of target passes in which the drafted token at "
+                 "that slot was accepted. Later slots are accepted only if all earlier ones were.",
+    "histogram": "How many target passes committed 1, 2, 3 … tokens in this answer (the bar at n counts "
+                 "passes that committed n tokens).",
+    "sparkline": "Tokens per second over this answer, measured between token batches as they streamed.",
+}
 
 
 class StatsPanel(QDockWidget):
@@ -120,8 +212,11 @@ class StatsPanel(QDockWidget):
         self.has_drafter = True
         self.remote = False      # a pair on a server: acceptance is known only from what it reports at the end
         self.values: dict = {}   # what is shown, in numbers (tests and the screenshot script read it)
+        self.stats: dict | None = None     # the shown answer's final stats (None: live or nothing)
+        self.context: dict = {}            # what the diagnosis needs besides the stats (session.diagnose)
         self._live_steps: list[list[int]] = []
         self._live_rates: list[float] = []
+        self._live_tok_s = 0.0
         self._last_point: tuple[float, int] | None = None
 
         body = QWidget()
@@ -134,23 +229,30 @@ class StatsPanel(QDockWidget):
         self.runtime.setAccessibleName("Where the model runs")
         self.runtime.setToolTip("The engine, device and number format the worker actually loaded the model with.")
         layout.addWidget(self.runtime)
-        grid = QGridLayout()
-        grid.setHorizontalSpacing(10)
+        self.subject = QLabel("No answer in this chat yet.")
+        self.subject.setObjectName("muted")
+        self.subject.setWordWrap(True)
+        self.subject.setAccessibleName("Which answer these figures describe")
+        self.subject.setToolTip("The figures below describe this answer of the chat on screen.")
+        layout.addWidget(self.subject)
+        self.dflash_metric = Metric("DFlash tok/s", "DFlash tokens per second", TIPS["dflash"])
+        self.baseline_metric = Metric("Baseline tok/s", "Baseline tokens per second", TIPS["baseline"])
+        self.speedup_metric = Metric("Speedup", "Speedup over baseline", TIPS["speedup"])
         self.dflash_label, self.baseline_label, self.speedup_label = (
-            _big("DFlash tokens per second"), _big("Baseline tokens per second"), _big("Speedup over baseline"))
-        for col, (label, caption) in enumerate(((self.dflash_label, "DFlash tok/s"),
-                                                (self.baseline_label, "Baseline tok/s"),
-                                                (self.speedup_label, "Speedup"))):
-            grid.addWidget(label, 0, col)
-            grid.addWidget(_caption(caption), 1, col)
-        layout.addLayout(grid)
+            self.dflash_metric, self.baseline_metric, self.speedup_metric)
+        self.speed_grid = MetricGrid([self.dflash_metric, self.baseline_metric, self.speedup_metric])
+        layout.addWidget(self.speed_grid)
 
         self.baseline_note = QLabel("Baseline not measured yet.")
         self.baseline_note.setObjectName("muted")
         self.baseline_note.setWordWrap(True)
         self.baseline_note.setAccessibleName("How the baseline was measured")
+        self.baseline_note.setToolTip("When, how and on how many tokens the baseline was measured, and how busy "
+                                      "the CPU was meanwhile.")
         self.remeasure_button = QPushButton("Re-measure")
         self.remeasure_button.setAccessibleName("Measure the baseline again")
+        self.remeasure_button.setToolTip("Measure plain decoding of the same target again (64 tokens, greedy); "
+                                         "the speedup and the warnings follow the new value.")
         self.remeasure_button.clicked.connect(self.remeasureRequested)
         layout.addWidget(self.baseline_note)
         row = QHBoxLayout()
@@ -162,28 +264,32 @@ class StatsPanel(QDockWidget):
         self.warning.setObjectName("warning")
         self.warning.setWordWrap(True)
         self.warning.setAccessibleName("DFlash warning")
+        self.warning.setToolTip("Why DFlash is not paying off on this answer (or why its speedup is not "
+                                "representative), from this answer's measurements.")
+        self.warning.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.warning.hide()
         layout.addWidget(self.warning)
 
-        grid2 = QGridLayout()
-        self.acceptance_label, self.tau_label = _big("Acceptance rate"), _big("Mean acceptance length tau")
-        grid2.addWidget(self.acceptance_label, 0, 0)
-        grid2.addWidget(self.tau_label, 0, 1)
-        grid2.addWidget(_caption("draft tokens accepted"), 1, 0)
-        grid2.addWidget(_caption("τ, tokens per pass"), 1, 1)
-        layout.addLayout(grid2)
+        self.acceptance_metric = Metric("of drafted tokens accepted", "Acceptance rate", TIPS["acceptance"])
+        self.tau_metric = Metric("τ, tokens per target pass", "Mean acceptance length tau", TIPS["tau"])
+        self.acceptance_label, self.tau_label = self.acceptance_metric, self.tau_metric
+        self.accept_grid = MetricGrid([self.acceptance_metric, self.tau_metric])
+        layout.addWidget(self.accept_grid)
 
         layout.addSpacing(8)
-        layout.addWidget(_section("Acceptance by draft position"))
+        layout.addWidget(_section("Acceptance by draft position", TIPS["positions"]))
         self.position_bars = BarChart("Acceptance rate by draft position", maximum=1.0)
+        self.position_bars.setToolTip(TIPS["positions"])
         layout.addWidget(self.position_bars)
         layout.addSpacing(8)
-        layout.addWidget(_section("Tokens committed per target pass"))
+        layout.addWidget(_section("Tokens committed per target pass", TIPS["histogram"]))
         self.histogram = BarChart("Acceptance length histogram")
+        self.histogram.setToolTip(TIPS["histogram"])
         layout.addWidget(self.histogram)
         layout.addSpacing(8)
-        layout.addWidget(_section("tok/s over this answer"))
+        layout.addWidget(_section("tok/s over this answer", TIPS["sparkline"]))
         self.sparkline = Sparkline()
+        self.sparkline.setToolTip(TIPS["sparkline"])
         layout.addWidget(self.sparkline)
         layout.addLayout(self._legend())
         layout.addStretch(1)
@@ -194,19 +300,27 @@ class StatsPanel(QDockWidget):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(body)
         self.setWidget(scroll)
-        self.setMinimumWidth(300)
+        self.setMinimumWidth(200)
 
     def _legend(self) -> QHBoxLayout:
-        c = theme.current()
         row = QHBoxLayout()
-        self.legend = QLabel(f'<span style="background:{c.drafted}">&nbsp;tinted&nbsp;</span> text was proposed '
-                             "by the drafter and accepted by the target; untinted text is the target's own token "
-                             "(toggle: Highlight drafted).")
+        self.legend = QLabel()
         self.legend.setObjectName("muted")
         self.legend.setWordWrap(True)
         self.legend.setAccessibleName("Highlight legend")
+        self.legend.setToolTip("What the tint in the answers means.")
         row.addWidget(self.legend)
+        self.restyle()
         return row
+
+    def restyle(self) -> None:
+        """Theme colours drawn into rich text and charts (the style sheet covers the rest)."""
+        c = theme.current()
+        self.legend.setText(f'<span style="background:{c.drafted}">&nbsp;tinted&nbsp;</span> text was proposed '
+                            "by the drafter and accepted by the target; untinted text is the target's own token "
+                            "(toggle: Highlight drafted).")
+        for chart in (self.position_bars, self.histogram, self.sparkline):
+            chart.update()
 
     # -- updates ------------------------------------------------------------------------------------
     def set_runtime(self, loaded: dict) -> None:
@@ -222,6 +336,7 @@ class StatsPanel(QDockWidget):
         self.values["runtime"] = text
 
     def set_baseline(self, record: BaselineRecord | None, measuring: bool = False) -> None:
+        """The pair's one baseline changed (or is being measured): every figure derived from it follows."""
         self.baseline = record
         if measuring:
             self.baseline_note.setText("Measuring the baseline: plain decoding of the same target, 64 tokens…")
@@ -230,13 +345,33 @@ class StatsPanel(QDockWidget):
         self.remeasure_button.setEnabled(not measuring)
         self.baseline_label.setText(f"{record.tok_s:.1f}" if record else "—")
         self.values["baseline_tok_s"] = record.tok_s if record else None
+        if self.stats is not None:
+            self._render_final()
+        else:
+            self._show(self._live_tok_s, None, None, keep=True)
 
-    def start_answer(self) -> None:
-        self._live_steps, self._live_rates, self._last_point = [], [], None
+    def clear_answer(self, subject: str = "No answer in this chat yet.") -> None:
+        """Nothing to describe (a new chat, a chat without answers): no figure of another answer stays."""
+        self.stats, self.context = None, {}
+        self._live_steps, self._live_rates, self._last_point, self._live_tok_s = [], [], None, 0.0
+        self.subject.setText(subject)
+        self.dflash_label.setText("—")
+        self.speedup_label.setText("—")
+        self.acceptance_label.setText("—")
+        self.tau_label.setText("—")
+        self.position_bars.set_values([])
+        self.histogram.set_values([])
         self.sparkline.set_points([])
+        self.values.update(dflash_tok_s=None, speedup=None, acceptance_rate=None, tau=None, position_rates=[],
+                           histogram=[])
+        self.set_diagnosis(None)
+
+    def start_answer(self, subject: str = "The answer being written (live).") -> None:
+        self.clear_answer(subject)
 
     def update_live(self, event: dict) -> None:
-        """A (coalesced) tokens event: running tok/s, acceptance and the sparkline."""
+        """A (coalesced) tokens event: running tok/s, acceptance, the sparkline and both bar charts, all from
+        this answer's steps only."""
         self._live_steps += [s for s in event.get("steps", []) if s[0] > 0]
         generated, elapsed = int(event.get("generated") or 0), float(event.get("elapsed_s") or 0.0)
         if self._last_point is None:   # rates start after the first token (prefill is not decoding)
@@ -250,14 +385,34 @@ class StatsPanel(QDockWidget):
         accepted = sum(s[1] for s in self._live_steps)
         tau = (accepted + len(self._live_steps)) / len(self._live_steps) if self._live_steps else 0.0
         rate = generated / elapsed if elapsed > 0 else 0.0
+        self._live_tok_s = rate
         if self.remote:   # a server reports its counts when the answer ends, if at all
             self._show(rate, None, None)
-        else:
-            self._show(rate, accepted / proposed if proposed else 0.0, tau)
+            return
+        self._show(rate, accepted / proposed if proposed else 0.0, tau)
+        if self._live_steps:
+            width = max(s[0] for s in self._live_steps)
+            hist = [0] * (width + 1)
+            positions = [0] * width
+            for p, a in self._live_steps:
+                hist[min(a, width)] += 1
+                for k in range(min(a, width)):
+                    positions[k] += 1
+            rates = [n / len(self._live_steps) for n in positions]
+            self.position_bars.set_values(rates)
+            self.histogram.set_values(hist)
+            self.values.update(position_rates=rates, histogram=hist)
 
-    def set_stats(self, stats: dict) -> None:
-        """Final numbers of the done event; they replace the live estimates exactly. Counts a server did not
-        report (`unknown`) are shown as not reported, never as zeros."""
+    def set_stats(self, stats: dict, context: dict | None = None, subject: str = "The last answer.") -> None:
+        """Final numbers of an answer (the done event's, or a stored answer's); they replace the live estimates
+        exactly. Counts a server did not report (`unknown`) are shown as not reported, never as zeros.
+        context: what session.diagnose needs to explain a slow or unrepresentative answer."""
+        self.stats, self.context = dict(stats), dict(context or {})
+        self.subject.setText(subject)
+        self._render_final()
+
+    def _render_final(self) -> None:
+        stats = self.stats or {}
         unknown = set(stats.get("unknown") or ())
         rate = None if unknown & {"drafted", "accepted"} else float(stats.get("acceptance_rate") or 0.0)
         tau = None if unknown & {"accepted", "steps"} else float(stats.get("tau") or 0.0)
@@ -268,17 +423,31 @@ class StatsPanel(QDockWidget):
         self.histogram.set_values(hist)
         self.values.update(position_rates=rates, histogram=hist)
         note = (stats.get("remote") or {}).get("note") if unknown else None
-        self.set_diagnosis(note or diagnose(stats, self.baseline, self.has_drafter))
+        self.set_diagnosis(note or diagnose(stats, self.baseline, self.has_drafter, self.context))
 
-    def _show(self, tok_s: float, acceptance: float | None, tau: float | None, missing: str = "—") -> None:
-        """None: not known, shown as `missing` (not yet, or never reported by a server)."""
+    def _show(self, tok_s: float, acceptance: float | None, tau: float | None, missing: str = "—",
+              keep: bool = False) -> None:
+        """None: not known, shown as `missing` (not yet, or never reported by a server). keep: only the
+        baseline changed, leave acceptance and tau as they are."""
         # without a drafter both numbers measure the same plain decoding: a ratio would only show noise
         ratio = speedup({"decode_tok_s": tok_s}, self.baseline) if self.has_drafter else None
-        self.dflash_label.setText(f"{tok_s:.1f}")
+        self.dflash_label.setText(f"{tok_s:.1f}" if tok_s else "—")
         self.speedup_label.setText(f"{ratio:.2f}×" if ratio else "—")
+        self.values.update(dflash_tok_s=tok_s or None, speedup=ratio)
+        if ratio:
+            base = self.baseline
+            self.speedup_metric.set_tip(f"{tok_s:.1f} tok/s with DFlash ÷ {base.tok_s:.1f} tok/s plain (baseline "
+                                        f"measured {time.strftime('%H:%M', time.localtime(base.measured_at))}) "
+                                        f"= {ratio:.2f}×. {TIPS['speedup']}")
+        if keep:
+            return
         self.acceptance_label.setText(missing if acceptance is None else f"{acceptance * 100:.0f}%")
         self.tau_label.setText(missing if tau is None else f"{tau:.2f}")
-        self.values.update(dflash_tok_s=tok_s, speedup=ratio, acceptance_rate=acceptance, tau=tau)
+        self.values.update(acceptance_rate=acceptance, tau=tau)
+        stats = self.stats or {}
+        if acceptance is not None and stats.get("drafted"):
+            self.acceptance_metric.set_tip(f"{stats.get('accepted')} of {stats.get('drafted')} drafted tokens "
+                                           f"accepted by the target in this answer. {TIPS['acceptance']}")
 
     def set_diagnosis(self, text: str | None) -> None:
         self.warning.setText(text or "")

@@ -74,12 +74,15 @@ def palette(c: Colors) -> QPalette:
     return p
 
 
-def style_sheet(c: Colors) -> str:
+def style_sheet(c: Colors, font_size: int = 11) -> str:
+    """Sizes follow the base font size, so a larger font never leaves a fixed-size heading behind."""
+    big, title = round(font_size * 1.5), round(font_size * 1.6)
     return f"""
     QToolBar {{ border: none; border-bottom: 1px solid {c.border}; spacing: 4px; padding: 4px 6px; }}
     QToolBar QToolButton {{ padding: 4px 8px; border-radius: 6px; }}
     QToolBar QToolButton:checked {{ background: {c.alt}; }}
     QToolBar QToolButton:hover {{ background: {c.alt}; }}
+    QToolBar QToolButton#qt_toolbar_ext_button {{ padding: 0px; border: 1px solid {c.border}; }}
     QStatusBar {{ border-top: 1px solid {c.border}; }}
     QListView#conversationList {{ border: none; background: {c.alt}; padding: 6px; }}
     QListView#conversationList::item {{ padding: 8px 10px; border-radius: 6px; margin: 1px 0; }}
@@ -92,23 +95,29 @@ def style_sheet(c: Colors) -> str:
     QTextBrowser {{ background: transparent; border: none; }}
     QLabel#role {{ color: {c.muted}; font-weight: 600; }}
     QLabel#footer, QLabel#muted, QLabel#hint {{ color: {c.muted}; }}
-    QLabel#emptyTitle {{ font-size: 18pt; font-weight: 600; }}
+    QLabel#emptyTitle {{ font-size: {title}pt; font-weight: 600; }}
     QFrame#composer {{ background: {c.base}; border: 1px solid {c.border}; border-radius: 12px; }}
     QPlainTextEdit#input {{ background: transparent; border: none; }}
+    QFrame#composer[focused="true"] {{ border: 2px solid {c.accent}; }}
     QLineEdit#systemPrompt {{ border: 1px solid {c.border}; border-radius: 6px; padding: 4px 8px; background: {c.base}; }}
     QPushButton#primary {{ background: {c.accent}; color: {c.accent_text}; border: none; border-radius: 8px;
                            padding: 6px 16px; font-weight: 600; }}
     QPushButton#primary:disabled {{ background: {c.border}; color: {c.muted}; }}
-    QPushButton#example {{ text-align: left; padding: 10px 14px; border: 1px solid {c.border}; border-radius: 10px;
-                           background: {c.base}; }}
-    QPushButton#example:hover {{ border-color: {c.accent}; }}
+    QFrame#example {{ border: 1px solid {c.border}; border-radius: 10px; background: {c.base}; }}
+    QFrame#example:hover {{ border-color: {c.accent}; }}
     QToolButton#msgAction {{ border: none; color: {c.muted}; padding: 2px 6px; border-radius: 4px; }}
     QToolButton#msgAction:hover {{ background: {c.alt}; color: {c.text}; }}
     QDockWidget > QWidget {{ background: {c.window}; }}
     QLabel#section {{ font-weight: 600; }}
     QDockWidget::title {{ padding: 6px 10px; font-weight: 600; }}
-    QLabel#bigNumber {{ font-size: 18pt; font-weight: 600; }}
+    QLabel#bigNumber {{ font-size: {big}pt; font-weight: 600; }}
+    QToolButton#msgAction:focus, QToolBar QToolButton:focus {{ border: 2px solid {c.accent}; }}
+    QFrame#example:focus {{ border: 2px solid {c.accent}; }}
+    QPushButton#primary:focus {{ border: 2px solid {c.text}; }}
+    QLineEdit#systemPrompt:focus, QListView#conversationList:focus {{ border: 2px solid {c.accent}; }}
     QLabel#warning {{ color: {c.warn}; }}
+    QLabel#banner {{ background: {c.alt}; border: 1px solid {c.warn}; border-radius: 8px; padding: 6px 10px; }}
+    QLineEdit#systemPrompt:disabled {{ background: {c.alt}; color: {c.muted}; }}
     """
 
 
@@ -122,5 +131,5 @@ def apply(app: QApplication, choice: str = "system", font_size: int | None = Non
         font = QFont(app.font())
         font.setPointSize(font_size)
         app.setFont(font)
-    app.setStyleSheet(style_sheet(_current))
+    app.setStyleSheet(style_sheet(_current, app.font().pointSize() if app.font().pointSize() > 0 else 11))
     return _current

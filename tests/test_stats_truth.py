@@ -1,0 +1,83 @@
+"""The figures the stats panel derives, without widgets: the one baseline record (old records still load),
+the diagnosis of a slower-than-plain answer from its measurements, repetition, and the CPU meter against a
+real busy process."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+
+from dflash_desktop.cpu_load import CpuMeter
+from dflash_desktop.session import BaselineRecord, diagnose, looks_like_prose, repetition_share
+
+NOW = time.time()
+
+
+def test_baseline_record_says_when_how_how_many_and_how_busy_and_reads_old_records():
+    rec = BaselineRecord(40.0, 200, NOW, "cpu", "speedup demo", 0.31)
+    text = rec.describe()
+    assert "40 tok/s" in text and "200 tokens (plain run of the speedup demo)" in text
+    assert "other programs used 31% of the CPU meanwhile" in text
+    assert BaselineRecord.from_dict(rec.to_dict()) == rec
+    old = {"tok_s": 40.0, "tokens": 64, "measured_at": NOW, "device": "cpu"}   # saved before these fields
+    assert BaselineRecord.from_dict(old) == BaselineRecord(40.0, 64, NOW, "cpu", "calibration", None)
+
+
+SLOW = {"generated_tokens": 100, "tau": 3.0, "acceptance_rate": 0.5, "decode_tok_s": 30.0, "steps": 33,
+        "decode_s": 3.3}
+
+
+def test_slower_than_plain_is_explained_by_the_step_cost_from_measurements():
+    text = diagnose(SLOW, BaselineRecord(40.0, 64, NOW, "cpu"), context={"cpu_other": 0.02})
+    assert text.startswith("DFlash ran slower than plain decoding (0.75×)")
+    # 3.3 s / 33 steps = 100 ms a step, against 25 ms a plain token: 4.0x
+    assert "took 100.0 ms, 4.0× a plain step (25.0 ms)" in text and "3.00 tokens" in text
+    assert "busy" not in text and "Low acceptance" not in text
+
+
+def test_slower_than_plain_on_a_busy_machine_says_how_busy():
+    text = diagnose(SLOW, BaselineRecord(40.0, 64, NOW, "cpu", cpu_other=0.01), context={"cpu_other": 0.48})
+    assert "A busy machine: other programs used 48% of the CPU" in text and "step too costly" not in text
+    text = diagnose(SLOW, BaselineRecord(40.0, 64, NOW, "cpu", cpu_other=0.6), context={"cpu_other": 0.0})
+    assert "The baseline itself was measured while other programs used 60%" in text
+
+
+def test_low_acceptance_names_the_likely_cause():
+    low = {**SLOW, "tau": 1.2, "acceptance_rate": 0.05}
+    base = BaselineRecord(40.0, 64, NOW, "cpu")
+    prose = diagnose(low, base, context={"chat_template": False, "prompt": "What is the capital of France?"})
+    assert "Low acceptance: the target kept 5% of the drafted tokens" in prose and "code completion model" in prose
+    assert "chat mode" in diagnose(low, base, context={"thinking_mismatch": True})
+    assert "prompt format" in diagnose(low, base, context={"chat_template": False, "prompt": "def f(x):"})
+    assert looks_like_prose("Explain speculative decoding in two sentences.")
+    assert not looks_like_prose("def read_config(path):\n    return {}")
+
+
+def test_a_speedup_from_repetition_is_flagged_and_a_varied_one_is_not():
+    fast = {**SLOW, "decode_tok_s": 120.0}
+    base = BaselineRecord(40.0, 64, NOW, "cpu")
+    loop = [5, 6, 7, 8] * 30
+    assert repetition_share(loop) > 0.9
+    text = diagnose(fast, base, context={"token_ids": loop})
+    assert text.startswith("This speedup (3.00×) comes from repetition")
+    varied = list(range(120))
+    assert repetition_share(varied) == 0 and diagnose(fast, base, context={"token_ids": varied}) is None
+    assert repetition_share(text="#\n" * 50) > 0.9    # stored answers: by lines of text
+
+
+def test_cpu_meter_counts_another_process_and_not_our_own():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = psutil.Process(spinner.pid)
+        before = sum(proc.cpu_times()[:2])
+        meter = CpuMeter().start()
+        while sum(proc.cpu_times()[:2]) - before < 0.5:   # until the spinner has used half a CPU second
+            time.sleep(0.05)
+        spun = sum(proc.cpu_times()[:2]) - before
+        share = meter.stop()
+        assert share is not None and meter.other_s >= spun * 0.8   # the spinner is "another program"
+    finally:
+        spinner.kill()
+        spinner.wait()

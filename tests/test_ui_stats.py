@@ -1,0 +1,122 @@
+"""Stats people can trust, through the real window and a real worker (echo pair, ui_chat_fixtures):
+one baseline from which the speedup and the warning are recomputed when it changes (Re-measure, the
+speedup demo), live charts that never show the previous answer, a panel that follows the chat on
+screen, a tooltip on every figure, and a measured explanation when DFlash is slower than plain."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtWidgets import QLabel, QWidget
+
+from dflash_desktop import session
+from dflash_desktop.session import BaselineRecord, diagnose
+from ui.stats_panel import BarChart, Metric, Sparkline
+
+from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, chat_worker, echo_pair, home, make_window, send_and_wait  # noqa: F401
+
+
+def shown(window) -> dict:
+    return window.stats_panel.values
+
+
+def test_remeasure_recomputes_speedup_and_warning_from_the_new_baseline(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    c, panel = window.controller, window.stats_panel
+    done = send_and_wait(qtbot, window, "def f(x):")
+    stats = done["stats"]
+    # a baseline far above anything this machine does (as if measured elsewhere): DFlash looks slower
+    c.record_baseline(BaselineRecord(stats["decode_tok_s"] * 4, 64, time.time(), "cpu"))
+    assert shown(window)["speedup"] == pytest.approx(0.25)
+    assert panel.speedup_label.text() == "0.25×"
+    assert shown(window)["warning"].startswith("DFlash ran slower than plain decoding (0.25×)")
+    assert "ms" in shown(window)["warning"]      # the reason, from the measured step times
+
+    with qtbot.waitSignal(c.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
+        panel.remeasure_button.click()
+    record = changed.args[0]
+    assert record.method == "calibration" and record.tokens == session.CALIBRATION_TOKENS
+    assert record.cpu_other is not None and 0 <= record.cpu_other <= 1
+    assert c.baseline() == record           # the one record, saved for the pair
+    ratio = stats["decode_tok_s"] / record.tok_s
+    assert shown(window)["baseline_tok_s"] == record.tok_s and panel.baseline_label.text() == f"{record.tok_s:.1f}"
+    assert shown(window)["speedup"] == pytest.approx(ratio) and panel.speedup_label.text() == f"{ratio:.2f}×"
+    assert record.describe() == panel.baseline_note.text()
+    assert panel.stats["cpu_other"] is not None          # measured while the answer was written
+    assert panel.context["token_ids"] == done["token_ids"]
+    assert shown(window)["warning"] == diagnose(panel.stats, record, True, panel.context)
+    if ratio >= 1:   # the echo pair writes one token over and over: its speedup is flagged as repetition
+        assert "comes from repetition" in shown(window)["warning"]
+
+
+def test_live_charts_start_empty_and_show_only_this_answer(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    send_and_wait(qtbot, window, "x = ")
+    assert shown(window)["histogram"]            # the first answer's charts
+    seen: list[tuple] = []
+    steps: list = []
+
+    def on_tokens(ev):
+        steps.extend(s for s in ev.get("steps", []) if s[0] > 0)
+        seen.append((list(shown(window)["histogram"]), len(steps)))
+
+    chat_worker.tokens.connect(on_tokens)
+    try:
+        window.chat_view.input.setPlainText("y = ")
+        window.chat_view.submit()
+        assert shown(window)["histogram"] == [] and shown(window)["position_rates"] == []   # nothing of answer 1
+        assert window.stats_panel.dflash_label.text() == "—"
+        qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS).wait()
+    finally:
+        chat_worker.tokens.disconnect(on_tokens)
+    # Qt delivers the panel's update before ours: each live histogram counts exactly the passes so far
+    assert seen and all(sum(hist) == n for hist, n in seen if n)
+
+
+def test_the_panel_follows_the_chat_on_screen(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    c = window.controller
+    first = send_and_wait(qtbot, window, "a = ")["stats"]
+    chat_a = c.conversation_id
+    window.new_chat_action.trigger()
+    assert shown(window)["dflash_tok_s"] is None and shown(window)["histogram"] == []
+    assert window.stats_panel.subject.text() == "No answer in this chat yet."
+    second = send_and_wait(qtbot, window, "b = ")["stats"]
+    chat_b = c.conversation_id
+    assert shown(window)["dflash_tok_s"] == second["decode_tok_s"]
+    c.open_conversation(chat_a)
+    assert shown(window)["dflash_tok_s"] == first["decode_tok_s"] and shown(window)["histogram"] == first["histogram"]
+    assert window.stats_panel.subject.text() == "Answer 1 of this chat."
+    c.open_conversation(chat_b)
+    assert shown(window)["dflash_tok_s"] == second["decode_tok_s"]
+
+
+def test_every_figure_has_a_tooltip_that_says_what_it_is(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    stats = send_and_wait(qtbot, window, "z = ")["stats"]
+    panel = window.stats_panel
+    figures = [w for w in panel.findChildren(QWidget) if isinstance(w, (Metric, BarChart, Sparkline))]
+    assert len(figures) == 8
+    labels = [w for w in panel.findChildren(QLabel) if w.isVisible()]
+    missing = [w.text() for w in [*figures, *labels] if not w.toolTip()]
+    assert not missing, missing
+    assert panel.acceptance_metric.toolTip().startswith(f"{stats['accepted']} of {stats['drafted']} drafted tokens")
+    assert "÷" in panel.speedup_metric.toolTip()
+
+
+def test_the_speedup_demos_plain_run_becomes_the_panels_baseline(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    c = window.controller
+    calibration = c.baseline()
+    assert calibration.method == "calibration"
+    window.toggle_demo(True)
+    demo = window.demo
+    with qtbot.waitSignal(c.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
+        assert demo.start("def g(y):", {"max_new_tokens": 24, "temperature": 0.0})
+    record = changed.args[0]
+    assert record.method == "speedup demo" and record.tokens == 24
+    assert record.tok_s == pytest.approx(demo.plain.stats["decode_tok_s"])
+    assert c.baseline() == record and window.stats_panel.baseline_label.text() == f"{record.tok_s:.1f}"
+    assert "speedup demo" in window.stats_panel.baseline_note.text()
+    qtbot.waitUntil(lambda: demo.state == "finished", timeout=ANSWER_TIMEOUT_MS)
+    assert "now the pair's baseline" in demo.speedup_detail.text()
