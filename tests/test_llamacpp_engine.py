@@ -295,3 +295,16 @@ def test_auto_falls_back_to_torch_when_llamacpp_cannot_convert_the_pair(tmp_path
         assert asked["event"] == "error" and "converter" in asked["message"], asked   # asked for by name: no fallback
     finally:
         client.shutdown(10)
+
+
+def test_the_plain_fallback_switch_off_runs_dflash_at_its_fastest_measured_setting(pair):
+    saved = pair.choice
+    try:
+        pair.choice = {"n_max": 0, "rates": {"0": 900.0, "3": 700.0, "7": 800.0, "15": 500.0},
+                       "reason": "plain decoding was faster", "tau": 3.0, "speed_share": 0.9}
+        n, fallback = pair.n_max(GenerationSettings(), baseline=False)
+        assert n == 0 and fallback["reason"] == "plain decoding was faster"
+        assert pair.n_max(GenerationSettings(plain_fallback=False), baseline=False) == (7, None)
+        assert pair.n_max(GenerationSettings(plain_fallback=False), baseline=True) == (0, None)
+    finally:
+        pair.choice = saved

@@ -147,6 +147,9 @@ class LlamaCppPair:
         choice = self.choice or {"n_max": self.block_size - 1}
         if choice["n_max"]:
             return choice["n_max"], None
+        if not settings.plain_fallback:       # DFlash asked for even where plain measured faster
+            rates = {int(n): r for n, r in (choice.get("rates") or {}).items() if int(n)}
+            return (max(rates, key=rates.get) if rates else self.block_size - 1), None
         return 0, {"after_tokens": 0, "reason": choice["reason"], "tau": choice.get("tau", 0.0),
                    "speed_share": choice.get("speed_share", 0.0)}
 
