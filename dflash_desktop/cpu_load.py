@@ -30,7 +30,8 @@ def _process_seconds(pid: int) -> float:
 
 class CpuMeter:
     """start(pids) ... stop() -> share (0-1) of the CPU capacity used by processes other than ``pids``
-    (this process is always counted as ours). None when it cannot be measured or the run was too short."""
+    (this process is always counted as ours). None when it cannot be measured. The kernel counts CPU time in
+    ticks (10 ms on Linux), so a run of a few tens of milliseconds gives a coarse share: see wall_s."""
 
     def __init__(self, pids: list[int | None] | None = None):
         self.pids = sorted({os.getpid(), *(p for p in (pids or []) if p)})
@@ -56,7 +57,7 @@ class CpuMeter:
             ours = sum(max(_process_seconds(p) - s, 0.0) for p, s in ours0.items())
         except (psutil.Error, OSError):
             return None
-        if wall < 0.05:
+        if wall <= 0:
             return None
         self.wall_s, self.other_s = wall, max(busy - ours, 0.0)
         return min(self.other_s / (wall * self.cpus), 1.0)

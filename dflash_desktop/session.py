@@ -68,6 +68,7 @@ class BaselineRecord:
 BUSY_SHARE = 0.25        # other programs using a quarter of the CPU capacity slow a CPU decode noticeably
 REPEAT_SHARE = 0.5       # half the tokens repeating earlier text: drafts of it are easy, not representative
 REPEAT_NGRAM = 4
+MIN_CPU_WALL_S = 0.5     # CPU time is counted in 10 ms ticks: judge a busy machine over half a second or more
 
 
 def speedup(stats: dict | None, baseline: BaselineRecord | None) -> float | None:
@@ -132,6 +133,8 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
         reasons.append(f"Low acceptance: the target kept {rate:.0%} of the drafted tokens, {tau:.2f} tokens per "
                        f"pass. {_likely_cause(context)}")
     cpu = context.get("cpu_other")
+    if cpu is not None and (context.get("cpu_wall_s") or MIN_CPU_WALL_S) < MIN_CPU_WALL_S:
+        cpu = None   # a run of a few ticks: too short for the share to mean anything
     if cpu is not None and cpu >= BUSY_SHARE:
         reasons.append(f"A busy machine: other programs used {cpu:.0%} of the CPU while this answer was written, "
                        "so the engine got less of it.")

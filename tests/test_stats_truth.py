@@ -40,6 +40,8 @@ def test_slower_than_plain_is_explained_by_the_step_cost_from_measurements():
 def test_slower_than_plain_on_a_busy_machine_says_how_busy():
     text = diagnose(SLOW, BaselineRecord(40.0, 64, NOW, "cpu", cpu_other=0.01), context={"cpu_other": 0.48})
     assert "A busy machine: other programs used 48% of the CPU" in text and "step too costly" not in text
+    short = diagnose(SLOW, BaselineRecord(40.0, 64, NOW, "cpu"), context={"cpu_other": 0.48, "cpu_wall_s": 0.03})
+    assert "busy" not in short and "step too costly" in short     # 3 ticks of CPU time prove nothing
     text = diagnose(SLOW, BaselineRecord(40.0, 64, NOW, "cpu", cpu_other=0.6), context={"cpu_other": 0.0})
     assert "The baseline itself was measured while other programs used 60%" in text
 

@@ -429,8 +429,8 @@ class ChatController(QObject):
         stats = None if is_error else ev.get("stats")
         meter = gen.get("meter")
         cpu_other = meter.stop() if meter else None
-        if stats and cpu_other is not None:
-            stats = {**stats, "cpu_other": cpu_other}   # measured by the window: kept with the answer
+        if stats and cpu_other is not None:   # measured by the window: kept with the answer
+            stats = {**stats, "cpu_other": cpu_other, "cpu_wall_s": meter.wall_s}
         stop_reason = "error" if is_error else ev.get("stop_reason")
         error = {k: v for k, v in ev.items() if k != "event"} if is_error else None
         self.store.update_message(gen["message_id"], content=text, spans=spans, stats=stats,
@@ -501,7 +501,7 @@ class ChatController(QObject):
         info = self.pair_info or {}
         trained = (self.pair or {}).get("thinking")
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
-        return {"cpu_other": stats.get("cpu_other"), "text": text, "prompt": prompt, "token_ids": token_ids,
+        return {"cpu_other": stats.get("cpu_other"), "cpu_wall_s": stats.get("cpu_wall_s"), "text": text, "prompt": prompt, "token_ids": token_ids,
                 "chat_template": bool(info.get("chat_template")) if info else None,
                 "thinking_mismatch": trained is not None and thinking is not None and thinking != trained}
 
