@@ -45,7 +45,10 @@ def render_icons(out: Path = ICONS) -> None:
     from PySide6.QtSvg import QSvgRenderer
 
     import assets
-    app = QGuiApplication.instance() or QGuiApplication([])  # noqa: F841 (Qt needs it alive)
+    from PySide6.QtWidgets import QApplication
+    # a QApplication, not a QGuiApplication: a process that renders icons and then opens a widget (the
+    # test suite does) would otherwise abort, since Qt keeps the first application object for good
+    app = QGuiApplication.instance() or QApplication([])  # noqa: F841 (Qt needs it alive)
     renderer = QSvgRenderer(str(assets.path("icons", "dflash.svg")))
     if not renderer.isValid():
         sys.exit("assets/icons/dflash.svg is not a valid SVG")
