@@ -17,7 +17,7 @@ from ...limits import GenerationSettings
 from ...loop import Chunk
 from ...tokenizer import ChatTokenizer
 from . import ARCHITECTURES, NAME, build, calibrate, convert, metadata
-from .server import Launch, Server
+from .server import Launch, Server, ServerError
 from .tokens import ServerTokenizer
 
 DEFAULT_CONTEXT = 8192       # the server's context unless the model's is shorter; fixed at start
@@ -177,6 +177,9 @@ class LlamaCppPair:
                 if event.get("stop"):
                     break
             yield _step(group, key[1] - accepted_before, totals, fallback)
+        except ServerError:
+            self.stop_server()                 # a server that broke an answer is never reused, even before it has died
+            raise
         finally:
             events.close()
 
