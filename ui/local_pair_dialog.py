@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
 from dflash_desktop.run_plan import AUTO
+
+from .dialog_parts import ok_cancel, warning_label
 
 
 def engine_for(target: Path) -> str:
@@ -33,14 +35,8 @@ class LocalPairDialog(QDialog):
         form = QFormLayout()
         form.addRow("Target", self._with_browse(self.target, "Choose the target"))
         form.addRow("Drafter", self._with_browse(self.draft, "Choose the drafter"))
-        self.error = QLabel("")
-        self.error.setObjectName("warning")
-        self.error.setWordWrap(True)
-        self.error.hide()
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Load")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
+        self.error = warning_label()
+        buttons = ok_cancel(self, "Load")
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addLayout(form)

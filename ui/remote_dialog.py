@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import urllib.parse
 
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QVBoxLayout,
+from PySide6.QtWidgets import (QComboBox, QDialog, QFormLayout, QLabel, QLineEdit, QVBoxLayout,
                                QWidget)
 
 from dflash_desktop.remote import normalize_base_url
+
+from .dialog_parts import ok_cancel, warning_label
 
 
 class AddServerDialog(QDialog):
@@ -35,14 +37,8 @@ class AddServerDialog(QDialog):
         form = QFormLayout()
         form.addRow("Base URL", self.url)
         form.addRow("API key", self.key)
-        self.error = QLabel("")
-        self.error.setObjectName("warning")
-        self.error.setWordWrap(True)
-        self.error.hide()
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Connect")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
+        self.error = warning_label()
+        buttons = ok_cancel(self, "Connect")
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addLayout(form)
