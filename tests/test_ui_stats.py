@@ -120,3 +120,22 @@ def test_the_speedup_demos_plain_run_becomes_the_panels_baseline(qtbot, home, ch
     assert "speedup demo" in window.stats_panel.baseline_note.text()
     qtbot.waitUntil(lambda: demo.state == "finished", timeout=ANSWER_TIMEOUT_MS)
     assert "now the pair's baseline" in demo.speedup_detail.text()
+
+
+def test_the_panel_shows_the_memory_the_worker_measured(qtbot, home, chat_worker, echo_pair):
+    """Off CUDA: the engine process's peak from the real answer. On CUDA (no GPU here, so the worker's
+    loaded event is written as a CUDA worker reports it): torch's peak and reserved bytes."""
+    window = make_window(qtbot, chat_worker, echo_pair)
+    panel = window.stats_panel
+    stats = send_and_wait(qtbot, window, "m = ")["stats"]
+    assert stats["cuda_peak_bytes"] is None and stats["peak_memory_bytes"] > 0
+    peak = stats["peak_memory_bytes"]
+    size = f"{peak / 2**20:.0f} MB" if peak < 2**30 else f"{peak / 1e9:.1f} GB"
+    assert shown(window)["memory"] == f"Engine memory in this answer: {size} at peak"
+    assert panel.memory.isVisible() and panel.memory.toolTip()
+    panel.set_runtime({"engine": "torch", "device": "cuda:0", "dtype": "bfloat16",
+                       "cuda_peak_bytes": 3_000_000_000, "cuda_reserved_bytes": 3_500_000_000})
+    assert shown(window)["memory"] == "GPU memory after loading: 3.0 GB at peak · 3.5 GB reserved by torch"
+    panel.set_runtime({"engine": "torch", "device": "cpu", "dtype": "float32",
+                       "cuda_peak_bytes": None, "cuda_reserved_bytes": None})
+    assert shown(window)["memory"] is None and not panel.memory.isVisible()

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QDockWidget, QFrame, QGridLayout, QHBoxLayout, QL
 from dflash_desktop.session import BaselineRecord, diagnose, speedup
 
 from . import theme
+from .pair_list_model import memory
 
 
 class BarChart(QWidget):
@@ -229,6 +230,15 @@ class StatsPanel(QDockWidget):
         self.runtime.setAccessibleName("Where the model runs")
         self.runtime.setToolTip("The engine, device and number format the worker actually loaded the model with.")
         layout.addWidget(self.runtime)
+        self.memory = QLabel("")
+        self.memory.setObjectName("muted")
+        self.memory.setWordWrap(True)
+        self.memory.setAccessibleName("Memory the model uses")
+        self.memory.setToolTip("Memory as the worker measured it: on an NVIDIA GPU torch's allocated peak and "
+                               "what its caching allocator reserves; elsewhere the engine process's peak "
+                               "resident memory.")
+        self.memory.hide()
+        layout.addWidget(self.memory)
         self.subject = QLabel("No answer in this chat yet.")
         self.subject.setObjectName("muted")
         self.subject.setWordWrap(True)
@@ -334,6 +344,7 @@ class StatsPanel(QDockWidget):
             text += f"\n{loaded['engine_note']}"
         self.runtime.setText(text)
         self.values["runtime"] = text
+        self._show_memory(loaded, "after loading")
 
     def set_baseline(self, record: BaselineRecord | None, measuring: bool = False) -> None:
         """The pair's one baseline changed (or is being measured): every figure derived from it follows."""
@@ -409,6 +420,7 @@ class StatsPanel(QDockWidget):
         context: what session.diagnose needs to explain a slow or unrepresentative answer."""
         self.stats, self.context = dict(stats), dict(context or {})
         self.subject.setText(subject)
+        self._show_memory(self.stats, "in this answer")
         self._render_final()
 
     def _render_final(self) -> None:
@@ -448,6 +460,21 @@ class StatsPanel(QDockWidget):
         if acceptance is not None and stats.get("drafted"):
             self.acceptance_metric.set_tip(f"{stats.get('accepted')} of {stats.get('drafted')} drafted tokens "
                                            f"accepted by the target in this answer. {TIPS['acceptance']}")
+
+    def _show_memory(self, figures: dict, when: str) -> None:
+        """CUDA's peak and reserved bytes when the worker reports them, else the process peak (stats only)."""
+        peak, reserved = figures.get("cuda_peak_bytes"), figures.get("cuda_reserved_bytes")
+        if peak is not None:
+            text = f"GPU memory {when}: {memory(peak)} at peak"
+            if reserved is not None:
+                text += f" · {memory(reserved)} reserved by torch"
+        elif figures.get("peak_memory_bytes"):
+            text = f"Engine memory {when}: {memory(int(figures['peak_memory_bytes']))} at peak"
+        else:
+            text = ""
+        self.memory.setText(text)
+        self.memory.setVisible(bool(text))
+        self.values["memory"] = text or None
 
     def set_diagnosis(self, text: str | None) -> None:
         self.warning.setText(text or "")
