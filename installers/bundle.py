@@ -24,7 +24,7 @@ SOURCE_PACKAGES = ("dflash_desktop", "ui", "engine", "assets")
 
 # Never in the app: dev and notebook tools that happen to be installed where it is built, and GPU-only or
 # image libraries the CPU engine does not use. Excluding them keeps a local build equal to CI's.
-EXCLUDES = ["IPython", "matplotlib", "matplotlib_inline", "scipy", "sentencepiece", "PIL", "pandas", "tkinter",
+EXCLUDES = ["IPython", "matplotlib", "matplotlib_inline", "scipy", "PIL", "pandas", "tkinter",
             "_tkinter", "pytest", "_pytest", "jax", "tensorflow", "torchvision", "torchaudio", "sklearn", "numba",
             "triton",
             # transformers' command line (a model server: openai, fastapi...) and code generator (libcst),
@@ -36,8 +36,9 @@ EXCLUDES = ["IPython", "matplotlib", "matplotlib_inline", "scipy", "sentencepiec
             "cryptography", "OpenSSL", "urllib3.contrib.pyopenssl"]
 
 # What the app imports itself, so no exclude may name it: the local server (starlette, uvicorn, h11) and
-# llama.cpp's GGUF converter (numpy, yaml, tqdm, safetensors; torch and transformers are the engine's).
-NEVER_EXCLUDED = ("starlette", "uvicorn", "h11", "anyio", "numpy", "yaml", "tqdm", "safetensors", "torch",
+# llama.cpp's GGUF converter (numpy, yaml, tqdm, safetensors, sentencepiece; torch and transformers are the
+# engine's).
+NEVER_EXCLUDED = ("starlette", "uvicorn", "h11", "anyio", "numpy", "yaml", "tqdm", "safetensors", "sentencepiece", "torch",
                   "transformers", "tokenizers", "huggingface_hub", "PySide6")
 
 

@@ -87,7 +87,10 @@ def test_bundle_keeps_what_the_app_needs_and_drops_the_rest(app):
     assert shm.is_file() and os.access(shm, os.X_OK), "torch starts torch_shm_manager to share tensors"
     assert (internal / "assets" / "demo" / "target" / "model.safetensors").is_file()
     assert (internal / "assets" / "icons" / "dflash.svg").is_file()
-    assert list(internal.glob("dflash_desktop-*.dist-info")), "package metadata: the app's version"
+    # the metadata of whichever install the build saw (a wheel's dist-info, or an editable checkout's egg-info)
+    metadata = [*internal.glob("dflash_desktop-*.dist-info/METADATA"), *internal.glob("dflash_desktop*.egg-info/PKG-INFO")]
+    assert metadata, "package metadata: the app's version"
+    assert f"Version: {build.version()}" in metadata[0].read_text().splitlines()
     assert (internal / "PySide6" / "Qt" / "plugins" / "platforms" / "libqxcb.so").is_file()
     for gone in ("torch/test", "torch/include", "PySide6/Qt/translations",
                  "PySide6/Qt/plugins/platformthemes/libqgtk3.so", "scipy", "IPython"):
@@ -229,13 +232,14 @@ def test_deb_installs_runs_and_uninstalls(packages, display):
     subprocess.run(as_root("apt-get", "install", "-y", "-q", str(packages["deb"])), env=env, check=True, timeout=900)
     try:
         installed = Path("/opt/dflash-desktop/dflash-desktop")
-        assert shutil.which("dflash-desktop") == "/usr/bin/dflash-desktop"
+        command = Path("/usr/bin/dflash-desktop")      # on PATH for users (a developer's PATH may list another)
+        assert command.resolve() == installed.resolve() and os.access(command, os.X_OK)
         entry = Path("/usr/share/applications/dflash-desktop.desktop").read_text()
         assert "Exec=/opt/dflash-desktop/dflash-desktop" in entry and "Icon=dflash-desktop" in entry
         assert Path("/usr/share/icons/hicolor/256x256/apps/dflash-desktop.png").is_file()
         if shutil.which("desktop-file-validate"):
             subprocess.run(["desktop-file-validate", "/usr/share/applications/dflash-desktop.desktop"], check=True)
-        out = subprocess.run(["dflash-desktop", "--version"], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([str(command), "--version"], capture_output=True, text=True, check=True).stdout
         assert out.strip() == f"dflash-desktop {build.version()}"
         report, gui_heavy, _ = self_test(installed, display)
         assert report["ok"] and report["worker_command"] == [str(installed), "--worker"] and not gui_heavy
