@@ -9,6 +9,8 @@ import math
 import time
 from pathlib import Path
 
+from engine.limits import LIMITS
+
 from .chat_store import ChatStore, Conversation, Message
 
 FORMAT = "dflash-desktop-chat"
@@ -98,10 +100,10 @@ def _parse(data, name: str) -> tuple[Conversation, list[Message]]:
     check.that(version >= 1, f"has an unknown chat export version {version}")
     title = check.text(data.get("title"), "title", allow_empty=False)
     system_prompt = check.text(data.get("system_prompt", ""), "system_prompt")
-    temperature = check.number(data.get("temperature"), "temperature", 0.0, 2.0)
-    max_new_tokens = data.get("max_new_tokens")
-    check.that(max_new_tokens is None or (type(max_new_tokens) is int and 1 <= max_new_tokens <= 1_000_000),
-               "has a \"max_new_tokens\" that is not a whole number from 1 to 1,000,000")
+    temperature = check.number(data.get("temperature"), "temperature", 0.0, LIMITS["temperature"].high)
+    max_new_tokens, top = data.get("max_new_tokens"), int(LIMITS["max_new_tokens"].high)
+    check.that(max_new_tokens is None or (type(max_new_tokens) is int and 1 <= max_new_tokens <= top),
+               f"has a \"max_new_tokens\" that is not a whole number from 1 to {top:,}")
     created = check.number(data.get("created"), "created", 0.0, 1e11) or time.time()
     raw = data.get("messages")
     check.that(isinstance(raw, list), "has no \"messages\" list")
