@@ -1,4 +1,4 @@
-"""Chat settings (Ctrl+Shift+,): a temperature and a max tokens for one chat that override the global ones.
+"""Chat settings (Ctrl+Shift+T): a temperature and a max tokens for one chat that override the global ones.
 Each field is either "global" (the global value shown greyed, followed when it changes) or the chat's own;
 "Reset to global" brings both back. The result is the chat's overrides, {} when it follows the globals.
 Also the question asked before a regeneration at temperature 0, the other per-chat sampling choice."""

@@ -422,7 +422,7 @@ class ChatView(QWidget):
         self.chat_settings.setProperty("overrides", bool(own))
         self.chat_settings.setToolTip((f"This chat uses its own {own} instead of the global settings. "
                                        if own else "This chat uses the global temperature and max tokens. ")
-                                      + "Click to change them for this chat only (Ctrl+Shift+,).")
+                                      + "Click to change them for this chat only (Ctrl+Shift+T).")
 
     def set_highlight(self, on: bool) -> None:
         self.highlight = on
