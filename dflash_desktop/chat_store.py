@@ -217,7 +217,8 @@ class ChatStore:
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = self._db.execute(
             "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m "
-            "WHERE m.conversation_id = c.id AND (m.content LIKE ?1 ESCAPE '\\' OR m.versions LIKE ?1 ESCAPE '\\')) "
+            "WHERE m.conversation_id = c.id AND (m.content LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM "
+            "json_each(m.versions) v WHERE json_extract(v.value, '$.content') LIKE ?1 ESCAPE '\\'))) "
             "ORDER BY updated DESC, id DESC", (pattern,)).fetchall()
         return [_conversation(r) for r in rows]
 

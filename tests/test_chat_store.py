@@ -349,3 +349,4 @@ def test_search_matches_titles_and_any_version_of_any_message(tmp_path):
     assert [x.id for x in store.search("take")] == [b.id]          # an earlier version still matches
     assert [x.id for x in store.search("0%")] == [c.id]            # % is text, not a wildcard
     assert store.search("nowhere") == []
+    assert store.search("stop_reason") == []                       # the versions' field names are not text
