@@ -123,7 +123,8 @@ def _message(check: "_Checker", m, number: int) -> Message:
         isinstance(s, list) and len(s) == 2 and isinstance(s[0], str) and isinstance(s[1], bool) for s in spans)),
         f"has a {where} whose \"spans\" are not [text, drafted] pairs")
     for key in ("stats", "error"):
-        check.that(m.get(key) is None or isinstance(m.get(key), dict), f"has a {where} whose \"{key}\" is not an object")
+        check.that(m.get(key) is None or isinstance(m.get(key), dict),
+                   f"has a {where} whose \"{key}\" is not an object")
     stop_reason = m.get("stop_reason")
     check.that(stop_reason is None or (isinstance(stop_reason, str) and len(stop_reason) <= 40),
                f"has a {where} whose \"stop_reason\" is not a short text")

@@ -350,3 +350,19 @@ def test_search_matches_titles_and_any_version_of_any_message(tmp_path):
     assert [x.id for x in store.search("0%")] == [c.id]            # % is text, not a wildcard
     assert store.search("nowhere") == []
     assert store.search("stop_reason") == []                       # the versions' field names are not text
+
+
+def test_an_upgrade_that_fails_half_way_leaves_the_version_1_file_as_it_was(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    _v1_file(path)
+    db = sqlite3.connect(str(path))
+    db.execute("ALTER TABLE messages ADD COLUMN versions TEXT")   # the third step of the upgrade will fail
+    db.commit()
+    db.close()
+    with pytest.raises(sqlite3.OperationalError, match="duplicate column"):
+        ChatStore(path)
+    db = sqlite3.connect(str(path))
+    columns = [row[1] for row in db.execute("PRAGMA table_info(conversations)")]
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1 and "temperature" not in columns
+    assert db.execute("SELECT title FROM conversations").fetchall() == [("old",)]
+    db.close()

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
-from PySide6.QtWidgets import (QAbstractItemView, QLabel, QLineEdit, QListView, QMenu, QMessageBox, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QLabel, QLineEdit, QListView, QMenu, QMessageBox, QPushButton,
+                               QVBoxLayout, QWidget)
 
 from .models import ConversationListModel
 
