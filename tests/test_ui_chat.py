@@ -135,6 +135,7 @@ def test_regenerate_and_edit_keep_versions_browsed_by_keyboard_and_kept_after_a_
     stored = window.store.messages(conv_id)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].id == first.id
     assert stored[-1].version == 1 and stored[-1].versions[0]["content"] == first.content
+    assert stored[-1].content != first.content    # sampled: the echo pair's flat logits give other tokens
     assert stored[-1].stats["generated_tokens"] == 8 and len(answers(window)) == 1
     assert answers(window)[-1].version_label.text() == "2/2" and answers(window)[-1].previous_button.isEnabled()
 
@@ -175,6 +176,8 @@ def test_regenerate_and_edit_keep_versions_browsed_by_keyboard_and_kept_after_a_
         window.controller.show_version(first.id, 0)     # refused while an answer is being written
         assert window.store.message(first.id).version == 2 and "Wait for the answer" in window.status_label.text()
     assert rewritten.args[0]["stats"]["prompt_tokens"] > short   # sent with the longer question
+    more = window.store.messages(conv_id)[-1]
+    assert more.versions[1]["content"] == more.versions[0]["content"] != ""     # greedy: the same text again
     window.close()
 
     again = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=8),

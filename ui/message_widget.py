@@ -181,7 +181,8 @@ class MessageWidget(QFrame):
                 QGuiApplication.clipboard().setText(self.code_blocks[index])
 
     def start_edit(self) -> None:
-        """Swap the text for an editor with Send / Cancel; sending drops every later message."""
+        """Swap the text for an editor with Send / Cancel; sending writes the answer again as a new version
+        (the earlier ones are kept) and drops the turns after it."""
         if self.editor is not None:
             return
         self.editor = QPlainTextEdit(self.text, self)
