@@ -116,10 +116,32 @@ def test_a_chat_overrides_max_tokens_shows_it_and_resets_to_global(qtbot, home, 
     window.controller.open_conversation(chat)
     assert header.text() == "Chat: max 3 tokens"
 
+    # a chat that samples regenerates without the greedy question; Ctrl+[ and Ctrl+] browse the versions
+    window.controller.set_chat_overrides({"temperature": 0.5, "max_new_tokens": 3})
+    assert header.text() == "Chat: temperature 0.5, max 3 tokens"
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=60_000) as rewritten:
+        qtbot.keyClick(window, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+        assert not visible_messages(window)
+    assert rewritten.args[0]["stats"]["generated_tokens"] == 3
+    answer = [w for w in window.chat_view.messages if w.role == "assistant"][-1]
+    assert answer.version_label.text() == "2/2"
+    qtbot.keyClick(window, Qt.Key.Key_BracketLeft, Qt.KeyboardModifier.ControlModifier)
+    assert answer.version_label.text() == "1/2" and window.store.messages(chat)[-1].version == 0
+    qtbot.keyClick(window, Qt.Key.Key_BracketRight, Qt.KeyboardModifier.ControlModifier)
+    assert answer.version_label.text() == "2/2"
+    window.controller.new_chat()
+    qtbot.keyClick(window, Qt.Key.Key_BracketLeft, Qt.KeyboardModifier.ControlModifier)
+    assert "one version" in window.status_label.text()
+    window.controller.open_conversation(chat)
+
     dialog = window.open_chat_settings()
     assert dialog.own["max_new_tokens"].isChecked() and dialog.boxes["max_new_tokens"].value() == 3
+    assert dialog.own["temperature"].isChecked() and dialog.boxes["temperature"].value() == 0.5
     dialog.reset_button.click()
     assert dialog.boxes["max_new_tokens"].value() == 8 and not dialog.boxes["max_new_tokens"].isEnabled()
+    assert dialog.boxes["temperature"].value() == 0.0 and not dialog.own["temperature"].isChecked()
     dialog.accept()
     assert window.store.conversation(chat).overrides == {} and header.text() == "Chat settings"
     assert "follows the global" in window.status_label.text()

@@ -214,6 +214,12 @@ class MainWindow(QMainWindow):
                                           "Save this chat as Markdown, or as JSON to import again")
         self.import_action = self._action("Import chat…", "Ctrl+O", lambda: self.import_chat(),
                                           "Add a chat exported as JSON")
+        self.previous_version_action = self._action("Previous answer version", "Ctrl+[",
+                                                    lambda: self.step_last_answer_version(-1),
+                                                    "Show the newest answer's previous version")
+        self.next_version_action = self._action("Next answer version", "Ctrl+]",
+                                                lambda: self.step_last_answer_version(1),
+                                                "Show the newest answer's next version")
         self.chat_settings_action = self._action("Chat settings…", "Ctrl+Shift+T", self.open_chat_settings,
                                                  "Temperature and max tokens for this chat only")
 
@@ -240,7 +246,8 @@ class MainWindow(QMainWindow):
         """Every action, with its shortcut, in a menu bar: File, Edit, View, Model, Help."""
         menus = {"&File": (self.new_chat_action, None, self.export_action, self.import_action, None, self.quit_action),
                  "&Edit": (self.send_action, self.stop_action, None, self.copy_answer_action, self.copy_code_action,
-                           self.edit_last_action, self.regenerate_action, None, self.focus_input_action,
+                           self.edit_last_action, self.regenerate_action, self.previous_version_action,
+                           self.next_version_action, None, self.focus_input_action,
                            self.find_action, self.chat_settings_action),
                  "&View": (self.sidebar_action, self.stats_action, self.highlight_action, None, self.demo_action),
                  "&Model": (self.models_action, self.unload_action, self.remeasure_action, None, self.server_action, self.settings_action),
@@ -420,6 +427,13 @@ class MainWindow(QMainWindow):
         if answers:
             QGuiApplication.clipboard().setText(answers[-1].code_blocks[-1])
             self.statusBar().showMessage("Copied the code block.", 3000)
+
+    def step_last_answer_version(self, step: int) -> None:
+        answers = self._answers()
+        if answers and answers[-1].version_count > 1:
+            answers[-1].step_version(step)
+        else:
+            self.status_label.setText("The newest answer has one version: Regenerate (Ctrl+R) writes another.")
 
     def edit_last_message(self) -> None:
         users = [w for w in self.chat_view.messages if isinstance(w, MessageWidget) and w.role == "user"]

@@ -90,10 +90,10 @@ class MessageWidget(QFrame):
         row.addWidget(self.footer, 1)
         self.version, self.version_count = 0, 1
         self.previous_button = self._action("<", "Show the previous version of this answer",
-                                            lambda: self._step_version(-1))
+                                            lambda: self.step_version(-1))
         self.version_label = QLabel("")
         self.version_label.setObjectName("footer")
-        self.next_button = self._action(">", "Show the next version of this answer", lambda: self._step_version(1))
+        self.next_button = self._action(">", "Show the next version of this answer", lambda: self.step_version(1))
         for w in (self.previous_button, self.version_label, self.next_button):
             w.setVisible(False)
             row.addWidget(w)
@@ -161,7 +161,7 @@ class MessageWidget(QFrame):
         self.previous_button.setEnabled(index > 0)
         self.next_button.setEnabled(index < count - 1)
 
-    def _step_version(self, step: int) -> None:
+    def step_version(self, step: int) -> None:
         index = self.version + step
         if 0 <= index < self.version_count and self.message_id is not None:
             self.versionRequested.emit(self.message_id, index)
