@@ -269,11 +269,13 @@ class ChatStore:
         return _message(r) if r else None
 
     @_writes
-    def new_version(self, message_id: int, prompt: str) -> int:
-        """Start another version of an answer (regenerate, or ``prompt`` edited): the versions so far are
-        kept, the message becomes empty and "generating". Returns the new version's index."""
+    def new_version(self, message_id: int, prompt: str | None = None) -> int:
+        """Start another version of an answer, regenerated or (``prompt``: the edited question) answering an
+        edit: the versions so far are kept, the message becomes empty and "generating". Returns its index."""
         message = self.message(message_id)
         before = self._user_before(message)
+        if prompt is None:
+            prompt = before.content if before else ""
         versions = list(message.versions or [message.snapshot(before.content if before else None)])
         versions.append({"content": "", "spans": None, "stats": None, "stop_reason": "generating", "error": None,
                          "prompt": prompt})

@@ -316,7 +316,7 @@ def test_versions_of_an_answer_are_kept_browsed_and_survive_a_restart(tmp_path):
     conv = store.create_conversation()
     question = store.add_message(conv.id, "user", "q1")
     answer = store.add_message(conv.id, "assistant", "a1", stats={"tau": 1.0}, stop_reason="eos")
-    assert store.new_version(answer.id, "q1") == 1
+    assert store.new_version(answer.id) == 1     # regenerated: the same question
     assert (store.message(answer.id).content, store.message(answer.id).stop_reason) == ("", "generating")
     store.update_message(answer.id, content="a2", stats={"tau": 2.0}, stop_reason="length")
     assert store.new_version(answer.id, "q1 edited") == 2     # an edit: the question changes with the version
@@ -342,7 +342,7 @@ def test_search_matches_titles_and_any_version_of_any_message(tmp_path):
     a = store.create_conversation("Sorting in Python")
     b = store.create_conversation("other")
     answer = store.add_message(b.id, "assistant", "first TAKE")
-    store.new_version(answer.id, "")
+    store.new_version(answer.id)
     store.update_message(answer.id, content="second")
     c = store.create_conversation("100% sure")
     assert [x.id for x in store.search("sorting")] == [a.id]

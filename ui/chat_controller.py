@@ -333,8 +333,7 @@ class ChatController(QObject):
         last = self._last_answer()
         if last is None:
             return
-        before = [m for m in self.store.messages(self.conversation_id) if m.role == "user" and m.id < last.id]
-        self.store.new_version(last.id, before[-1].content if before else "")
+        self.store.new_version(last.id)
         widget = self.view.user_widget(last.id)
         if widget is not None:
             self.view.remove_from(widget)   # with the error bubble under it, if any
@@ -379,10 +378,11 @@ class ChatController(QObject):
                 widget.set_prefix(question[-1].content)
             widget.set_content(shown.content, shown.spans or [[shown.content, False]])
             widget.set_footer(shown.stats, shown.stop_reason)
-            widget.set_versions(shown.version, len(shown.versions))
             ahead, back = ((widget.next_button, widget.previous_button) if forward else
                            (widget.previous_button, widget.next_button))
-            if not ahead.isEnabled() and ahead.hasFocus():
+            on_arrows = ahead.hasFocus() or back.hasFocus()
+            widget.set_versions(shown.version, len(shown.versions))
+            if on_arrows and not ahead.isEnabled():   # at the first or last version: the other arrow
                 back.setFocus()
         self.show_stats_of(messages)
 
