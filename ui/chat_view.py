@@ -419,7 +419,6 @@ class ChatView(QWidget):
         words = {"temperature": "temperature {:g}", "max_new_tokens": "max {} tokens"}
         own = ", ".join(words[k].format(v) for k, v in overrides.items())
         self.chat_settings.setText(f"Chat: {own}" if own else "Chat settings")
-        self.chat_settings.setProperty("overrides", bool(own))
         self.chat_settings.setToolTip((f"This chat uses its own {own} instead of the global settings. "
                                        if own else "This chat uses the global temperature and max tokens. ")
                                       + "Click to change them for this chat only (Ctrl+Shift+T).")
