@@ -1,7 +1,10 @@
 """Conversations and their messages in one SQLite file in the data folder.
 
 Every assistant message keeps its statistics (JSON), its stop reason and the drafted/target spans, so
-the footer and the highlighting come back after a restart. The schema carries a version
+the footer and the highlighting come back after a restart. An answer written again (regenerate, or an edit of
+the question before it) keeps its earlier versions: the message's own columns hold the version shown, which is
+what later turns are sent with, and ``versions`` (JSON) all of them. A chat may override the global
+temperature and max tokens (NULL: the global setting). The schema carries a version
 (PRAGMA user_version) and upgrades step by step when the app is newer than the file.
 
 Start-up never fails on this file: ``open_store`` moves a damaged file aside, opens a newer or an
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from . import paths
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_TITLE = "New chat"
 
 _SCHEMA_V1 = """
@@ -44,6 +47,14 @@ CREATE TABLE messages (
 );
 CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
 """
+
+_SCHEMA_V2 = """
+ALTER TABLE conversations ADD COLUMN temperature REAL;        -- NULL: the global setting
+ALTER TABLE conversations ADD COLUMN max_new_tokens INTEGER;  -- NULL: the global setting
+ALTER TABLE messages ADD COLUMN versions TEXT;   -- JSON [{content, spans, stats, stop_reason, error, prompt}, ...]
+ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0;   -- the one shown (and sent)
+"""
+_VERSION_FIELDS = ("content", "spans", "stats", "stop_reason", "error")
 
 
 # SQLite primary result codes (extended codes keep them in the low byte)
@@ -72,6 +83,14 @@ class Conversation:
     system_prompt: str
     created: float
     updated: float
+    temperature: float | None = None     # None: the global setting
+    max_new_tokens: int | None = None    # None: the global setting
+
+    @property
+    def overrides(self) -> dict:
+        """The generation settings this chat sets itself, for the worker request and the header."""
+        return {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
+                if v is not None}
 
 
 @dataclass
@@ -85,6 +104,13 @@ class Message:
     stop_reason: str | None = None
     error: dict | None = None
     created: float = field(default_factory=time.time)
+    versions: list | None = None   # every version of this answer when it was written more than once
+    version: int = 0               # the index of the one shown
+
+    def snapshot(self, prompt: str | None = None) -> dict:
+        """This message's shown version as stored in ``versions`` (``prompt``: the question it answered)."""
+        return {"content": self.content, "spans": self.spans, "stats": self.stats, "stop_reason": self.stop_reason,
+                "error": self.error, "prompt": prompt}
 
 
 def default_path() -> Path:
@@ -136,6 +162,11 @@ class ChatStore:
         with self._db:  # written even when current: this is also the check that the file can be written
             if version < 1:
                 self._db.executescript(_SCHEMA_V1)
+            if version < 2:
+                if not self._db.in_transaction:   # one step: a failed upgrade leaves the v1 file as it was
+                    self._db.execute("BEGIN")
+                for statement in filter(str.strip, _SCHEMA_V2.split(";")):
+                    self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- conversations ------------------------------------------------------------------------------
@@ -150,11 +181,11 @@ class ChatStore:
     def conversations(self) -> list[Conversation]:
         """Most recently updated first."""
         rows = self._db.execute("SELECT * FROM conversations ORDER BY updated DESC, id DESC").fetchall()
-        return [Conversation(r["id"], r["title"], r["system_prompt"], r["created"], r["updated"]) for r in rows]
+        return [_conversation(r) for r in rows]
 
     def conversation(self, conversation_id: int) -> Conversation | None:
         r = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-        return Conversation(r["id"], r["title"], r["system_prompt"], r["created"], r["updated"]) if r else None
+        return _conversation(r) if r else None
 
     @_writes
     def update_conversation(self, conversation_id: int, *, title: str | None = None,
@@ -171,6 +202,25 @@ class ChatStore:
             return
         with self._db:
             self._db.execute(f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?", (*args, conversation_id))
+
+    @_writes
+    def set_chat_settings(self, conversation_id: int, *, temperature: float | None,
+                          max_new_tokens: int | None) -> None:
+        """This chat's own temperature and max tokens; None goes back to the global setting."""
+        with self._db:
+            self._db.execute("UPDATE conversations SET temperature = ?, max_new_tokens = ? WHERE id = ?",
+                             (temperature, max_new_tokens, conversation_id))
+
+    def search(self, text: str) -> list[Conversation]:
+        """Chats whose title or any message (any version of an answer) contains ``text``, ignoring case;
+        most recently updated first."""
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._db.execute(
+            "SELECT * FROM conversations c WHERE c.title LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m "
+            "WHERE m.conversation_id = c.id AND (m.content LIKE ?1 ESCAPE '\\' OR EXISTS (SELECT 1 FROM "
+            "json_each(m.versions) v WHERE json_extract(v.value, '$.content') LIKE ?1 ESCAPE '\\'))) "
+            "ORDER BY updated DESC, id DESC", (pattern,)).fetchall()
+        return [_conversation(r) for r in rows]
 
     @_writes
     def delete_conversation(self, conversation_id: int) -> None:
@@ -203,12 +253,82 @@ class ChatStore:
             return
         with self._db:
             self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, message_id))
+            self._sync_version(message_id)
+
+    def _sync_version(self, message_id: int) -> None:
+        """Copy the message's columns into its shown version, so ``versions`` always holds every version."""
+        message = self.message(message_id)
+        if message is None or not message.versions:
+            return
+        versions = list(message.versions)
+        versions[message.version] = message.snapshot(versions[message.version].get("prompt"))
+        self._db.execute("UPDATE messages SET versions = ? WHERE id = ?", (_dump(versions), message_id))
+
+    def message(self, message_id: int) -> Message | None:
+        r = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return _message(r) if r else None
+
+    @_writes
+    def new_version(self, message_id: int, prompt: str | None = None) -> int:
+        """Start another version of an answer, regenerated or (``prompt``: the edited question) answering an
+        edit: the versions so far are kept, the message becomes empty and "generating". Returns its index."""
+        message = self.message(message_id)
+        before = self._user_before(message)
+        if prompt is None:
+            prompt = before.content if before else ""
+        versions = list(message.versions or [message.snapshot(before.content if before else None)])
+        versions.append({"content": "", "spans": None, "stats": None, "stop_reason": "generating", "error": None,
+                         "prompt": prompt})
+        with self._db:
+            self._db.execute("UPDATE messages SET content = '', spans = NULL, stats = NULL, stop_reason = "
+                             "'generating', error = NULL, versions = ?, version = ? WHERE id = ?",
+                             (_dump(versions), len(versions) - 1, message_id))
+            if before is not None:
+                self._db.execute("UPDATE messages SET content = ? WHERE id = ?", (prompt, before.id))
+        return len(versions) - 1
+
+    @_writes
+    def show_version(self, message_id: int, index: int) -> None:
+        """Make version ``index`` of an answer the one shown and sent with later turns, with the question it
+        answered."""
+        message = self.message(message_id)
+        if message is None or not message.versions or not 0 <= index < len(message.versions):
+            raise ValueError(f"message {message_id} has no version {index}")
+        chosen = message.versions[index]
+        before = self._user_before(message)
+        with self._db:
+            self._db.execute("UPDATE messages SET content = ?, spans = ?, stats = ?, stop_reason = ?, error = ?, "
+                             "version = ? WHERE id = ?",
+                             (chosen["content"], _dump(chosen.get("spans")), _dump(chosen.get("stats")),
+                              chosen.get("stop_reason"), _dump(chosen.get("error")), index, message_id))
+            if before is not None and chosen.get("prompt") is not None:
+                self._db.execute("UPDATE messages SET content = ? WHERE id = ?", (chosen["prompt"], before.id))
+
+    def _user_before(self, message: Message) -> Message | None:
+        r = self._db.execute("SELECT * FROM messages WHERE conversation_id = ? AND id < ? AND role = 'user' "
+                             "ORDER BY id DESC LIMIT 1", (message.conversation_id, message.id)).fetchone()
+        return _message(r) if r else None
+
+    @_writes
+    def import_conversation(self, conversation: Conversation, messages: list[Message]) -> Conversation:
+        """Add a whole chat (an imported file) in one transaction: all of it or, on any failure, nothing."""
+        now = time.time()
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO conversations (title, system_prompt, created, updated, temperature, max_new_tokens) "
+                "VALUES (?, ?, ?, ?, ?, ?)", (conversation.title, conversation.system_prompt, conversation.created,
+                                              now, conversation.temperature, conversation.max_new_tokens))
+            self._db.executemany(
+                "INSERT INTO messages (conversation_id, role, content, spans, stats, stop_reason, error, created, "
+                "versions, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(cur.lastrowid, m.role, m.content, _dump(m.spans), _dump(m.stats), m.stop_reason, _dump(m.error),
+                  m.created, _dump(m.versions), m.version) for m in messages])
+        return self.conversation(cur.lastrowid)
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id",
                                 (conversation_id,)).fetchall()
-        return [Message(r["id"], r["conversation_id"], r["role"], r["content"], _load(r["spans"]),
-                        _load(r["stats"]), r["stop_reason"], _load(r["error"]), r["created"]) for r in rows]
+        return [_message(r) for r in rows]
 
     @_writes
     def delete_messages(self, message_ids: list[int]) -> None:
@@ -331,6 +451,16 @@ def _move_aside(path: Path) -> Path:
         if os.path.lexists(f"{path}{companion}"):
             os.rename(f"{path}{companion}", f"{target}{companion}")
     return target
+
+
+def _conversation(r: sqlite3.Row) -> Conversation:
+    return Conversation(r["id"], r["title"], r["system_prompt"], r["created"], r["updated"], r["temperature"],
+                        r["max_new_tokens"])
+
+
+def _message(r: sqlite3.Row) -> Message:
+    return Message(r["id"], r["conversation_id"], r["role"], r["content"], _load(r["spans"]), _load(r["stats"]),
+                   r["stop_reason"], _load(r["error"]), r["created"], _load(r["versions"]), r["version"])
 
 
 def _dump(value) -> str | None:

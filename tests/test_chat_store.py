@@ -277,3 +277,92 @@ def test_data_folder_that_cannot_be_created_keeps_chats_in_memory(tmp_path, monk
     store, notice = open_store()
     assert "kept in memory only" in notice
     store.create_conversation("this session")
+
+
+def _v1_file(path):
+    """A chat file as version 1 wrote it: its schema, user_version 1, one chat with an answer."""
+    db = sqlite3.connect(str(path))
+    db.executescript(chat_store._SCHEMA_V1)
+    db.execute("INSERT INTO conversations (title, system_prompt, created, updated) VALUES ('old', 'be brief', 1, 2)")
+    db.execute("INSERT INTO messages (conversation_id, role, content, created) VALUES (1, 'user', 'hi', 1)")
+    db.execute("INSERT INTO messages (conversation_id, role, content, spans, stats, stop_reason, created) "
+               "VALUES (1, 'assistant', 'hello', '[[\"hello\", true]]', '{\"tau\": 2.5}', 'eos', 2)")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+
+
+def test_a_version_1_file_upgrades_keeping_everything(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    _v1_file(path)
+    store, notice = open_store(path)
+    assert notice is None and not store.read_only
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conv = store.conversations()[0]
+    assert (conv.title, conv.system_prompt, conv.created, conv.updated) == ("old", "be brief", 1, 2)
+    assert (conv.temperature, conv.max_new_tokens, conv.overrides) == (None, None, {})
+    user, answer = store.messages(conv.id)
+    assert (user.content, answer.content, answer.spans, answer.stats, answer.stop_reason) == \
+        ("hi", "hello", [["hello", True]], {"tau": 2.5}, "eos")
+    assert (answer.versions, answer.version) == (None, 0)
+    store.set_chat_settings(conv.id, temperature=0.3, max_new_tokens=99)   # the new columns are writable
+    store.close()
+    assert ChatStore(path).conversation(conv.id).overrides == {"temperature": 0.3, "max_new_tokens": 99}
+
+
+def test_versions_of_an_answer_are_kept_browsed_and_survive_a_restart(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    store = ChatStore(path)
+    conv = store.create_conversation()
+    question = store.add_message(conv.id, "user", "q1")
+    answer = store.add_message(conv.id, "assistant", "a1", stats={"tau": 1.0}, stop_reason="eos")
+    assert store.new_version(answer.id) == 1     # regenerated: the same question
+    assert (store.message(answer.id).content, store.message(answer.id).stop_reason) == ("", "generating")
+    store.update_message(answer.id, content="a2", stats={"tau": 2.0}, stop_reason="length")
+    assert store.new_version(answer.id, "q1 edited") == 2     # an edit: the question changes with the version
+    store.update_message(answer.id, content="a3", stop_reason="eos")
+    store.close()
+
+    store = ChatStore(path)
+    shown = store.message(answer.id)
+    assert [v["content"] for v in shown.versions] == ["a1", "a2", "a3"] and shown.version == 2
+    assert [v["prompt"] for v in shown.versions] == ["q1", "q1", "q1 edited"]
+    assert store.message(question.id).content == "q1 edited"
+    store.show_version(answer.id, 1)
+    back = store.message(answer.id)
+    assert (back.content, back.stats, back.stop_reason, back.version) == ("a2", {"tau": 2.0}, "length", 1)
+    assert store.message(question.id).content == "q1"       # what later turns are sent with
+    with pytest.raises(ValueError, match="no version 3"):
+        store.show_version(answer.id, 3)
+    assert store.message(answer.id).version == 1
+
+
+def test_search_matches_titles_and_any_version_of_any_message(tmp_path):
+    store = ChatStore(tmp_path / "c.sqlite3")
+    a = store.create_conversation("Sorting in Python")
+    b = store.create_conversation("other")
+    answer = store.add_message(b.id, "assistant", "first TAKE")
+    store.new_version(answer.id)
+    store.update_message(answer.id, content="second")
+    c = store.create_conversation("100% sure")
+    assert [x.id for x in store.search("sorting")] == [a.id]
+    assert [x.id for x in store.search("take")] == [b.id]          # an earlier version still matches
+    assert [x.id for x in store.search("0%")] == [c.id]            # % is text, not a wildcard
+    assert store.search("nowhere") == []
+    assert store.search("stop_reason") == []                       # the versions' field names are not text
+
+
+def test_an_upgrade_that_fails_half_way_leaves_the_version_1_file_as_it_was(tmp_path):
+    path = tmp_path / "chats.sqlite3"
+    _v1_file(path)
+    db = sqlite3.connect(str(path))
+    db.execute("ALTER TABLE messages ADD COLUMN versions TEXT")   # the third step of the upgrade will fail
+    db.commit()
+    db.close()
+    with pytest.raises(sqlite3.OperationalError, match="duplicate column"):
+        ChatStore(path)
+    db = sqlite3.connect(str(path))
+    columns = [row[1] for row in db.execute("PRAGMA table_info(conversations)")]
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1 and "temperature" not in columns
+    assert db.execute("SELECT title FROM conversations").fetchall() == [("old",)]
+    db.close()

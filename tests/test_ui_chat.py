@@ -9,14 +9,15 @@ import signal
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QLineEdit, QMessageBox
+from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox
 
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from ui.errors import ErrorBubble
 from ui.message_widget import MessageWidget
 
-from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, chat_worker, echo_pair, home, make_window, send_and_wait  # noqa: F401
+from .ui_chat_fixtures import (ANSWER_TIMEOUT_MS, answer_question, chat_worker, echo_pair, home,  # noqa: F401
+                               make_window, send_and_wait)
 
 
 def answers(window) -> list[MessageWidget]:
@@ -108,32 +109,86 @@ def test_stop_mid_generation_keeps_partial_answer(qtbot, home, chat_worker, echo
     assert stored.stop_reason == "cancelled" and stored.content == done["text"]
 
 
-def test_regenerate_and_edit_and_resend(qtbot, home, chat_worker, echo_pair):
+def visible_question(window) -> QMessageBox | None:
+    return next((b for b in window.findChildren(QMessageBox) if b.isVisible()), None)
+
+
+def test_regenerate_and_edit_keep_versions_browsed_by_keyboard_and_kept_after_a_restart(
+        qtbot, home, chat_worker, echo_pair):
     window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=8))
     send_and_wait(qtbot, window, "first")
     conv_id = window.controller.conversation_id
-    old_id = window.store.messages(conv_id)[-1].id
+    first = window.store.messages(conv_id)[-1]
     answer = answers(window)[-1]
-    assert answer.regenerate_button.isVisibleTo(window)
-    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS):
-        qtbot.mouseClick(answer.regenerate_button, Qt.MouseButton.LeftButton)
-    stored = window.store.messages(conv_id)
-    assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].id != old_id
-    assert len(answers(window)) == 1 and stored[-1].stats["generated_tokens"] == 8
+    assert answer.regenerate_button.isVisibleTo(window) and not answer.next_button.isVisibleTo(window)
 
+    # greedy: the user is told it gives the same answer; Cancel changes nothing
+    qtbot.mouseClick(answer.regenerate_button, Qt.MouseButton.LeftButton)
+    question = visible_question(window)
+    assert question is not None and "gives the same answer again" in question.text()
+    answer_question(window, "Cancel")
+    assert window.store.message(first.id).versions is None and not window.controller.generating
+    # sampling this once: a second version of the same message, the first kept
+    qtbot.mouseClick(answer.regenerate_button, Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS):
+        answer_question(window, "Sample at temperature 0.7")
+    stored = window.store.messages(conv_id)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].id == first.id
+    assert stored[-1].version == 1 and stored[-1].versions[0]["content"] == first.content
+    assert stored[-1].content != first.content    # sampled: the echo pair's flat logits give other tokens
+    assert stored[-1].stats["generated_tokens"] == 8 and len(answers(window)) == 1
+    assert answers(window)[-1].version_label.text() == "2/2" and answers(window)[-1].previous_button.isEnabled()
+
+    # edit-and-resend: a third version, answering the edited question
     user = window.chat_view.messages[0]
     qtbot.mouseClick(user.edit_button, Qt.MouseButton.LeftButton)
     assert user.editor is not None
-    user.editor.setPlainText("second")
+    user.editor.setPlainText("second, a much longer question than the first one was")
     send = next(b for b in user.findChildren(type(window.chat_view.send_button)) if b.text() == "Send")
     with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS):
         qtbot.mouseClick(send, Qt.MouseButton.LeftButton)
     stored = window.store.messages(conv_id)
-    assert [(m.role, m.content) for m in stored][0] == ("user", "second") and len(stored) == 2
+    assert [(m.role, m.content) for m in stored][0] == ("user", "second, a much longer question than the first one was")
+    assert len(stored) == 2 and len(stored[-1].versions) == 3
     qtbot.waitUntil(lambda: len(window.chat_view.messages) == 2, timeout=5000)
+    assert answers(window)[-1].version_label.text() == "3/3"
 
-    answers(window)[-1].copy_button.click()
-    assert QGuiApplication.clipboard().text() == stored[-1].content
+    # back to version 1 with the keyboard: the question it answered comes back, the focus stays on the arrows
+    previous = answers(window)[-1].previous_button
+    assert previous.accessibleName() and previous.toolTip() and previous.focusPolicy() & Qt.FocusPolicy.TabFocus
+    window.activateWindow()    # the question box had the focus
+    qtbot.waitUntil(window.isActiveWindow)
+    previous.setFocus()
+    qtbot.keyClick(previous, Qt.Key.Key_Space)
+    assert answers(window)[-1].version_label.text() == "2/3" and QApplication.focusWidget() is previous
+    qtbot.keyClick(previous, Qt.Key.Key_Space)
+    shown = answers(window)[-1]
+    assert shown.version_label.text() == "1/3" and shown.text == first.content
+    assert window.chat_view.messages[0].text == "first" and QApplication.focusWidget() is shown.next_button
+    # the shown version is what later turns are sent with
+    short = send_and_wait(qtbot, window, "more")["stats"]["prompt_tokens"]
+    assert [m.content for m in window.store.messages(conv_id)[:2]] == ["first", first.content]
+    window.controller.show_version(first.id, 2)
+    assert window.chat_view.messages[0].text.startswith("second")
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as rewritten:
+        window.regenerate_action.trigger()
+        answer_question(window, "Regenerate anyway")
+        window.controller.show_version(first.id, 0)     # refused while an answer is being written
+        assert window.store.message(first.id).version == 2 and "Wait for the answer" in window.status_label.text()
+    assert rewritten.args[0]["stats"]["prompt_tokens"] > short   # sent with the longer question
+    more = window.store.messages(conv_id)[-1]
+    assert more.versions[1]["content"] == more.versions[0]["content"] != ""     # greedy: the same text again
+    window.close()
+
+    again = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=8),
+                        store=ChatStore(), wait_ready=False)
+    again.controller.open_conversation(conv_id)
+    restored = answers(again)[0]
+    assert restored.version_label.text() == "3/3"
+    qtbot.waitUntil(lambda: restored.previous_button.isVisibleTo(again))   # the layout shows new bubbles next turn
+    assert again.chat_view.messages[0].text == "second, a much longer question than the first one was"
+    answers(again)[-1].copy_button.click()
+    assert QGuiApplication.clipboard().text() == again.store.messages(conv_id)[-1].content
 
 
 def test_new_and_delete_chat_and_persistence(qtbot, home, chat_worker, echo_pair, monkeypatch):

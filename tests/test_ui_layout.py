@@ -15,7 +15,7 @@ from dflash_desktop.chat_store import ChatStore
 from ui import theme
 from ui.message_widget import MessageWidget
 
-from .ui_chat_fixtures import chat_worker, echo_pair, home, make_window, send_and_wait  # noqa: F401
+from .ui_chat_fixtures import answer_question, chat_worker, echo_pair, home, make_window, send_and_wait  # noqa: F401
 
 
 def cut_labels(window) -> list[str]:
@@ -133,6 +133,7 @@ def test_keyboard_tab_leaves_the_box_and_every_action_has_a_shortcut(qtbot, home
     assert {t for _, t in reached} >= {"Copy", "Edit", "Regenerate"}
     with qtbot.waitSignal(window.controller.answerFinished, timeout=60_000):
         window.regenerate_action.trigger()
+        answer_question(window, "Regenerate anyway")   # greedy: asked first
     window.edit_last_action.trigger()
     user = [w for w in window.chat_view.messages if isinstance(w, MessageWidget) and w.role == "user"][-1]
     assert user.editor is not None

@@ -76,3 +76,10 @@ def send_and_wait(qtbot, window, text: str) -> dict:
         qtbot.keyClicks(window.chat_view.input, text)
         qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return)
     return blocker.args[0]
+
+
+def answer_question(window, button_text: str) -> None:
+    """Click a button of the window-modal question box now open on the window (the greedy-regenerate one)."""
+    from PySide6.QtWidgets import QMessageBox
+    box = next(b for b in window.findChildren(QMessageBox) if b.isVisible())
+    next(b for b in box.buttons() if b.text() == button_text).click()

@@ -15,6 +15,7 @@ from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.session import BaselineRecord
 
+from .chat_settings_dialog import greedy_question
 from .chat_view import ChatView
 from .message_widget import MessageWidget
 from .stats_panel import StatsPanel
@@ -38,6 +39,7 @@ class ChatController(QObject):
         self.pair_info: dict | None = None
         self.conversation_id: int | None = None
         self._pending_system_prompt = ""
+        self._pending_overrides: dict = {}   # chat settings chosen before the chat's first message
         self._load_id: str | None = None
         self._calib_id: str | None = None
         self._gen: dict | None = None      # id, widget, message_id, conversation_id
@@ -64,6 +66,7 @@ class ChatController(QObject):
         view.stopRequested.connect(self.stop)
         view.regenerateRequested.connect(self.regenerate)
         view.editSubmitted.connect(self.edit_and_resend)
+        view.versionRequested.connect(self.show_version)
         view.systemPromptChanged.connect(self.set_system_prompt)
         view.thinking.toggled.connect(self._on_thinking_toggled)
         panel.remeasureRequested.connect(self.calibrate)
@@ -214,7 +217,9 @@ class ChatController(QObject):
             self.stop()
         self.conversation_id = None
         self._pending_system_prompt = ""
+        self._pending_overrides = {}
         self.view.load([], "")
+        self.view.show_chat_settings({})
         self.view.set_context(used=0)
         self.panel.clear_answer()
         self.currentConversationChanged.emit(-1)
@@ -230,6 +235,7 @@ class ChatController(QObject):
         self.conversation_id = conv.id
         messages = self.store.messages(conv.id)
         self.view.load(messages, conv.system_prompt, self.pair_info)
+        self.view.show_chat_settings(conv.overrides)
         self.show_stats_of(messages)
         self.currentConversationChanged.emit(conv.id)
 
@@ -267,12 +273,38 @@ class ChatController(QObject):
         else:
             self.store.update_conversation(self.conversation_id, system_prompt=text)
 
+    def chat_overrides(self) -> dict:
+        """The temperature and max tokens the chat on screen sets itself (not the global ones)."""
+        if self.conversation_id is None:
+            return dict(self._pending_overrides)
+        conv = self.store.conversation(self.conversation_id)
+        return conv.overrides if conv else {}
+
+    def set_chat_overrides(self, overrides: dict) -> None:
+        """{} goes back to the global settings; used from the chat's next answer on."""
+        if self.conversation_id is None:
+            self._pending_overrides = dict(overrides)
+        else:
+            self.store.set_chat_settings(self.conversation_id, temperature=overrides.get("temperature"),
+                                         max_new_tokens=overrides.get("max_new_tokens"))
+        self.view.show_chat_settings(overrides)
+        own = ", ".join(f"{k.replace('max_new_tokens', 'max tokens')} {v:g}" for k, v in overrides.items())
+        self.statusMessage.emit(f"This chat now uses its own {own}." if own else
+                                "This chat now follows the global temperature and max tokens.")
+
+    def generation_settings(self) -> dict:
+        """The worker's settings for the chat on screen: the global ones, with the chat's own on top."""
+        return {**self.settings.generation((self.pair_info or {}).get("block_size")), **self.chat_overrides()}
+
     # -- answers ------------------------------------------------------------------------------------
     def send(self, text: str) -> None:
         if self._gen is not None or not text.strip():
             return
         if self.conversation_id is None:
             conv = self.store.create_conversation(session.title_from(text), self._pending_system_prompt)
+            if self._pending_overrides:
+                self.store.set_chat_settings(conv.id, temperature=self._pending_overrides.get("temperature"),
+                                             max_new_tokens=self._pending_overrides.get("max_new_tokens"))
             self.conversation_id = conv.id
             self.currentConversationChanged.emit(conv.id)
         message = self.store.add_message(self.conversation_id, "user", text)
@@ -280,29 +312,79 @@ class ChatController(QObject):
         self.conversationsChanged.emit()
         self._start_answer()
 
-    def regenerate(self) -> None:
-        """Drop the last answer (and its error, if any) and write it again."""
+    def _last_answer(self):
+        if self._gen is not None or self.conversation_id is None:
+            return None
+        messages = self.store.messages(self.conversation_id)
+        return messages[-1] if messages and messages[-1].role == "assistant" else None
+
+    def regenerate(self):
+        """Write the last answer again as a new version (the earlier ones stay, browsable with < >). At
+        temperature 0 the same answer would come back, so the user is asked first: returns that question."""
+        if self._last_answer() is None:
+            return None
+        if self.generation_settings()["temperature"] == 0:
+            return greedy_question(self.view, self.regenerate_at)
+        self.regenerate_at(None)
+        return None
+
+    def regenerate_at(self, temperature: float | None) -> None:
+        """Regenerate now; ``temperature`` (None: the chat's) is for this answer only."""
+        last = self._last_answer()
+        if last is None:
+            return
+        self.store.new_version(last.id)
+        widget = self.view.user_widget(last.id)
+        if widget is not None:
+            self.view.remove_from(widget)   # with the error bubble under it, if any
+        self._start_answer(last.id, {} if temperature is None else {"temperature": temperature})
+
+    def edit_and_resend(self, message_id: int, text: str) -> None:
+        """Replace a user turn and write its answer again: the answer's earlier versions (each with the question
+        it answered) are kept; later turns go. A turn without an answer is simply sent again."""
         if self._gen is not None or self.conversation_id is None:
             return
         messages = self.store.messages(self.conversation_id)
-        if not messages or messages[-1].role != "assistant":
+        after = [m for m in messages if m.id > message_id]
+        if not after or after[0].role != "assistant":
+            self.store.delete_from(self.conversation_id, message_id)
+            widget = self.view.user_widget(message_id)
+            if widget is not None:
+                self.view.remove_from(widget)
+            self.send(text)
             return
-        last = messages[-1]
-        self.store.delete_from(self.conversation_id, last.id)
-        widget = next((w for w in self.view.messages if isinstance(w, MessageWidget) and w.message_id == last.id), None)
-        if widget is not None:
-            self.view.remove_from(widget)
-        self._start_answer()
+        answer = after[0]
+        self.store.delete_messages([m.id for m in after[1:]])
+        self.store.new_version(answer.id, text)
+        self.view.user_widget(message_id).set_content(text)
+        self.view.remove_from(self.view.user_widget(answer.id))
+        self.conversationsChanged.emit()
+        self._start_answer(answer.id)
 
-    def edit_and_resend(self, message_id: int, text: str) -> None:
-        """Replace a user turn: it and everything after it go, the edited text is sent."""
+    def show_version(self, message_id: int, index: int) -> None:
+        """Show another version of an answer (and the question it answered); later turns are sent with it."""
         if self._gen is not None or self.conversation_id is None:
+            self.statusMessage.emit("Wait for the answer being written (or stop it) to switch versions.")
             return
-        self.store.delete_from(self.conversation_id, message_id)
+        forward = index > self.store.message(message_id).version
+        self.store.show_version(message_id, index)
+        messages = self.store.messages(self.conversation_id)
+        shown = next(m for m in messages if m.id == message_id)
+        question = [m for m in messages if m.role == "user" and m.id < message_id]
         widget = self.view.user_widget(message_id)
-        if widget is not None:
-            self.view.remove_from(widget)
-        self.send(text)
+        if widget is not None:   # updated in place: the arrow being pressed stays, with the keyboard on it
+            if question and self.view.user_widget(question[-1].id) is not None:
+                self.view.user_widget(question[-1].id).set_content(question[-1].content)
+                widget.set_prefix(question[-1].content)
+            widget.set_content(shown.content, shown.spans or [[shown.content, False]])
+            widget.set_footer(shown.stats, shown.stop_reason)
+            ahead, back = ((widget.next_button, widget.previous_button) if forward else
+                           (widget.previous_button, widget.next_button))
+            on_arrows = ahead.hasFocus() or back.hasFocus()
+            widget.set_versions(shown.version, len(shown.versions))
+            if on_arrows and not ahead.isEnabled():   # at the first or last version: the other arrow
+                back.setFocus()
+        self.show_stats_of(messages)
 
     def stop(self) -> None:
         gen = self._gen
@@ -314,12 +396,17 @@ class ChatController(QObject):
         else:
             self.worker.cancel(gen["id"])
 
-    def _start_answer(self) -> None:
+    def _start_answer(self, message_id: int | None = None, overrides: dict | None = None) -> None:
+        """Write an answer into a new message, or into a new version of ``message_id``; ``overrides``: settings
+        for this answer only (a regeneration sampled at another temperature)."""
         users = [w for w in self.view.messages if isinstance(w, MessageWidget) and w.role == "user"]
         widget = self.view.add_assistant(prefix=users[-1].text if users else "")
-        message = self.store.add_message(self.conversation_id, "assistant", "", stop_reason="generating")
+        message = (self.store.message(message_id) if message_id is not None else
+                   self.store.add_message(self.conversation_id, "assistant", "", stop_reason="generating"))
         widget.message_id = message.id
-        self._gen = {"id": None, "widget": widget, "message_id": message.id, "conversation_id": self.conversation_id}
+        widget.set_versions(message.version, len(message.versions or ()) or 1)
+        self._gen = {"id": None, "widget": widget, "message_id": message.id, "conversation_id": self.conversation_id,
+                     "overrides": overrides or {}}
         self.view.set_busy(True)
         self.view.mark_last()
         self.panel.start_answer()
@@ -362,8 +449,7 @@ class ChatController(QObject):
         if self.pair_info.get("engine") != "remote":   # a server's answer does not run on this machine's CPU
             self._gen["meter"] = CpuMeter([self.worker_pid()]).start()
         self._gen["id"] = self.worker.generate(
-            **request, enable_thinking=thinking,
-            settings=self.settings.generation(self.pair_info.get("block_size")))
+            **request, enable_thinking=thinking, settings={**self.generation_settings(), **self._gen["overrides"]})
 
     def _on_tokens(self, ev: dict) -> None:
         gen = self._gen
@@ -438,6 +524,8 @@ class ChatController(QObject):
         if visible:
             widget.set_content(text, spans)
             widget.set_footer(stats, stop_reason)
+            stored = self.store.message(gen["message_id"])
+            widget.set_versions(stored.version, len(stored.versions or ()) or 1)
             if stats:
                 self.view.set_context(used=int(stats.get("prompt_tokens") or 0) + int(stats.get("generated_tokens") or 0))
             if is_error and ev.get("code") == "prompt_too_long":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
-                               QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
+                               QScrollArea, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
 from .errors import ErrorBubble
 from .markdown import mono_font
@@ -119,6 +119,8 @@ class ChatView(QWidget):
     stopRequested = Signal()
     regenerateRequested = Signal()
     editSubmitted = Signal(int, str)
+    versionRequested = Signal(int, int)   # answer's message id, version index
+    chatSettingsRequested = Signal()
     systemPromptChanged = Signal(str)
 
     def __init__(self, parent: QWidget | None = None):
@@ -140,6 +142,12 @@ class ChatView(QWidget):
         self.system_prompt.setToolTip("Instructions the model reads before every message of this chat.")
         self.system_prompt.editingFinished.connect(lambda: self.systemPromptChanged.emit(self.system_prompt.text()))
         top.addWidget(self.system_prompt, 1)
+        self.chat_settings = QToolButton()
+        self.chat_settings.setObjectName("chatSettings")
+        self.chat_settings.setAccessibleName("Chat settings: temperature and max tokens for this chat")
+        self.chat_settings.clicked.connect(self.chatSettingsRequested)
+        self.show_chat_settings({})
+        top.addWidget(self.chat_settings)
         self.thinking = QCheckBox("Thinking")
         self.thinking.setAccessibleName("Let the model think before answering")
         self.thinking.setToolTip("Only for models whose chat template supports a thinking mode. The drafter "
@@ -355,6 +363,7 @@ class ChatView(QWidget):
                 w = self.add_assistant(m.id, prefix=before[-1].content if before else "")
                 w.set_content(m.content, m.spans or [[m.content, False]])
                 w.set_footer(m.stats, m.stop_reason)
+                w.set_versions(m.version, len(m.versions or ()) or 1)
                 if m.error:
                     self.add_error(m.error, pair_info)
         self.mark_last()
@@ -379,6 +388,7 @@ class ChatView(QWidget):
         if prefix:
             w.set_prefix(prefix)
         w.regenerateRequested.connect(self.regenerateRequested)
+        w.versionRequested.connect(self.versionRequested)
         self._add(w)
         return w
 
@@ -403,6 +413,15 @@ class ChatView(QWidget):
         answers = [w for w in self.messages if isinstance(w, MessageWidget)]
         for w in answers:
             w.set_last_answer(w is answers[-1])
+
+    def show_chat_settings(self, overrides: dict) -> None:
+        """The header button says when this chat overrides the global temperature or max tokens."""
+        words = {"temperature": "temperature {:g}", "max_new_tokens": "max {} tokens"}
+        own = ", ".join(words[k].format(v) for k, v in overrides.items())
+        self.chat_settings.setText(f"Chat: {own}" if own else "Chat settings")
+        self.chat_settings.setToolTip((f"This chat uses its own {own} instead of the global settings. "
+                                       if own else "This chat uses the global temperature and max tokens. ")
+                                      + "Click to change them for this chat only (Ctrl+Shift+T).")
 
     def set_highlight(self, on: bool) -> None:
         self.highlight = on

@@ -1,13 +1,32 @@
-"""The sidebar: a New chat button over the list of conversations (newest first). A chat is renamed in
+"""The sidebar: a New chat button and a search box over the list of conversations (newest first). The
+search filters the list live (titles and message text, searched by the window in the chat store); Escape
+clears it. A chat is renamed in
 place (F2, double-click or the context menu) and deleted from the context menu, the Delete key or the
 button under the list (always after a confirmation)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QAbstractItemView, QListView, QMenu, QMessageBox, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (QAbstractItemView, QLabel, QLineEdit, QListView, QMenu, QMessageBox, QPushButton,
+                               QVBoxLayout, QWidget)
 
 from .models import ConversationListModel
+
+
+class SearchBox(QLineEdit):
+    """Escape clears the search (taken before the window's Escape, which stops an answer)."""
+
+    def event(self, event) -> bool:
+        if event.type() == event.Type.ShortcutOverride and event.key() == Qt.Key.Key_Escape and self.text():
+            event.accept()
+            return True
+        return super().event(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:   # noqa: N802
+        if event.key() == Qt.Key.Key_Escape and self.text():
+            self.clear()
+            return
+        super().keyPressEvent(event)
 
 
 class ConversationList(QWidget):
@@ -15,6 +34,7 @@ class ConversationList(QWidget):
     newChatRequested = Signal()
     deleteRequested = Signal(int)      # already confirmed by the user
     renameRequested = Signal(int, str)  # conversation id, new title
+    searchChanged = Signal(str)         # the search box's text, as typed ("" when cleared)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -29,6 +49,20 @@ class ConversationList(QWidget):
         self.new_button.setToolTip("New chat (Ctrl+N)")
         self.new_button.clicked.connect(self.newChatRequested)
         layout.addWidget(self.new_button)
+        self.search = SearchBox()
+        self.search.setObjectName("chatSearch")
+        self.search.setPlaceholderText("Search chats")
+        self.search.setAccessibleName("Search chats")
+        self.search.setToolTip("Shows only the chats whose title or messages contain this text (Ctrl+F). "
+                               "Escape clears it.")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self.searchChanged)
+        layout.addWidget(self.search)
+        self.no_match = QLabel("")
+        self.no_match.setObjectName("muted")
+        self.no_match.setWordWrap(True)
+        self.no_match.hide()
+        layout.addWidget(self.no_match)
         self.view = QListView()
         self.view.setObjectName("conversationList")
         self.view.setAccessibleName("Conversations")
@@ -57,8 +91,12 @@ class ConversationList(QWidget):
         self.setMinimumWidth(200)
 
     def set_conversations(self, conversations, current_id: int | None) -> None:
+        """``conversations``: those matching the search box (all of them when it is empty)."""
         self.model.set_conversations(conversations)
         self.select(current_id)
+        query = self.search.text()
+        self.no_match.setText(f"No chat contains “{query}”." if query and not conversations else "")
+        self.no_match.setVisible(bool(query) and not conversations)
 
     def select(self, conversation_id: int | None) -> None:
         row = self.model.row_of(conversation_id) if conversation_id is not None else -1

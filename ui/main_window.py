@@ -4,8 +4,8 @@ DFlash stats dock on the right, actions in the toolbar and the model's state in 
 Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `controller`, the
 actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, `stats_action`,
 `settings_action`, `server_action`, `stop_action`), `local_server` and `server_status`, and `show_stats()`,
-`toggle_demo()`, `toggle_server()`, `open_model_picker()`, `open_settings()`, `show_error()`,
-`show_store_notice()`, `show_store_error()`, `bring_to_front()`.
+`toggle_demo()`, `toggle_server()`, `open_model_picker()`, `open_settings()`, `open_chat_settings()`,
+`export_chat()`, `import_chat()`, `show_error()`, `show_store_notice()`, `show_store_error()`, `bring_to_front()`.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
-                               QStackedWidget, QToolBar, QToolButton)
+from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
+                               QSplitter, QStackedWidget, QToolBar, QToolButton)
 
-from dflash_desktop import downloads, run_plan
+from dflash_desktop import chat_export, downloads, run_plan
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import CatalogError, load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
@@ -25,6 +25,7 @@ from engine.backends import ENGINES, missing_engines
 
 from . import theme
 from .chat_controller import ChatController
+from .chat_settings_dialog import ChatSettingsDialog
 from .chat_view import ChatView
 from .message_widget import MessageWidget
 from .conversation_list import ConversationList
@@ -207,6 +208,20 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action("Keyboard shortcuts", "F1", self.show_shortcuts,
                                              "List every keyboard shortcut")
         self.about_action = self._action("About DFlash Desktop", None, self.show_about, "Versions and licence")
+        self.find_action = self._action("Search chats", "Ctrl+F", self.focus_search,
+                                        "Find chats by title or message text")
+        self.export_action = self._action("Export chat…", "Ctrl+Shift+S", lambda: self.export_chat(),
+                                          "Save this chat as Markdown, or as JSON to import again")
+        self.import_action = self._action("Import chat…", "Ctrl+O", lambda: self.import_chat(),
+                                          "Add a chat exported as JSON")
+        self.previous_version_action = self._action("Previous answer version", "Ctrl+[",
+                                                    lambda: self.step_last_answer_version(-1),
+                                                    "Show the newest answer's previous version")
+        self.next_version_action = self._action("Next answer version", "Ctrl+]",
+                                                lambda: self.step_last_answer_version(1),
+                                                "Show the newest answer's next version")
+        self.chat_settings_action = self._action("Chat settings…", "Ctrl+Shift+T", self.open_chat_settings,
+                                                 "Temperature and max tokens for this chat only")
 
         bar = QToolBar("Main")
         bar.setObjectName("mainToolbar")
@@ -229,9 +244,11 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         """Every action, with its shortcut, in a menu bar: File, Edit, View, Model, Help."""
-        menus = {"&File": (self.new_chat_action, None, self.quit_action),
+        menus = {"&File": (self.new_chat_action, None, self.export_action, self.import_action, None, self.quit_action),
                  "&Edit": (self.send_action, self.stop_action, None, self.copy_answer_action, self.copy_code_action,
-                           self.edit_last_action, self.regenerate_action, None, self.focus_input_action),
+                           self.edit_last_action, self.regenerate_action, self.previous_version_action,
+                           self.next_version_action, None, self.focus_input_action,
+                           self.find_action, self.chat_settings_action),
                  "&View": (self.sidebar_action, self.stats_action, self.highlight_action, None, self.demo_action),
                  "&Model": (self.models_action, self.unload_action, self.remeasure_action, None, self.server_action, self.settings_action),
                  "&Help": (self.shortcuts_action, self.about_action)}
@@ -279,6 +296,8 @@ class MainWindow(QMainWindow):
         self.sidebar.newChatRequested.connect(c.new_chat)
         self.sidebar.deleteRequested.connect(c.delete_conversation)
         self.sidebar.renameRequested.connect(c.rename_conversation)
+        self.sidebar.searchChanged.connect(self.refresh_conversations)
+        self.chat_view.chatSettingsRequested.connect(self.open_chat_settings)
         self.worker.error.connect(self._worker_error)
         self.worker.jobs.connect(self.server_status.show_jobs)
         self.local_server.changed.connect(self._server_changed)
@@ -286,7 +305,66 @@ class MainWindow(QMainWindow):
 
     # -- slots --------------------------------------------------------------------------------------
     def refresh_conversations(self) -> None:
-        self.sidebar.set_conversations(self.store.conversations(), self.controller.conversation_id)
+        """The chats list, filtered by the search box (titles and message text) when it holds text."""
+        query = self.sidebar.search.text().strip()
+        found = self.store.search(query) if query else self.store.conversations()
+        self.sidebar.set_conversations(found, self.controller.conversation_id)
+
+    def focus_search(self) -> None:
+        self.show_sidebar(True)
+        self.sidebar.search.setFocus()
+        self.sidebar.search.selectAll()
+
+    def export_chat(self, path: str | Path | None = None) -> Path | None:
+        """Write the chat on screen where the user chooses (``path``: already chosen): .json or Markdown."""
+        conv = self.store.conversation(self.controller.conversation_id or 0)
+        if conv is None:
+            self.status_label.setText("Nothing to export yet: open a chat, or send a first message.")
+            return None
+        if path is None:
+            name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conv.title).strip() or "chat"
+            path, kind = QFileDialog.getSaveFileName(self, "Export chat", str(Path.home() / f"{name}.md"),
+                                                     "Markdown, to read (*.md);;JSON, to import again (*.json)")
+            if not path:
+                return None
+            if not Path(path).suffix:
+                path += ".json" if "json" in kind else ".md"
+        try:
+            written = chat_export.export_chat(self.store, conv.id, path)
+        except OSError as exc:
+            self._message(QMessageBox.Icon.Warning, f"The chat could not be exported to {path}: {exc}. Choose a "
+                                                    "folder you can write to, with free space.")
+            return None
+        self.status_label.setText(f"Exported “{conv.title}” to {written}.")
+        return written
+
+    def import_chat(self, path: str | Path | None = None):
+        """Add a chat from a JSON export and open it; a bad file is refused with the reason, adding nothing."""
+        if path is None:
+            path = QFileDialog.getOpenFileName(self, "Import chat", str(Path.home()),
+                                               "Chat exported as JSON (*.json)")[0]
+            if not path:
+                return None
+        try:
+            conv = chat_export.import_chat(self.store, path)
+        except chat_export.ChatImportError as exc:
+            self._message(QMessageBox.Icon.Warning, str(exc))
+            return None
+        self.sidebar.search.clear()      # the new chat shows whatever was searched
+        self.refresh_conversations()
+        self.controller.open_conversation(conv.id)
+        self.status_label.setText(f"Imported “{conv.title}” from {path}.")
+        return conv
+
+    def open_chat_settings(self) -> ChatSettingsDialog:
+        """The chat on screen's own temperature and max tokens (non-blocking); returned for tests."""
+        conv = self.store.conversation(self.controller.conversation_id or 0)
+        dialog = ChatSettingsDialog(conv.title if conv else "this new chat", self.controller.chat_overrides(),
+                                    self.settings, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self.controller.set_chat_overrides(dialog.result_overrides))
+        dialog.open()
+        return dialog
 
     def _show_pair(self, ev: dict) -> None:
         if ev.get("engine") == "remote":
@@ -349,6 +427,13 @@ class MainWindow(QMainWindow):
         if answers:
             QGuiApplication.clipboard().setText(answers[-1].code_blocks[-1])
             self.statusBar().showMessage("Copied the code block.", 3000)
+
+    def step_last_answer_version(self, step: int) -> None:
+        answers = self._answers()
+        if answers and answers[-1].version_count > 1:
+            answers[-1].step_version(step)
+        else:
+            self.status_label.setText("The newest answer has one version: Regenerate (Ctrl+R) writes another.")
 
     def edit_last_message(self) -> None:
         users = [w for w in self.chat_view.messages if isinstance(w, MessageWidget) and w.role == "user"]

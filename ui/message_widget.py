@@ -1,5 +1,6 @@
 """One chat message: a bubble with the rendered text, a footer of generation stats and small actions
-(copy, edit-and-resend for the user's turns, regenerate for the last answer)."""
+(copy, edit-and-resend for the user's turns, regenerate for the last answer, < 2/3 > between the versions of
+an answer written more than once)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QUrl, Signal
@@ -56,6 +57,7 @@ class AutoHeightBrowser(QTextBrowser):
 class MessageWidget(QFrame):
     editSubmitted = Signal(int, str)     # message id, new text
     regenerateRequested = Signal()
+    versionRequested = Signal(int, int)  # message id, index of the version to show
 
     def __init__(self, role: str, message_id: int | None = None, highlight: bool = False,
                  code_only: bool = False, parent: QWidget | None = None):
@@ -86,6 +88,15 @@ class MessageWidget(QFrame):
         self.footer.setMinimumWidth(1)
         self.footer.setAccessibleName("Generation statistics")
         row.addWidget(self.footer, 1)
+        self.version, self.version_count = 0, 1
+        self.previous_button = self._action("<", "Show the previous version of this answer",
+                                            lambda: self.step_version(-1))
+        self.version_label = QLabel("")
+        self.version_label.setObjectName("footer")
+        self.next_button = self._action(">", "Show the next version of this answer", lambda: self.step_version(1))
+        for w in (self.previous_button, self.version_label, self.next_button):
+            w.setVisible(False)
+            row.addWidget(w)
         self.copy_button = self._action("Copy", "Copy this message", self.copy_to_clipboard)
         row.addWidget(self.copy_button)
         self.edit_button = self._action("Edit", "Edit this message and send it again", self.start_edit)
@@ -138,6 +149,23 @@ class MessageWidget(QFrame):
     def set_footer(self, stats: dict | None, stop_reason: str | None) -> None:
         self.footer.setText(footer_text(stats, stop_reason))
 
+    def set_versions(self, index: int, count: int) -> None:
+        """Show ``index + 1 / count`` with < > when the answer has more than one version."""
+        self.version, self.version_count = index, count
+        self.version_label.setText(f"{index + 1}/{count}")
+        self.version_label.setAccessibleName(f"Version {index + 1} of {count} of this answer")
+        self.version_label.setToolTip(f"This answer was written {count} times; version {index + 1} is shown, and "
+                                      "it is the one later messages are sent with.")
+        for w in (self.previous_button, self.version_label, self.next_button):
+            w.setVisible(count > 1)
+        self.previous_button.setEnabled(index > 0)
+        self.next_button.setEnabled(index < count - 1)
+
+    def step_version(self, step: int) -> None:
+        index = self.version + step
+        if 0 <= index < self.version_count and self.message_id is not None:
+            self.versionRequested.emit(self.message_id, index)
+
     def set_last_answer(self, last: bool) -> None:
         self.regenerate_button.setVisible(last and self.role == "assistant")
 
@@ -153,7 +181,8 @@ class MessageWidget(QFrame):
                 QGuiApplication.clipboard().setText(self.code_blocks[index])
 
     def start_edit(self) -> None:
-        """Swap the text for an editor with Send / Cancel; sending drops every later message."""
+        """Swap the text for an editor with Send / Cancel; sending writes the answer again as a new version
+        (the earlier ones are kept) and drops the turns after it."""
         if self.editor is not None:
             return
         self.editor = QPlainTextEdit(self.text, self)

@@ -1,0 +1,119 @@
+"""Export and import of one chat: Markdown to read, JSON that comes back whole (stats, spans, versions, the
+chat's own settings), and an import that refuses every malformed file with a message naming the problem and
+adds nothing."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dflash_desktop import chat_export
+from dflash_desktop.chat_export import ChatImportError, export_chat, import_chat
+from dflash_desktop.chat_store import ChatStore
+
+
+@pytest.fixture
+def chat(tmp_path):
+    store = ChatStore(tmp_path / "c.sqlite3")
+    conv = store.create_conversation("Sorting", "be brief")
+    store.set_chat_settings(conv.id, temperature=0.4, max_new_tokens=77)
+    store.add_message(conv.id, "user", "how do I sort?")
+    answer = store.add_message(conv.id, "assistant", "use sorted()", spans=[["use ", True], ["sorted()", False]],
+                               stats={"tau": 2.5, "decode_tok_s": 40.0}, stop_reason="eos")
+    store.new_version(answer.id, "how do I sort a list?")
+    store.update_message(answer.id, content="list.sort()", stats={"tau": 3.0}, stop_reason="length")
+    return store, conv.id
+
+
+def test_json_round_trip_keeps_stats_spans_versions_and_settings(chat, tmp_path):
+    store, conv_id = chat
+    path = export_chat(store, conv_id, tmp_path / "sorting.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["messages"][1]["stats"] == {"tau": 3.0}
+    assert [v["content"] for v in data["messages"][1]["versions"]] == ["use sorted()", "list.sort()"]
+
+    other = ChatStore(tmp_path / "other.sqlite3")
+    imported = import_chat(other, path)
+    assert (imported.title, imported.system_prompt, imported.overrides) == \
+        ("Sorting", "be brief", {"temperature": 0.4, "max_new_tokens": 77})
+    before, after = store.messages(conv_id), other.messages(imported.id)
+    assert [(m.role, m.content, m.spans, m.stats, m.stop_reason, m.versions, m.version) for m in after] == \
+        [(m.role, m.content, m.spans, m.stats, m.stop_reason, m.versions, m.version) for m in before]
+    other.show_version(after[1].id, 0)     # the versions still browse after the import
+    assert [m.content for m in other.messages(imported.id)] == ["how do I sort?", "use sorted()"]
+
+
+def test_markdown_export_reads_as_a_conversation(chat, tmp_path):
+    store, conv_id = chat
+    text = export_chat(store, conv_id, tmp_path / "sorting.md").read_text(encoding="utf-8")
+    assert text.startswith("# Sorting\n")
+    assert "> System prompt: be brief" in text
+    assert text.index("## You") < text.index("how do I sort a list?") < text.index("## DFlash (version 2 of 2)")
+    assert "list.sort()" in text and "use sorted()" not in text   # the version shown
+
+
+def _exported(chat, tmp_path) -> dict:
+    store, conv_id = chat
+    return json.loads(export_chat(store, conv_id, tmp_path / "good.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("spoil, problem", [
+    (lambda d: d.pop("format"), "not a DFlash Desktop chat export"),
+    (lambda d: d.update(version=99), "newer DFlash Desktop (chat export version 99"),
+    (lambda d: d.update(version="1"), "no whole-number \"version\""),
+    (lambda d: d["messages"][0].update(role="root"), "message 1 with role 'root'"),
+    (lambda d: d["messages"][1].update(content=5), "\"message 2 content\" that is not text"),
+    (lambda d: d["messages"][1].update(spans=[["a", "yes"]]), "message 2 whose \"spans\""),
+    (lambda d: d["messages"][1].update(stats=[1]), "message 2 whose \"stats\" is not an object"),
+    (lambda d: d["messages"][1].update(version=5), "message 2 whose \"version\" does not name"),
+    (lambda d: d["messages"][0].update(versions=[{"content": "x"}]), "message 1 whose \"versions\""),
+    (lambda d: d.update(title=""), "empty \"title\""),
+    (lambda d: d.update(temperature=9), "\"temperature\" that is not a number from 0 to 2"),
+    (lambda d: d.update(messages={}), "no \"messages\" list"),
+    (lambda d: d.update(title="x" * (chat_export.MAX_TEXT_CHARS + 1)), "more than 4,194,304"),
+])
+def test_a_bad_file_is_refused_naming_the_problem_and_adds_nothing(chat, tmp_path, spoil, problem):
+    data = _exported(chat, tmp_path)
+    spoil(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    target = ChatStore(tmp_path / "target.sqlite3")
+    with pytest.raises(ChatImportError) as caught:
+        import_chat(target, bad)
+    assert problem in str(caught.value) and "bad.json" in str(caught.value) and "Nothing was added" in str(caught.value)
+    assert target.conversations() == []
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"# Sorting\n\n## You\n", "is not JSON"),
+    (b'{"format": "dflash-desktop-chat", "version": 1, "temperature": NaN}', "NaN"),
+    (b"\xff\xfe not text", "could not be read"),
+])
+def test_a_file_that_is_not_json_is_refused(tmp_path, content, problem):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    target = ChatStore(tmp_path / "target.sqlite3")
+    with pytest.raises(ChatImportError, match=problem):
+        import_chat(target, bad)
+    assert target.conversations() == []
+
+
+def test_a_file_too_big_to_be_a_chat_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(chat_export, "MAX_FILE_BYTES", 10)
+    big = tmp_path / "big.json"
+    big.write_text("{" + " " * 20 + "}", encoding="utf-8")
+    with pytest.raises(ChatImportError, match="more than any chat export"):
+        import_chat(ChatStore(tmp_path / "t.sqlite3"), big)
+
+
+def test_a_failure_inside_the_store_adds_no_half_chat(chat, tmp_path):
+    data = _exported(chat, tmp_path)
+    data["messages"][1]["created"] = None
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    target = ChatStore(tmp_path / "target.sqlite3")
+    target._db.execute("CREATE TRIGGER no_answers BEFORE INSERT ON messages WHEN NEW.role = 'assistant' "
+                       "BEGIN SELECT RAISE(ABORT, 'disk trouble'); END")
+    with pytest.raises(Exception, match="disk trouble"):
+        import_chat(target, path)
+    assert target.conversations() == []      # the conversation row went with the failed messages
