@@ -6,6 +6,10 @@ that all the time. Here a job waits its turn instead, can be cancelled while it 
 the same final event a cancelled request gets from the worker), and its events go to the caller that
 submitted it. Qt-free and thread-safe: the server submits from its event loop, the window from the GUI
 thread, and events arrive on the worker client's reader thread.
+
+`count_tokens` is not queued: it only reads the tokenizer, the worker answers it beside a running
+generation, and the context meter must follow typing while an answer streams; behind a long answer it
+would arrive after the text it counted had changed. Its events belong to no job and reach `on_event`.
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ class QtWorker(QObject):
     error = Signal(dict)          # code, message (+ exit_code, signal, stderr_tail, log_path on a crash)
     warning = Signal(dict)        # code, message; the request goes on
     hardware = Signal(dict)       # what the engine sees: torch, CUDA devices, MPS, CPU threads
+    counted = Signal(dict)        # count_tokens answered: tokens, context
     ok = Signal(dict)             # cancel, unload or shutdown acknowledged
     workerStarted = Signal(dict)  # a worker process was spawned (pid, command, log_path)
     workerStopped = Signal(dict)  # the worker exited after shutdown()
@@ -34,7 +35,7 @@ class QtWorker(QObject):
     _wake = Signal()
 
     _ROUTES = {"hello": "hello", "progress": "progress", "loaded": "loaded", "tokens": "tokens", "done": "done",
-               "error": "error", "warning": "warning", "hardware": "hardware", "ok": "ok",
+               "error": "error", "warning": "warning", "hardware": "hardware", "count": "counted", "ok": "ok",
                "worker_started": "workerStarted", "worker_stopped": "workerStopped", "jobs": "jobs"}
 
     def __init__(self, parent: QObject | None = None, min_interval_ms: int = 16, **client_options):
@@ -79,6 +80,14 @@ class QtWorker(QObject):
 
     def request_hardware(self) -> str:
         return self.client.hardware()
+
+    def count_tokens(self, **kwargs) -> str | None:
+        """Ask the local worker to count a prompt as generate would (client.count_tokens); answered by
+        `counted`. None, and nothing sent, when no local pair is loaded (none, or a remote one): the caller
+        keeps its own estimate, and no worker is started just to count."""
+        if self.queue.backend is not self.client or self.client.pair_info is None or not self.client.running:
+            return None
+        return self.client.count_tokens(**kwargs)
 
     def shutdown(self, timeout: float = 5.0) -> int | None:
         """Stop the worker (blocks up to `timeout`, then kills it); call from aboutToQuit."""

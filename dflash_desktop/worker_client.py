@@ -169,6 +169,13 @@ class WorkerClient:
     def hardware(self) -> str:
         return self.request("hardware")
 
+    def count_tokens(self, messages: list[dict] | None = None, prompt: str | None = None, raw: bool = False,
+                     enable_thinking: bool | None = None) -> str:
+        """How many tokens generate() would feed the model for this prompt; answered with a `count` event."""
+        fields: dict[str, Any] = {"raw": raw, "enable_thinking": enable_thinking}
+        fields.update({k: v for k, v in (("messages", messages), ("prompt", prompt)) if v is not None})
+        return self.request("count_tokens", **fields)
+
     def request(self, cmd: str, **fields) -> str:
         """Send any protocol command; returns its id. Starts (or restarts) the worker when needed."""
         rid = fields.pop("id", None) or self._next_id(cmd)

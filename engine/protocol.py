@@ -25,6 +25,8 @@ COMMANDS: dict[str, dict[str, tuple[tuple[type, ...] | type, bool]]] = {
                  "prompt_ids": ((_LIST, _NONE), False), "raw": (_BOOL, False),
                  "enable_thinking": ((_BOOL, _NONE), False), "settings": ((_DICT, _NONE), False),
                  "mode": (_STR, False)},
+    "count_tokens": {"messages": ((_LIST, _NONE), False), "prompt": ((_STR, _NONE), False), "raw": (_BOOL, False),
+                     "enable_thinking": ((_BOOL, _NONE), False)},
     "cancel": {"target_id": ((_STR, _NONE), False)},
     "unload": {},
     "hardware": {},
@@ -32,11 +34,12 @@ COMMANDS: dict[str, dict[str, tuple[tuple[type, ...] | type, bool]]] = {
 }
 
 # Events (worker -> GUI). Terminal events end the request whose id they carry.
-TERMINAL_EVENTS = frozenset({"hello", "loaded", "done", "ok", "hardware", "error"})
+TERMINAL_EVENTS = frozenset({"hello", "loaded", "done", "ok", "hardware", "count", "error"})
 PROGRESS_EVENTS = frozenset({"progress", "tokens", "warning"})
 EVENTS = TERMINAL_EVENTS | PROGRESS_EVENTS
 
 MODES = ("dflash", "baseline")
+ROLES = ("system", "user", "assistant")   # what the window and the local server send (developer becomes system)
 DTYPES = ("float32", "bfloat16", "float16")
 
 # Error codes: a stable, machine-readable reason next to a plain-language message.
@@ -159,20 +162,31 @@ def validate_command(msg: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("bad_message", f"{cmd}: unknown field(s) {', '.join(sorted(extra))}.")
     if cmd == "generate":
         _validate_generate(msg)
+    if cmd == "count_tokens":
+        _validate_prompt(msg, ("messages", "prompt"))
     if cmd == "load_pair" and msg.get("dtype") not in (None, *DTYPES):
         raise ProtocolError("bad_message", f"load_pair: dtype must be one of {', '.join(DTYPES)} or null.")
     return msg
 
 
+def _validate_prompt(msg: dict[str, Any], kinds: tuple[str, ...]) -> None:
+    """generate and count_tokens take their prompt the same way, so a count is of what generate would run."""
+    cmd = msg["cmd"]
+    if len([k for k in kinds if msg.get(k) is not None]) != 1:
+        raise ProtocolError("bad_message", f"{cmd}: give exactly one of {', '.join(kinds[:-1])} or {kinds[-1]}.")
+    for i, m in enumerate(msg.get("messages") or []):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise ProtocolError("bad_message", f'{cmd}: each message needs string "role" and "content" '
+                                f"(messages[{i}] is {type(m).__name__ if not isinstance(m, dict) else 'incomplete'}).")
+        if m["role"] not in ROLES:
+            raise ProtocolError("bad_message", f"{cmd}: messages[{i}] has role {m['role']!r}; a role is one of "
+                                f"{', '.join(ROLES)}.")
+
+
 def _validate_generate(msg: dict[str, Any]) -> None:
-    given = [k for k in ("messages", "prompt", "prompt_ids") if msg.get(k) is not None]
-    if len(given) != 1:
-        raise ProtocolError("bad_message", "generate: give exactly one of messages, prompt or prompt_ids.")
+    _validate_prompt(msg, ("messages", "prompt", "prompt_ids"))
     if msg.get("mode", "dflash") not in MODES:
         raise ProtocolError("bad_message", f"generate: mode must be one of {', '.join(MODES)}.")
-    for m in msg.get("messages") or []:
-        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-            raise ProtocolError("bad_message", 'generate: each message needs string "role" and "content".')
     ids = msg.get("prompt_ids")
     if ids is not None and not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
         raise ProtocolError("bad_message", "generate: prompt_ids must be non-negative integers.")

@@ -145,6 +145,9 @@ class Worker:
         if cmd == "hardware":
             threading.Thread(target=self._hardware, args=(rid,), daemon=True).start()
             return None
+        if cmd == "count_tokens":
+            threading.Thread(target=self._count_tokens, args=(msg,), daemon=True).start()
+            return None
         if cmd == "shutdown":
             self._stop(wait_s=10.0)
             self.emit({"event": "ok", "id": rid, "cmd": "shutdown"})
@@ -192,6 +195,18 @@ class Worker:
 
     def _hardware(self, rid):
         self.emit(self._answer(rid, lambda: {"event": "hardware", "id": rid, **hardware_info()}))
+
+    def _count_tokens(self, msg) -> None:
+        """Answered beside the executor, also while an answer streams: a count only reads the tokenizer
+        (thread-safe for encoding), never the model, so a user typing during an answer sees it at once."""
+        rid, pair = msg.get("id"), self.pair
+
+        def count() -> dict:
+            if pair is None:
+                raise P.ProtocolError("no_pair", "No model is loaded: load a pair before counting tokens.")
+            return {"event": "count", "id": rid, "tokens": len(self._prompt_ids(pair, msg)),
+                    "context": pair.max_positions}
+        self.emit(self._answer(rid, count))
 
     def _stop(self, wait_s: float) -> None:
         """Cancel a running generation and wait for its `done`; a load (or the start-up import) is not
@@ -338,16 +353,7 @@ class Worker:
         pair = self.pair
         eng = load_engine(pair.info["engine"])
         settings = eng.limits.GenerationSettings.from_dict(msg.get("settings") or {})
-        if msg.get("prompt_ids") is not None:
-            ids = msg["prompt_ids"]
-        else:
-            if pair.tokenizer is None:
-                raise P.ProtocolError("bad_checkpoint", "The target folder has no tokenizer files, so text prompts "
-                                      "cannot be encoded: send prompt_ids, or use a model folder with tokenizer.json.")
-            messages = msg.get("messages") or [{"role": "user", "content": msg["prompt"]}]
-            ids = pair.tokenizer.encode_chat(messages, raw=msg.get("raw", False),
-                                             enable_thinking=msg.get("enable_thinking"), max_tokens=pair.max_positions,
-                                             cancelled=lambda: rid in self._cancelled)
+        ids = self._prompt_ids(pair, msg)
         baseline = msg.get("mode", "dflash") == "baseline"
         if not baseline and pair.block_size == 1:
             self.emit({"event": "warning", "id": rid, "code": "no_drafter",
@@ -358,6 +364,19 @@ class Worker:
             if self._gen_id in self._cancelled:
                 gen.cancel()
         return self._stream(rid, gen)
+
+    def _prompt_ids(self, pair, msg) -> list[int]:
+        """The token ids a generate (or count_tokens) command stands for: its prompt_ids, or its messages or
+        prompt through the pair's tokenizer and chat template."""
+        if msg.get("prompt_ids") is not None:
+            return msg["prompt_ids"]
+        if pair.tokenizer is None:
+            raise P.ProtocolError("bad_checkpoint", "The target folder has no tokenizer files, so text prompts "
+                                  "cannot be encoded: send prompt_ids, or use a model folder with tokenizer.json.")
+        rid = msg.get("id")
+        messages = msg.get("messages") or [{"role": "user", "content": msg["prompt"]}]
+        return pair.tokenizer.encode_chat(messages, raw=msg.get("raw", False), enable_thinking=msg.get("enable_thinking"),
+                                          max_tokens=pair.max_positions, cancelled=lambda: rid in self._cancelled)
 
     def _stream(self, rid, gen) -> dict:
         t0, generated = time.perf_counter(), 0
