@@ -27,10 +27,22 @@ def test_the_meter_shows_the_workers_count_and_follows_typing(qtbot, home, chat_
     stats = send_and_wait(qtbot, window, "def f(x):")["stats"]
     used = stats["prompt_tokens"] + stats["generated_tokens"]      # counted by the engine
     assert view.context_used == used and view.context_meter.text().startswith(f"{used:,} / {limit:,}")
-    qtbot.keyClicks(view.input, "return x + 1")
-    qtbot.waitUntil(lambda: view.context_meter.text().startswith("≈"))
-    assert view.context_meter.text().startswith(f"≈{used + view.typed_estimate():,} / ")
+    shown_while_counting = []
+    view.contextCountWanted.connect(lambda _text: shown_while_counting.append(view.context_meter.text()))
+    with qtbot.waitSignal(window.worker.counted, timeout=ANSWER_TIMEOUT_MS) as counted:
+        qtbot.keyClicks(view.input, "    return x + 1")
+        assert view._typing.isActive() and not shown_while_counting   # debounced: nothing asked per key
+    # the estimate, marked ≈, until the engine's count arrives; then the count, unmarked
+    assert shown_while_counting == [f"≈{used + view.typed_estimate():,} / {limit:,} tokens of context "
+                                    f"({(used + view.typed_estimate()) / limit:.0%})"]
+    tokens = counted.args[0]["tokens"]
+    assert counted.args[0]["context"] == limit and tokens != used + view.typed_estimate()
+    assert view.context_meter.text().startswith(f"{tokens:,} / {limit:,} tokens")
     assert view.context_meter.toolTip()
+    # the count is the chat exactly as the next generate sends it
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
+        qtbot.keyClick(view.input, Qt.Key.Key_Return)
+    assert blocker.args[0]["stats"]["prompt_tokens"] == tokens
     window.new_chat_action.trigger()
     view.input.clear()
     qtbot.waitUntil(lambda: view.context_meter.text().startswith("0 / "))
@@ -60,3 +72,38 @@ def test_a_chat_too_long_for_the_context_offers_to_drop_its_oldest_turns(qtbot, 
     assert not any(isinstance(w, ErrorBubble) for w in view.messages)
     stats = blocker.args[0]["stats"]
     assert view.context_used == stats["prompt_tokens"] + stats["generated_tokens"] < view.context_limit
+
+
+def test_opening_a_chat_counts_it_and_a_stale_count_is_not_shown(qtbot, home, chat_worker, echo_pair):
+    """Opening a stored chat counts it (its turns after the last answer were only estimated); a count for
+    text that changed meanwhile is not shown."""
+    window = make_window(qtbot, chat_worker, echo_pair)
+    view, c = window.chat_view, window.controller
+    send(qtbot, window, "import os\n")
+    first = c.conversation_id
+    window.store.add_message(first, "user", "x = 1\n" * 20)     # a turn the engine never counted
+    window.new_chat_action.trigger()
+    with qtbot.waitSignal(window.worker.counted, timeout=ANSWER_TIMEOUT_MS) as counted:
+        c.open_conversation(first)
+        assert view.context_meter.text().startswith("≈")
+    turns = "".join(m.content for m in window.store.messages(first))
+    assert counted.args[0]["tokens"] == len(turns.encode())   # the echo pair: a byte tokenizer, no template
+    assert view.context_meter.text().startswith(f"{len(turns.encode()):,} / ")
+    view.set_counted("stale text", 5)
+    assert view.context_meter.text().startswith(f"{len(turns.encode()):,} / ")
+
+
+def test_with_no_model_loaded_the_meter_keeps_the_estimate(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    view = window.chat_view
+    send(qtbot, window, "def f(x):")
+    with qtbot.waitSignal(window.controller.pairUnloaded, timeout=ANSWER_TIMEOUT_MS):
+        window.unload_action.trigger()
+    assert window.worker.count_tokens(prompt="x") is None          # nothing is sent without a local pair
+    counts = []
+    window.worker.counted.connect(counts.append)
+    with qtbot.waitSignal(view.contextCountWanted, timeout=5000):
+        qtbot.keyClicks(view.input, "    return x")
+    qtbot.wait(500)
+    estimate = view.context_used + view.typed_estimate()
+    assert not counts and view.context_meter.text().startswith(f"≈{estimate:,} / ")

@@ -50,6 +50,7 @@ class ChatController(QObject):
         self._unload_id: str | None = None
         self._unloaded = False             # the user unloaded the pair: the next message loads it again
         self._rss_before_unload: int | None = None
+        self._count: tuple[str, int | None, str] | None = None   # the count asked last: id, chat, typed text
         worker.ok.connect(self._on_ok)
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
@@ -68,6 +69,8 @@ class ChatController(QObject):
         view.editSubmitted.connect(self.edit_and_resend)
         view.versionRequested.connect(self.show_version)
         view.systemPromptChanged.connect(self.set_system_prompt)
+        view.contextCountWanted.connect(self.count_context)
+        worker.counted.connect(self._on_counted)
         view.thinking.toggled.connect(self._on_thinking_toggled)
         panel.remeasureRequested.connect(self.calibrate)
 
@@ -195,6 +198,7 @@ class ChatController(QObject):
         self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
         self.panel.has_drafter = bool(ev.get("has_drafter"))
         self.view.set_context(limit=ev.get("max_positions") or 0)
+        self.count_context()
         self.loadingChanged.emit(False, "")
         if ev.get("engine") == "remote":
             self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
@@ -247,7 +251,9 @@ class ChatController(QObject):
             self.panel.start_answer()
             return
         answers = [m for m in messages if m.role == "assistant" and m.stats]
-        self.view.set_context(used=self._context_used(messages))
+        used, estimated = self._context_used(messages)
+        self.view.set_context(used=used, estimated=estimated)
+        self.count_context()
         if not answers:
             self.panel.clear_answer()
             return
@@ -436,20 +442,51 @@ class ChatController(QObject):
         if self._waiting and self.ready and self._gen is not None:
             self._launch()
 
-    def _launch(self) -> None:
-        self._waiting = False
-        conv = self.store.conversation(self.conversation_id)
-        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
-                   if m.id != self._gen["message_id"]]
-        request = session.request_for(history, conv.system_prompt if conv else "",
+    def _request(self, history: list[dict]) -> dict:
+        """generate()'s prompt fields for this chat with `history` as its turns; count_tokens takes the same."""
+        conv = self.store.conversation(self.conversation_id) if self.conversation_id is not None else None
+        request = session.request_for(history, conv.system_prompt if conv else self._pending_system_prompt,
                                       bool(self.pair_info.get("chat_template")))
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
+        return {**request, "enable_thinking": thinking}
+
+    def count_context(self, typed: str | None = None) -> None:
+        """Ask the engine to count the chat on screen with `typed` (default: the message box) as its next
+        message, exactly as the next generate would send it. Not while this chat's answer is written (the
+        answer is not stored yet; its end sets the meter from its stats), and not without a local model:
+        the meter then keeps its estimate."""
+        typed = self.view.input.toPlainText() if typed is None else typed
+        if self.pair_info is None or self._gen is not None:
+            return
+        messages = self.store.messages(self.conversation_id) if self.conversation_id is not None else []
+        history = [{"role": m.role, "content": m.content} for m in messages]
+        if typed:
+            history.append({"role": "user", "content": typed})
+        if not history:
+            self.view.set_counted(typed, 0)
+            return
+        rid = self.worker.count_tokens(**self._request(history))
+        self._count = (rid, self.conversation_id, typed) if rid else None
+
+    def _on_counted(self, ev: dict) -> None:
+        if self._count is None or ev.get("id") != self._count[0]:
+            return
+        _, conversation_id, typed = self._count
+        self._count = None
+        if conversation_id == self.conversation_id and self._gen is None:
+            self.view.set_counted(typed, ev["tokens"], ev.get("context"))
+
+    def _launch(self) -> None:
+        self._waiting = False
+        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
+                   if m.id != self._gen["message_id"]]
+        request = self._request(history)
         self._gen["widget"].footer.setText("thinking…")
         self._gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
         if self.pair_info.get("engine") != "remote":   # a server's answer does not run on this machine's CPU
             self._gen["meter"] = CpuMeter([self.worker_pid()]).start()
         self._gen["id"] = self.worker.generate(
-            **request, enable_thinking=thinking, settings={**self.generation_settings(), **self._gen["overrides"]})
+            **request, settings={**self.generation_settings(), **self._gen["overrides"]})
 
     def _on_tokens(self, ev: dict) -> None:
         gen = self._gen
@@ -495,6 +532,8 @@ class ChatController(QObject):
             self.panel.set_baseline(self.baseline())
             self.statusMessage.emit(f"Baseline measurement failed: {ev.get('message', '')}")
             self._run_waiting()
+        elif self._count is not None and rid == self._count[0]:
+            self._count = None           # no count (the chat is far too long, a model without tokenizer): ≈ stays
         elif self._gen is not None and (rid == self._gen["id"] or rid is None):
             self._finish(ev)
         else:
@@ -528,6 +567,8 @@ class ChatController(QObject):
             widget.set_versions(stored.version, len(stored.versions or ()) or 1)
             if stats:
                 self.view.set_context(used=int(stats.get("prompt_tokens") or 0) + int(stats.get("generated_tokens") or 0))
+            if self.view.input.toPlainText():
+                self.count_context()     # typed while the answer was written: count it with the answer
             if is_error and ev.get("code") == "prompt_too_long":
                 self.view.add_error(ev, self.pair_info, action=("Drop the oldest turns and retry",
                                                                 self.drop_oldest_and_retry))
@@ -547,8 +588,9 @@ class ChatController(QObject):
         self.answerFinished.emit(ev)
 
     @staticmethod
-    def _context_used(messages) -> int:
-        """Tokens the chat uses: the engine's count with the last answer, plus an estimate of later turns."""
+    def _context_used(messages) -> tuple[int, bool]:
+        """Tokens the chat uses, and whether that is partly estimated: the engine's count with the last answer,
+        plus an estimate of later turns (until the engine counts the chat: count_context)."""
         from .chat_view import CHARS_PER_TOKEN
         used, counted_up_to = 0, 0
         for m in messages:
@@ -556,7 +598,7 @@ class ChatController(QObject):
                 used = int(m.stats.get("prompt_tokens") or 0) + int(m.stats.get("generated_tokens") or 0)
                 counted_up_to = m.id
         rest = sum(len(m.content.encode("utf-8")) for m in messages if m.id > counted_up_to)
-        return used + round(rest / CHARS_PER_TOKEN)
+        return used + round(rest / CHARS_PER_TOKEN), rest > 0
 
     def drop_oldest_and_retry(self) -> None:
         """The chat outgrew the model's context: drop its oldest exchange (a user turn and its answer) and the
@@ -579,7 +621,9 @@ class ChatController(QObject):
         kept = self.store.messages(self.conversation_id)
         conv = self.store.conversation(self.conversation_id)
         self.view.load(kept, conv.system_prompt if conv else "", self.pair_info)
-        self.view.set_context(used=self._context_used(kept))
+        used, estimated = self._context_used(kept)
+        self.view.set_context(used=used, estimated=estimated)
+        self.count_context()
         self.statusMessage.emit(f"Dropped the oldest {len(oldest)} message(s) of this chat to fit the model's "
                                 "context; writing the answer again.")
         self._start_answer()

@@ -19,10 +19,12 @@ CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
 CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
                  "linked list.", "What is the difference between a list and a tuple in Python?")
 MAX_COLUMN = 920
-CHARS_PER_TOKEN = 3.5   # only for the message being typed, until the engine counts it with the chat
+CHARS_PER_TOKEN = 3.5   # the estimate (≈) until the engine has counted, or where it cannot (no model, a server)
+COUNT_DELAY_MS = 300    # the engine counts the chat this long after typing stops
 CONTEXT_TIP = ("Tokens this chat uses of the model's context. The whole chat is sent with every message: the "
-               "part already sent is counted by the engine (prompt + answer of the last turn); the message you "
-               "are typing is estimated (≈) until it is sent.")
+               "engine counts it with the model's own tokenizer and chat template, the message you are typing "
+               "included, once you stop typing. ≈ marks an estimate, shown until that count arrives (or "
+               "when the model runs on a server).")
 DEMO_HINT = ("Demo pair: a tiny code model trained on Python's standard library. Click a card to send exactly "
              "the code on it, or type the start of your own Python file.")
 RAW_HINT = "This model has no chat template: it continues the text you type, so start with the beginning of it."
@@ -122,6 +124,7 @@ class ChatView(QWidget):
     versionRequested = Signal(int, int)   # answer's message id, version index
     chatSettingsRequested = Signal()
     systemPromptChanged = Signal(str)
+    contextCountWanted = Signal(str)   # typing stopped: count the chat with this text as its next message
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -214,12 +217,14 @@ class ChatView(QWidget):
         self.context_meter.setToolTip(CONTEXT_TIP)
         wrap.addWidget(self.context_meter)
         root.addLayout(wrap)
-        self.context_used: int = 0           # counted by the engine: the chat as sent with the last answer
+        self.context_used: int = 0           # the chat before the message being typed
+        self.context_used_estimated = False  # ... partly estimated (turns after the last counted answer)
         self.context_limit: int | None = None
+        self._counted: tuple[str, int] | None = None   # (typed text, the engine's count of the chat with it)
         self._typing = QTimer(self)
         self._typing.setSingleShot(True)
-        self._typing.setInterval(250)        # debounced: the meter follows typing without redrawing per key
-        self._typing.timeout.connect(self._show_context)
+        self._typing.setInterval(COUNT_DELAY_MS)   # debounced: one count when typing stops, not one per key
+        self._typing.timeout.connect(self._typing_stopped)
         self.input.textChanged.connect(self._typing.start)
         self._stick_to_bottom = True
 
@@ -276,13 +281,29 @@ class ChatView(QWidget):
             button.setAccessibleName(f"Example prompt: {text.splitlines()[0]}")
 
     # -- context meter ------------------------------------------------------------------------------
-    def set_context(self, used: int | None = None, limit: int | None = None) -> None:
-        """used: tokens of the chat as the engine counted them with the last answer; limit: the model's context."""
+    def set_context(self, used: int | None = None, limit: int | None = None, estimated: bool = False) -> None:
+        """used: tokens of the chat before the message being typed (estimated: partly guessed); limit: the
+        model's context. The chat or the model changed, so an earlier count of the engine no longer holds."""
         if used is not None:
             self.context_used = max(int(used), 0)
+            self.context_used_estimated = estimated
         if limit is not None:
             self.context_limit = int(limit) or None
+        self._counted = None
         self._show_context()
+
+    def set_counted(self, typed: str, tokens: int, limit: int | None = None) -> None:
+        """The engine's count of the chat with `typed` as its next message; ignored once the text changed."""
+        if typed != self.input.toPlainText():
+            return
+        if limit:
+            self.context_limit = int(limit)
+        self._counted = (typed, max(int(tokens), 0))
+        self._show_context()
+
+    def _typing_stopped(self) -> None:
+        self._show_context()
+        self.contextCountWanted.emit(self.input.toPlainText())
 
     def typed_estimate(self) -> int:
         text = self.input.toPlainText()
@@ -292,10 +313,14 @@ class ChatView(QWidget):
         if not self.context_limit:
             self.context_meter.setText("")
             return
-        typed = self.typed_estimate()
-        total = self.context_used + typed
+        typed = self.input.toPlainText()
+        if self._counted is not None and self._counted[0] == typed:
+            total, estimated = self._counted[1], False
+        else:
+            total = self.context_used + self.typed_estimate()
+            estimated = bool(typed) or self.context_used_estimated
         share = total / self.context_limit
-        text = f"{'≈' if typed else ''}{total:,} / {self.context_limit:,} tokens of context ({share:.0%})"
+        text = f"{'≈' if estimated else ''}{total:,} / {self.context_limit:,} tokens of context ({share:.0%})"
         if share >= 1:
             text += " — too long: the oldest turns will have to go"
         self.context_meter.setText(text)
