@@ -22,6 +22,8 @@ from . import paths
 log = logging.getLogger(__name__)
 
 THEMES = ("system", "light", "dark")
+FONT_SIZES = (7, 32)    # points, smallest and largest
+PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
 
 
@@ -74,10 +76,10 @@ class Settings:
         need(self.engine == "auto" or self.engine in ENGINES,
              f"Engine must be automatic or one of {', '.join(ENGINES)} (got {self.engine!r}).")
         need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
-        need(_is_int(self.font_size) and 7 <= self.font_size <= 32,
-             f"Font size must be between 7 and 32 points (got {self.font_size}).")
-        need(_is_int(self.server_port) and 1 <= self.server_port <= 65535,
-             f"Server port must be between 1 and 65535 (got {self.server_port}).")
+        need(_is_int(self.font_size) and FONT_SIZES[0] <= self.font_size <= FONT_SIZES[1],
+             f"Font size must be between {FONT_SIZES[0]} and {FONT_SIZES[1]} points (got {self.font_size}).")
+        need(_is_int(self.server_port) and PORTS[0] <= self.server_port <= PORTS[1],
+             f"Server port must be between {PORTS[0]} and {PORTS[1]} (got {self.server_port}).")
         need(isinstance(self.server_api_key, str) and len(self.server_api_key) <= 256 and
              (self.server_api_key.isascii() and self.server_api_key.isprintable() and " " not in self.server_api_key),
              "The server's API key must be printable ASCII without spaces, at most 256 characters.")

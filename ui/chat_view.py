@@ -4,12 +4,12 @@ answer streams). It only displays and asks; ChatController decides what happens.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QFont, QKeyEvent
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QScrollArea, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
+from . import theme
 from .errors import ErrorBubble
-from .markdown import mono_font
 from .message_widget import MessageWidget
 
 # no example ends with a newline: the demo tokenizer merges a newline with the next line's indentation
@@ -271,8 +271,7 @@ class ChatView(QWidget):
                                       "Start of a Python file  (Enter to send, Shift+Enter for a new line)"
                                       if demo else "Text to continue  (Enter to send, Shift+Enter for a new line)")
         self.input.viewport().update()
-        font = mono_font() if not chat_model else self.font()
-        font.setPointSizeF(self.font().pointSizeF())
+        font = theme.code_font() if not chat_model else QFont()   # the family only: the size follows the theme
         for button, text in zip(self.example_buttons, examples):
             button.setFont(font)
             button.setProperty("prompt", text)

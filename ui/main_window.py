@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
             store, store_notice = open_store()
         self.store, self.store_notice = store, store_notice
         self.demo = None
+        self._shown_pair: dict | None = None   # the loaded event the status bar shows
 
         self.chat_view = ChatView()
         self.chat_view.set_highlight(self.settings.highlight_drafted)
@@ -367,12 +368,18 @@ class MainWindow(QMainWindow):
         return dialog
 
     def _show_pair(self, ev: dict) -> None:
+        self._shown_pair = ev
         if ev.get("engine") == "remote":
             self.pair_label.setText(f"{ev['display_name']}  ·  on {ev.get('device')}")
             return
         self.pair_label.setText(f"{ev['display_name']}  ·  {ev.get('engine')} on {ev.get('device')}, "
-                                f"{ev.get('dtype')}  ·  block {ev.get('block_size')}"
+                                f"{ev.get('dtype')}  ·  {self._block_text(ev.get('block_size'))}"
                                 + ("" if ev.get("has_drafter") else "  ·  no drafter"))
+
+    def _block_text(self, drafters: int | None) -> str:
+        """The block size answers run with: the setting's, where it overrides the drafter's own."""
+        used = self.settings.generation(drafters).get("block_size", drafters)
+        return f"block {used}" if used == drafters else f"block {used} (drafter's {drafters})"
 
     def _loading(self, busy: bool, text: str) -> None:
         self.progress.setVisible(busy)
@@ -586,12 +593,9 @@ class MainWindow(QMainWindow):
         self.controller.save_settings()
         downloads.set_offline(self.settings.offline)
         app = QApplication.instance()
-        theme.apply(app, self.settings.theme, self.settings.font_size)
-        self.stats_panel.restyle()
-        self.chat_view.set_examples(bool((self.controller.pair_info or {}).get("chat_template", False)),
-                                    demo=(self.controller.pair or {}).get("id") == "demo")
-        self.chat_view.set_highlight(False)
-        self.chat_view.set_highlight(self.settings.highlight_drafted)   # re-render with the new colours
+        theme.apply(app, self.settings.theme, self.settings.font_size)   # every widget follows (theme.py)
+        if self.controller.pair_info and self._shown_pair:
+            self._show_pair(self._shown_pair)            # the block size it shows may have changed
         if reload:                                       # automatic: the worker's choice (engine "auto")
             pair, plan = self.controller.pair, self.controller.pair.get("plan") or run_plan.AUTO
             self.controller.load_pair(self.with_engine({**pair, "plan": {**plan, "engine": "auto", "dtype": None}}))

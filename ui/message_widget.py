@@ -8,7 +8,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
-from . import markdown
+from . import markdown, theme
 
 STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop string",
               "context_full": "context full", "cancelled": "stopped", "error": "interrupted by an engine error"}
@@ -78,6 +78,7 @@ class MessageWidget(QFrame):
         self.browser.setAccessibleName("Message text")
         self.browser.anchorClicked.connect(self._anchor)
         outer.addWidget(self.browser)
+        theme.follow(self._render)      # colours and sizes are drawn into the document
         self.editor: QPlainTextEdit | None = None
 
         row = QHBoxLayout()

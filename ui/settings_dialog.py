@@ -1,7 +1,9 @@
 """Settings (Ctrl+,): sampling, block size, draft cutoff, plain fallback, offline mode, theme, font
 size, and the local server's port and API key. Generation fields take their ranges and help texts from
-the engine's limits table (engine/limits.py); values are checked by Settings.validate(), and a refused
-value is explained under the form instead of silently clamped."""
+the engine's limits table (engine/limits.py), the others from dflash_desktop/settings.py; every field's
+tooltip says what it does, its range and its default. Values are checked by Settings.validate(), and a
+refused value is explained under the form instead of silently clamped. Reset to defaults only fills
+the fields: OK applies them, Cancel keeps the settings as they were."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,13 +11,18 @@ import dataclasses
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QLabel,
                                QLineEdit, QSpinBox, QVBoxLayout, QWidget)
 
-from dflash_desktop.settings import THEMES, Settings, SettingsError
+from dflash_desktop.settings import FONT_SIZES, PORTS, THEMES, Settings, SettingsError
 from engine.limits import LIMITS
 
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 # the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
 FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "plain_fallback",
           "offline", "engine", "theme", "font_size", "server_port", "server_api_key")
+DEFAULTS = Settings()
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
 
 
 class SettingsDialog(QDialog):
@@ -33,53 +40,39 @@ class SettingsDialog(QDialog):
         form.setVerticalSpacing(8)
 
         # spin boxes span 0 to each limit's top; validate() names any value the table refuses (top-p 0)
-        self.temperature = self._double("temperature", 0.0, 0.05, settings.temperature)
-        self.top_p = self._double("top_p", 0.0, 0.05, settings.top_p)
-        self.top_k = self._int("top_k", 0, settings.top_k)
-        self.max_new_tokens = self._int("max_new_tokens", 0, settings.max_new_tokens)
-        self.block_size = self._int("block_size", 0, settings.block_size, top=max_block_size)
+        self.temperature = self._double("temperature", 0.0, 0.05)
+        self.top_p = self._double("top_p", 0.0, 0.05)
+        self.top_k = self._int("top_k", 0)
+        self.max_new_tokens = self._int("max_new_tokens", 0)
+        self.block_size = self._int("block_size", 0, top=max_block_size)
         self.block_size.setSpecialValueText("drafter's own")
         # the lowest value stands for "automatic" (None): the engine picks by device
-        cutoff = AUTOMATIC_CUTOFF if settings.draft_cutoff is None else settings.draft_cutoff
-        self.draft_cutoff = self._double("draft_cutoff", AUTOMATIC_CUTOFF, 0.01, cutoff)
+        self.draft_cutoff = self._double("draft_cutoff", AUTOMATIC_CUTOFF, 0.01)
         self.draft_cutoff.setMaximum(0.99)
         self.draft_cutoff.setSpecialValueText("automatic")
         self.plain_fallback = QCheckBox("Switch to plain decoding when DFlash does not pay")
-        self.plain_fallback.setChecked(settings.plain_fallback)
         self.plain_fallback.setAccessibleName("Plain fallback")
-        self.plain_fallback.setToolTip(
-            "When drafts keep being rejected, so that DFlash runs slower than plain decoding on this computer, "
-            "the rest of the answer uses plain decoding. The text is the same either way.")
         self.offline = QCheckBox("Offline: no downloads and no connection checks")
-        self.offline.setChecked(settings.offline)
         self.offline.setAccessibleName("Offline mode")
-        self.offline.setToolTip("Models already on this computer keep working; nothing is fetched.")
         self.engine = QComboBox()
         self.engine.setAccessibleName("Engine")
-        self.engine.setToolTip("Which engine runs the model. Automatic takes the model list's choice for this "
-                               "computer; the model reloads when this changes.")
         self._engines = ["auto"] + [name for name, _ in engines]
         self.engine.addItems(["Automatic (the model list's choice)"] + [label for _, label in engines])
-        self.engine.setCurrentIndex(self._engines.index(settings.engine) if settings.engine in self._engines else 0)
         self.theme = QComboBox()
         self.theme.addItems([t.capitalize() for t in THEMES])
-        self.theme.setCurrentIndex(THEMES.index(settings.theme))
         self.theme.setAccessibleName("Theme")
         self.font_size = QSpinBox()
-        self.font_size.setRange(1, 100)
-        self.font_size.setValue(settings.font_size)
+        self.font_size.setRange(1, 100)      # wider than FONT_SIZES: validate() explains a refused size
         self.font_size.setAccessibleName("Font size in points")
         self.server_port = QSpinBox()
-        self.server_port.setRange(1, 65535)
-        self.server_port.setValue(settings.server_port)
+        self.server_port.setRange(*PORTS)
         self.server_port.setAccessibleName("Local server port")
-        self.server_port.setToolTip("The port of the OpenAI-compatible server on 127.0.0.1 (Local server switch). "
-                                    "Applies the next time the server starts.")
-        self.server_api_key = QLineEdit(settings.server_api_key)
+        self.server_api_key = QLineEdit()
         self.server_api_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.server_api_key.setPlaceholderText("none: any program on this computer may use it")
         self.server_api_key.setAccessibleName("Local server API key")
-        self.server_api_key.setToolTip("When set, clients must send Authorization: Bearer KEY.")
+        self._tooltips()
+        self._fill(settings)
 
         for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
             form.addRow(LIMITS[name].label, getattr(self, name))
@@ -100,34 +93,97 @@ class SettingsDialog(QDialog):
         self.error.setWordWrap(True)
         self.error.setAccessibleName("Settings error")
         self.error.hide()
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel |
+                                   QDialogButtonBox.StandardButton.RestoreDefaults)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
+        self.reset_button = buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
+        self.reset_button.setText("Reset to defaults")
+        self.reset_button.setAccessibleName("Reset every field to its default")
+        self.reset_button.setToolTip("Fill every field with its default value. Nothing changes until you press "
+                                     "OK; Cancel keeps your settings as they were.")
+        self.reset_button.clicked.connect(self.reset)
         self.buttons = buttons
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
 
-    def _double(self, name: str, lo: float, step: float, value: float) -> QDoubleSpinBox:
+    def _double(self, name: str, lo: float, step: float) -> QDoubleSpinBox:
         limit = LIMITS[name]
         box = QDoubleSpinBox()
         box.setRange(lo, limit.high)
         box.setSingleStep(step)
         box.setDecimals(2)
-        box.setValue(value)
         box.setAccessibleName(limit.label)
-        box.setToolTip(limit.help)
         return box
 
-    def _int(self, name: str, lo: int, value: int, top: int | None = None) -> QSpinBox:
+    def _int(self, name: str, lo: int, top: int | None = None) -> QSpinBox:
         limit = LIMITS[name]
         box = QSpinBox()
         box.setRange(lo, int(min(top or limit.high, limit.high)))
-        box.setValue(value)
         box.setAccessibleName(limit.label)
-        box.setToolTip(limit.help)
         return box
+
+    def _tooltips(self) -> None:
+        """What each field does, its range and its default, all read from the tables (engine/limits.py and
+        dflash_desktop/settings.py), so a tooltip cannot disagree with what validate() accepts."""
+        def tip(widget: QWidget, text: str, span: str, default: str) -> None:
+            widget.setToolTip(f"{text}\n{span}. Default: {default}.")
+
+        def shown(box, value) -> str:   # a default as the box shows it ("drafter's own", "0 (greedy)")
+            if box.specialValueText() and value <= box.minimum():
+                return box.specialValueText()
+            return box.textFromValue(value)
+
+        for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
+            limit, box, value = LIMITS[name], getattr(self, name), getattr(DEFAULTS, name)
+            tip(box, limit.help, f"Range: {limit.describe()}",
+                f"0 ({limit.zero})" if limit.zero and value == 0 else shown(box, value))
+        block = LIMITS["block_size"]
+        tip(self.block_size, block.help, f"Range: 0 (the drafter's own) or 1 to {self.block_size.maximum()}"
+            + ("" if self.max_block_size else ", and at most the drafter's block size"),
+            shown(self.block_size, DEFAULTS.block_size))
+        cutoff = LIMITS["draft_cutoff"]
+        tip(self.draft_cutoff, cutoff.help, f"Range: automatic, or {cutoff.describe()}",
+            "automatic" if DEFAULTS.draft_cutoff is None else shown(self.draft_cutoff, DEFAULTS.draft_cutoff))
+        tip(self.plain_fallback, "When drafts keep being rejected, so that DFlash runs slower than plain decoding "
+            "on this computer, the rest of the answer uses plain decoding. The text is the same either way.",
+            "On or off", _on_off(DEFAULTS.plain_fallback))
+        tip(self.offline, "Models already on this computer keep working; nothing is fetched.", "On or off",
+            _on_off(DEFAULTS.offline))
+        tip(self.engine, "Which engine runs the model. Automatic takes the model list's choice for this computer; "
+            "the model reloads when this changes.", "Choices: the engines that can run the loaded model here",
+            self.engine.itemText(0))
+        tip(self.theme, "Colours of the whole window; System follows the light or dark mode of your computer. "
+            "Applies at once.", "Choices: " + ", ".join(t.capitalize() for t in THEMES), DEFAULTS.theme.capitalize())
+        tip(self.font_size, "The base text size of the whole window, in points; headings and figures scale with "
+            "it. Applies at once.", f"Range: {FONT_SIZES[0]} to {FONT_SIZES[1]}", str(DEFAULTS.font_size))
+        tip(self.server_port, "The port of the OpenAI-compatible server on 127.0.0.1 (Local server switch). "
+            "Applies the next time the server starts.", f"Range: {PORTS[0]} to {PORTS[1]}", str(DEFAULTS.server_port))
+        tip(self.server_api_key, "When set, clients must send Authorization: Bearer KEY.",
+            "Printable characters without spaces", "none" if not DEFAULTS.server_api_key else "set")
+
+    def _fill(self, settings: Settings) -> None:
+        """Show `settings` in the fields (the ones this dialog edits: FIELDS)."""
+        self.temperature.setValue(settings.temperature)
+        self.top_p.setValue(settings.top_p)
+        self.top_k.setValue(settings.top_k)
+        self.max_new_tokens.setValue(settings.max_new_tokens)
+        self.block_size.setValue(settings.block_size)
+        self.draft_cutoff.setValue(AUTOMATIC_CUTOFF if settings.draft_cutoff is None else settings.draft_cutoff)
+        self.plain_fallback.setChecked(settings.plain_fallback)
+        self.offline.setChecked(settings.offline)
+        self.engine.setCurrentIndex(self._engines.index(settings.engine) if settings.engine in self._engines else 0)
+        self.theme.setCurrentIndex(THEMES.index(settings.theme))
+        self.font_size.setValue(settings.font_size)
+        self.server_port.setValue(settings.server_port)
+        self.server_api_key.setText(settings.server_api_key)
+
+    def reset(self) -> None:
+        """Fill the fields with the defaults; nothing is applied or saved until OK."""
+        self._fill(DEFAULTS)
+        self.error.hide()
 
     def values(self) -> Settings:
         return dataclasses.replace(

@@ -321,10 +321,12 @@ class StatsPanel(QDockWidget):
         self.legend.setToolTip("What the tint in the answers means.")
         row.addWidget(self.legend)
         self.restyle()
+        theme.follow(self.restyle)
         return row
 
     def restyle(self) -> None:
-        """Theme colours drawn into rich text and charts (the style sheet covers the rest)."""
+        """Theme colours drawn into rich text and charts (the style sheet covers the rest); runs on every theme
+        change (theme.follow)."""
         c = theme.current()
         self.legend.setText(f'<span style="background:{c.drafted}">&nbsp;tinted&nbsp;</span> text was proposed '
                             "by the drafter and accepted by the target; untinted text is the target's own token "

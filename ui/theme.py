@@ -2,13 +2,19 @@
 
 We use the Fusion style everywhere so the app looks the same on every platform and both themes are
 under our control; "system" follows the platform's colour scheme when Qt can tell.
+
+A theme or font change reaches every widget by itself as long as widgets never freeze a style: sizes and
+colours go in the style sheet below, keyed by object name (a widget's own setStyleSheet with a colour
+or setFont with a point size keeps the old one), and a font set for its family alone (code_font) keeps
+following the base size. Only theme colours drawn into rich text and documents need a hand: follow().
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
 
@@ -45,8 +51,28 @@ DARK = Colors("dark", window="#1c1e22", base="#24272c", alt="#2b2f35", text="#e6
 _current = LIGHT
 
 
+class _Notifier(QObject):
+    changed = Signal()
+
+
+_notifier = _Notifier()
+
+
 def current() -> Colors:
     return _current
+
+
+def follow(restyle: Callable[[], None]) -> None:
+    """Call `restyle` after every apply(): for theme colours and sizes drawn into rich text, documents and
+    charts, which no style sheet reaches. Pass a widget's bound method: Qt drops the connection with it."""
+    _notifier.changed.connect(restyle)
+
+
+def code_font() -> QFont:
+    """The fixed-width family alone: unlike a whole QFont, it leaves the size to follow the base font."""
+    font = QFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family())
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    return font
 
 
 def resolve(choice: str) -> Colors:
@@ -132,4 +158,5 @@ def apply(app: QApplication, choice: str = "system", font_size: int | None = Non
         font.setPointSize(font_size)
         app.setFont(font)
     app.setStyleSheet(style_sheet(_current, app.font().pointSize() if app.font().pointSize() > 0 else 11))
+    _notifier.changed.emit()
     return _current
