@@ -55,6 +55,7 @@ class Settings:
     window_state: str = ""         # QMainWindow.saveState(), base64: the stats dock's width and place
     splitter_state: str = ""       # the chats list / chat splitter, base64
     last_conversation: int | None = None   # the chat on screen when the app closed, reopened at start
+    welcome_seen: bool = False     # the first-run welcome was shown (Help > Welcome reopens it)
 
     def validate(self, max_block_size: int | None = None) -> "Settings":
         """Raise SettingsError on the first out-of-range value; return self for chaining."""
@@ -71,8 +72,8 @@ class Settings:
         need(_is_int(self.block_size) and 0 <= self.block_size <= limit,
              f"Block size must be between 1 and {limit}, the drafter's block size, or 0 for the drafter's "
              f"own (got {self.block_size}).")
-        need(isinstance(self.plain_fallback, bool) and isinstance(self.offline, bool),
-             "Plain fallback and offline mode are on or off.")
+        need(all(isinstance(v, bool) for v in (self.plain_fallback, self.offline, self.welcome_seen)),
+             "Plain fallback, offline mode and the welcome's flag are on or off.")
         need(self.engine == "auto" or self.engine in ENGINES,
              f"Engine must be automatic or one of {', '.join(ENGINES)} (got {self.engine!r}).")
         need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")

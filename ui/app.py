@@ -54,12 +54,19 @@ def run(argv: list[str] | None = None) -> int:
     window.show()
     if window.store_notice:
         QTimer.singleShot(0, window.show_store_notice)
+    greet(window)
     if os.environ.get("DFLASH_DESKTOP_TIMING"):
         QTimer.singleShot(0, lambda: print(f"window-shown-at {time.time():.6f}", flush=True))
     exit_after = os.environ.get("DFLASH_DESKTOP_EXIT_AFTER_MS")
     if exit_after:  # benchmarks and smoke tests: open, then close cleanly
         QTimer.singleShot(int(exit_after), window.close)
     return app.exec()
+
+
+def greet(window) -> None:
+    """A new profile gets the welcome once, after the window is on screen."""
+    if not window.settings.welcome_seen:
+        QTimer.singleShot(0, window.show_welcome)
 
 
 def hand_over(instance) -> int:

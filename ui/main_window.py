@@ -32,6 +32,7 @@ from .conversation_list import ConversationList
 from .server_status import LocalServer, ServerStatus
 from .settings_dialog import FIELDS as DIALOG_FIELDS, SettingsDialog
 from .stats_panel import StatsPanel
+from .welcome import WelcomeDialog, about_text
 
 
 class ElidedLabel(QLabel):
@@ -209,6 +210,8 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action("Keyboard shortcuts", "F1", self.show_shortcuts,
                                              "List every keyboard shortcut")
         self.about_action = self._action("About DFlash Desktop", None, self.show_about, "Versions and licence")
+        self.welcome_action = self._action("Welcome", None, self.show_welcome,
+                                           "What DFlash is, what the demo model does, where to get models")
         self.find_action = self._action("Search chats", "Ctrl+F", self.focus_search,
                                         "Find chats by title or message text")
         self.export_action = self._action("Export chat…", "Ctrl+Shift+S", lambda: self.export_chat(),
@@ -252,7 +255,7 @@ class MainWindow(QMainWindow):
                            self.find_action, self.chat_settings_action),
                  "&View": (self.sidebar_action, self.stats_action, self.highlight_action, None, self.demo_action),
                  "&Model": (self.models_action, self.unload_action, self.remeasure_action, None, self.server_action, self.settings_action),
-                 "&Help": (self.shortcuts_action, self.about_action)}
+                 "&Help": (self.welcome_action, self.shortcuts_action, self.about_action)}
         self.menus = {}
         for title, actions in menus.items():
             menu = self.menuBar().addMenu(title)
@@ -456,15 +459,20 @@ class MainWindow(QMainWindow):
         return self._message(QMessageBox.Icon.Information, f"<table>{text}</table>")
 
     def show_about(self) -> QMessageBox:
-        import platform
-
-        import PySide6
         info = self.controller.pair_info or {}
-        engine = f"{info.get('engine')} engine on {info.get('device')}" if info else "no model loaded"
-        return self._message(QMessageBox.Icon.Information,
-                             f"<b>DFlash Desktop</b><br>Fast local LLMs with DFlash speculative decoding."
-                             f"<br><br>Python {platform.python_version()} · Qt {PySide6.__version__}"
-                             f"<br>Model: {engine}")
+        return self._message(QMessageBox.Icon.Information, about_text(
+            f"{info.get('engine')} engine on {info.get('device')}" if info else "no model loaded"))
+
+    def show_welcome(self) -> WelcomeDialog:
+        """The first-run welcome (app.py shows it once per profile); Help > Welcome reopens it."""
+        dialog = WelcomeDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.openModels.connect(self.open_model_picker)
+        dialog.open()
+        if not self.settings.welcome_seen:
+            self.settings.welcome_seen = True
+            self.controller.save_settings()
+        return dialog
 
     # -- layout -------------------------------------------------------------------------------------
     def show_sidebar(self, visible: bool = True) -> None:

@@ -3,13 +3,14 @@
 an answer written more than once)."""
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QUrl, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
 from . import markdown, theme
 
+COPIED_MS = 1500   # how long "Copied" stays on what was clicked
 STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop string",
               "context_full": "context full", "cancelled": "stopped", "error": "interrupted by an engine error"}
 
@@ -65,6 +66,7 @@ class MessageWidget(QFrame):
         self.role, self.message_id, self.highlight = role, message_id, highlight
         self.code_only = code_only   # a code-continuation model: the whole text is code
         self.text, self.spans, self.code_blocks = "", [], []
+        self.copied: int | None = None   # the code block whose link says "Copied" just now
         self.prefix = ""             # code_only answers: the prompt they continue, shown dimmed before them
         self.setObjectName(f"bubble_{role}")
         self.setAccessibleName("Your message" if role == "user" else "Answer")
@@ -145,7 +147,8 @@ class MessageWidget(QFrame):
     def _render(self) -> None:
         self.code_blocks = markdown.render(self.browser.document(), self.text, self.spans,
                                            self.highlight and self.role == "assistant", self.code_only,
-                                           copy_link=self.role == "assistant", prefix=self.prefix)
+                                           copy_link=self.role == "assistant", prefix=self.prefix,
+                                           copied=self.copied)
 
     def set_footer(self, stats: dict | None, stop_reason: str | None) -> None:
         self.footer.setText(footer_text(stats, stop_reason))
@@ -173,13 +176,33 @@ class MessageWidget(QFrame):
     # -- actions ------------------------------------------------------------------------------------
     def copy_to_clipboard(self) -> None:
         QGuiApplication.clipboard().setText(self.text)
+        self._flash_copied(None)
 
     def _anchor(self, url: QUrl) -> None:
+        """A code block's Copy link (it says "Copied" for a moment), or a link in the answer: opened in the
+        browser only for the schemes markdown.LINK_SCHEMES lists."""
         name = url.toString()
         if name.startswith("copy:"):
             index = int(name.split(":", 1)[1])
             if 0 <= index < len(self.code_blocks):
                 QGuiApplication.clipboard().setText(self.code_blocks[index])
+                self._flash_copied(index)
+        elif url.scheme().lower() in markdown.LINK_SCHEMES:
+            QDesktopServices.openUrl(url)
+
+    def _flash_copied(self, block: int | None) -> None:
+        """'Copied' on the link (or the Copy button, block None) that was clicked, back after COPIED_MS."""
+        if block is None:
+            self.copy_button.setText("Copied")
+            QTimer.singleShot(COPIED_MS, self.copy_button, lambda: self.copy_button.setText("Copy"))
+            return
+        self.copied = block
+        self._render()
+        QTimer.singleShot(COPIED_MS, self, self._unflash)   # not called once the message is gone
+
+    def _unflash(self) -> None:
+        self.copied = None
+        self._render()
 
     def start_edit(self) -> None:
         """Swap the text for an editor with Send / Cancel; sending writes the answer again as a new version
