@@ -118,6 +118,25 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("03-stats-panel")
         first_chat = c.conversation_id
 
+        # 14. the first-run welcome (a new profile sees it once; Help > Welcome reopens it)
+        welcome = window.show_welcome()
+        wait_until(app, lambda: "checking" not in welcome.hardware.text(), 60, "the hardware probe")
+        shots.shoot("14-welcome", welcome)
+        welcome.accept()
+
+        # 15. the answer written again, sampled: two versions behind < >, and the chats list searched
+        finished.clear()
+        c.regenerate_at(0.8)
+        wait_until(app, lambda: bool(finished), 240, "the second version")
+        window.sidebar.search.setText("main")
+        shots.shoot("15-versions-and-search")
+        window.sidebar.search.clear()
+
+        # 16. the chat's own settings over the global ones
+        dialog = window.open_chat_settings()
+        shots.shoot("16-chat-settings", dialog)
+        dialog.reject()
+
         # 11. an English question to the code completion model: the banner, and what the panel makes of it
         # (every draft verified, no plain fallback: what DFlash does with text unlike its training, measured)
         c.new_chat()

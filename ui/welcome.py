@@ -67,11 +67,14 @@ class WelcomeDialog(QDialog):
         self.setWindowTitle("Welcome to DFlash Desktop")
         self.setAccessibleName("Welcome")
         layout = QVBoxLayout(self)
-        self.text = QLabel(INTRO + DEMO + MODELS)
-        self.text.setWordWrap(True)
-        self.text.setTextFormat(Qt.TextFormat.RichText)
-        self.text.setAccessibleName("What DFlash Desktop is")
-        layout.addWidget(self.text)
+        # one label per paragraph: a single word-wrapped label of several paragraphs is sized too short
+        # by Qt's height-for-width and loses its last lines
+        self.paragraphs = [QLabel(text) for text in (INTRO, DEMO, MODELS)]
+        for label in self.paragraphs:
+            label.setWordWrap(True)
+            label.setTextFormat(Qt.TextFormat.RichText)
+            layout.addWidget(label)
+        self.paragraphs[0].setAccessibleName("What DFlash Desktop is")
         self.hardware = QLabel("<p><b>This computer</b>: checking…</p>")
         self.hardware.setWordWrap(True)
         self.hardware.setAccessibleName("Hardware found")
@@ -85,11 +88,14 @@ class WelcomeDialog(QDialog):
         self.models_button.clicked.connect(self._open_models)
         buttons.accepted.connect(self.accept)
         layout.addWidget(buttons)
-        self.setMinimumWidth(520)
+        self.setMinimumWidth(560)
         if hardware is not None:
             self.hardware.setText(hardware_text(hardware))
         else:
             self._probe()
+
+    def text(self) -> str:
+        return "".join(label.text() for label in self.paragraphs)
 
     def _open_models(self) -> None:
         self.accept()
