@@ -13,7 +13,7 @@ import bisect
 import itertools
 import re
 
-from PySide6.QtGui import (QColor, QFont, QFontDatabase, QTextBlockFormat, QTextCharFormat, QTextCursor,
+from PySide6.QtGui import (QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor,
                            QTextDocument, QTextFrameFormat, QTextTableFormat)
 
 from . import theme
@@ -39,10 +39,6 @@ def drafted_intervals(spans: list | None) -> list[tuple[int, int]]:
                 out.append((pos, pos + len(text)))
         pos += len(text)
     return out
-
-
-def mono_font() -> QFont:
-    return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
 
 
 class _Writer:
@@ -100,7 +96,7 @@ def render(doc: QTextDocument, text: str, spans: list | None = None, highlight: 
     plain, code = QTextCharFormat(), QTextCharFormat()
     plain.setForeground(QColor(colors.text))
     base_pt = doc.defaultFont().pointSizeF() if doc.defaultFont().pointSizeF() > 0 else 10.0
-    mono = mono_font()
+    mono = theme.code_font()
     mono.setPointSizeF(base_pt * 0.95)
     code.setFont(mono)
     code.setForeground(QColor(colors.text))
