@@ -69,17 +69,48 @@ def test_a_speedup_from_repetition_is_flagged_and_a_varied_one_is_not():
     assert repetition_share(text="#\n" * 50) > 0.9    # stored answers: by lines of text
 
 
+SPIN = "while True: pass"
+
+
+def spin_until(proc: psutil.Process, seconds: float) -> float:
+    before = sum(proc.cpu_times()[:2])
+    while sum(proc.cpu_times()[:2]) - before < seconds:
+        time.sleep(0.05)
+    return sum(proc.cpu_times()[:2]) - before
+
+
 def test_cpu_meter_counts_another_process_and_not_our_own():
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # started through a parent that exits at once, so the spinner is no descendant of ours: another program
+    launcher = subprocess.run([sys.executable, "-c", "import subprocess, sys; "
+                               f"print(subprocess.Popen([sys.executable, '-c', {SPIN!r}], stdout=subprocess.DEVNULL, "
+                               "stderr=subprocess.DEVNULL).pid)"],
+                              capture_output=True, text=True, check=True)
+    spinner = psutil.Process(int(launcher.stdout))
     try:
-        proc = psutil.Process(spinner.pid)
-        before = sum(proc.cpu_times()[:2])
         meter = CpuMeter().start()
-        while sum(proc.cpu_times()[:2]) - before < 0.5:   # until the spinner has used half a CPU second
-            time.sleep(0.05)
-        spun = sum(proc.cpu_times()[:2]) - before
+        spun = spin_until(spinner, 0.5)
         share = meter.stop()
         assert share is not None and meter.other_s >= spun * 0.8   # the spinner is "another program"
     finally:
         spinner.kill()
-        spinner.wait()
+
+
+def test_cpu_meter_counts_what_our_worker_started_as_ours():
+    """A worker's own child (llama.cpp's server) working is the engine, not another program."""
+    worker = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               f"subprocess.Popen([sys.executable, '-c', {SPIN!r}]).wait()"])
+    try:
+        psutil.Process(worker.pid)    # the worker is up; wait for its child
+        deadline = time.monotonic() + 30
+        while not psutil.Process(worker.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server = psutil.Process(worker.pid).children()[0]
+        meter = CpuMeter([worker.pid]).start()
+        spun = spin_until(server, 0.5)
+        meter.stop()
+        assert meter.other_s < spun * 0.5, (meter.other_s, spun)
+    finally:
+        for proc in psutil.Process(worker.pid).children(recursive=True):
+            proc.kill()
+        worker.kill()
+        worker.wait()
