@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtWidgets import QLabel, QWidget
 
 from dflash_desktop import session
+from dflash_desktop import settings as settings_mod
 from dflash_desktop.session import BaselineRecord, diagnose
 from ui.stats_panel import BarChart, Metric, Sparkline
 
@@ -139,3 +140,16 @@ def test_the_panel_shows_the_memory_the_worker_measured(qtbot, home, chat_worker
     panel.set_runtime({"engine": "torch", "device": "cpu", "dtype": "float32",
                        "cuda_peak_bytes": None, "cuda_reserved_bytes": None})
     assert shown(window)["memory"] is None and not panel.memory.isVisible()
+
+
+def test_an_answer_decoded_plainly_shows_no_speedup(qtbot, home, chat_worker, echo_pair):
+    """Block size 1 (as when llama.cpp's calibration chose plain decoding): the answer drafted nothing, so
+    a ratio against the baseline would compare plain with plain; the panel shows none and says why."""
+    window = make_window(qtbot, chat_worker, echo_pair,
+                         settings=settings_mod.Settings(max_new_tokens=24, draft_cutoff=0.0, block_size=1))
+    assert window.controller.baseline() is not None
+    stats = send_and_wait(qtbot, window, "p = ")["stats"]
+    assert stats["drafted"] == 0 and stats["decode_tok_s"] > 0
+    assert shown(window)["speedup"] is None and window.stats_panel.speedup_label.text() == "—"
+    assert window.stats_panel.speedup_metric.toolTip().startswith("This answer drafted nothing")
+    assert shown(window)["dflash_tok_s"] == stats["decode_tok_s"]

@@ -443,11 +443,18 @@ class StatsPanel(QDockWidget):
               keep: bool = False) -> None:
         """None: not known, shown as `missing` (not yet, or never reported by a server). keep: only the
         baseline changed, leave acceptance and tau as they are."""
-        # without a drafter both numbers measure the same plain decoding: a ratio would only show noise
-        ratio = speedup({"decode_tok_s": tok_s}, self.baseline) if self.has_drafter else None
+        # without a drafter, or in an answer the engine decoded plainly (llama.cpp's calibrated choice, or
+        # the plain fallback from the first token), both numbers measure plain decoding: a ratio would only
+        # show noise and the window's own share of the CPU, not DFlash
+        stats = self.stats or {}
+        plain = stats.get("drafted") == 0 and "drafted" not in (stats.get("unknown") or ())
+        ratio = speedup({"decode_tok_s": tok_s}, self.baseline) if self.has_drafter and not plain else None
         self.dflash_label.setText(f"{tok_s:.1f}" if tok_s else "—")
         self.speedup_label.setText(f"{ratio:.2f}×" if ratio else "—")
         self.values.update(dflash_tok_s=tok_s or None, speedup=ratio)
+        if plain and self.has_drafter:
+            self.speedup_metric.set_tip("This answer drafted nothing: the engine decoded it plainly (the lines "
+                                        f"above say why), so it has no DFlash speedup. {TIPS['speedup']}")
         if ratio:
             base = self.baseline
             self.speedup_metric.set_tip(f"{tok_s:.1f} tok/s with DFlash ÷ {base.tok_s:.1f} tok/s plain (baseline "
@@ -458,7 +465,6 @@ class StatsPanel(QDockWidget):
         self.acceptance_label.setText(missing if acceptance is None else f"{acceptance * 100:.0f}%")
         self.tau_label.setText(missing if tau is None else f"{tau:.2f}")
         self.values.update(acceptance_rate=acceptance, tau=tau)
-        stats = self.stats or {}
         if acceptance is not None and stats.get("drafted"):
             self.acceptance_metric.set_tip(f"{stats.get('accepted')} of {stats.get('drafted')} drafted tokens "
                                            f"accepted by the target in this answer. {TIPS['acceptance']}")
