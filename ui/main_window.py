@@ -210,7 +210,7 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action("Keyboard shortcuts", "F1", self.show_shortcuts,
                                              "List every keyboard shortcut")
         self.about_action = self._action("About DFlash Desktop", None, self.show_about, "Versions and licence")
-        self.welcome_action = self._action("Welcome", None, self.show_welcome,
+        self.welcome_action = self._action("Welcome", "Shift+F1", self.show_welcome,
                                            "What DFlash is, what the demo model does, where to get models")
         self.find_action = self._action("Search chats", "Ctrl+F", self.focus_search,
                                         "Find chats by title or message text")
