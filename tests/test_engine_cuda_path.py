@@ -1,13 +1,15 @@
 """The CUDA path's step logic (engine/backends/torch/cuda.py: static caches, fixed-shape padded steps,
 explicit positions, device verification) run on the CPU without graphs: greedy tokens identical to the
-eager TorchPair and to plain decoding, on tiny random pairs (DFlash and DFlash2 drafters, Qwen3 and
-Llama targets), through full, partial and no acceptance. What only a GPU can check (CUDA graph capture
+eager TorchPair and to plain decoding, on tiny random pairs (DFlash and DFlash2 drafters, Qwen3, Llama and
+Qwen3.5 hybrid targets, whose DeltaNet state rolls back in fixed buffers: cuda_hybrid.py), through full,
+partial and no acceptance. What only a GPU can check (CUDA graph capture
 and replay, the kernels in bfloat16, speed) is in the cuda-only tests at the end, never run in CI here."""
 import os
 
 import pytest
 import torch
 
+from engine.backends.torch import cpu
 from engine.backends.torch.cuda import CudaPair, PendingDrafts, static_mask, supported
 from engine.backends.torch.draft_runner import block_mask
 from engine.backends.torch.tiny import random_pair, random_target
@@ -32,11 +34,15 @@ def run(pair, prompt, n=24, block=None, baseline=False):
     return Generation(pair, prompt, settings, baseline=baseline).run()
 
 
-@pytest.fixture(scope="module", params=[("qwen3", 1), ("llama", 1), ("qwen3", 2)])
+@pytest.fixture(scope="module", params=[("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2)])
 def pairs(request):
+    """Both drafters in float32: drafts compared token for token need one rounding (on a CPU with native
+    bfloat16 TorchPair would draft in bfloat16, where the padded static shapes round differently)."""
     arch, generation = request.param
-    eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0, **SIZES)
-    return eager, static_of(eager, use_kernels=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu, "draft_dtype", lambda: None)
+        eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0, **SIZES)
+        return eager, static_of(eager, use_kernels=False)
 
 
 @pytest.mark.parametrize("prompt_len", [1, 17, 130])
@@ -72,9 +78,10 @@ def test_static_drafts_equal_the_eager_drafters_step_by_step(pairs):
             p.commit(pos)
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
 @pytest.mark.parametrize("wrong_every", [0, 3, 1])   # all, some and no drafts accepted
-def test_static_target_rolls_back_exactly_under_planted_acceptance(wrong_every):
-    eager = random_pair("qwen3", seed=5, **SIZES)
+def test_static_target_rolls_back_exactly_under_planted_acceptance(arch, wrong_every):
+    eager = random_pair(arch, seed=5, **SIZES)
     static = static_of(eager, use_kernels=False)
     prompt = prompt_of(20, seed=1)
     ref = run(eager, prompt, n=40, baseline=True).tokens
@@ -111,10 +118,11 @@ def test_static_mask_is_block_mask_over_the_whole_buffer():
             assert torch.equal(full[:, :end], expected) and not full[:, end:].any()
 
 
-def test_only_full_attention_targets_take_the_static_path():
+def test_dense_full_attention_and_hybrid_targets_take_the_static_path():
     assert supported("qwen3", random_target("qwen3", vocab=64, hidden=32, layers=2))
-    assert not supported("qwen3_5", random_target("qwen3_5", vocab=64, hidden=32, layers=2))
-    assert not supported("gpt_oss", None)
+    assert supported("qwen3_5", random_target("qwen3_5", vocab=64, hidden=32, layers=2))
+    for eager_only in ("gpt_oss", "qwen3_moe", "qwen3_5_moe", "gemma4"):
+        assert not supported(eager_only, None)
 
 
 def test_the_context_setting_sizes_the_caches_and_bounds_the_loop():
@@ -130,7 +138,7 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an N
 
 
 @cuda_only
-@pytest.mark.parametrize("arch,generation", [("qwen3", 1), ("llama", 1), ("qwen3", 2)])
+@pytest.mark.parametrize("arch,generation", [("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1)])
 def test_cuda_graphs_give_plain_decodings_greedy_tokens(arch, generation):
     eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0, **SIZES)
     target, drafter = eager.target, eager.drafter

@@ -12,8 +12,9 @@
 - Verification runs on the device (kernels.verify_greedy / verify_sampled); greedy drafts stay on the
   device (`PendingDrafts`) until verify reads [n, token, drafts] in one transfer: one read per step.
 
-Only full-attention targets (STATIC_ARCHITECTURES) take this path; the others run TorchPair's eager code
-on CUDA. On a CPU the same step code runs without graphs or kernels (tests/test_engine_cuda_path.py
+Qwen3.5 / Qwen3.6 hybrids take it too: their DeltaNet layers keep fixed state buffers and roll back on
+the device (cuda_hybrid.py). Only STATIC_ARCHITECTURES take this path; the others (MoE, sliding windows)
+run TorchPair's eager code on CUDA. On a CPU the same step code runs without graphs or kernels (tests/test_engine_cuda_path.py
 checks its greedy tokens against TorchPair); graphs, the kernels in bfloat16 and speed need a GPU and
 have not been run or measured in this project's CI."""
 from __future__ import annotations
@@ -26,13 +27,13 @@ from .drafter import rope
 from .engine import TorchPair
 from .sampling import Candidates, draw, probabilities, propose, verify
 
-STATIC_ARCHITECTURES = ("qwen3", "llama")
+STATIC_ARCHITECTURES = ("qwen3", "llama", "qwen3_5")
 DEFAULT_CONTEXT = 32768      # positions the static caches hold unless the pair is given a context
 PREFILL_CHUNK = 512          # prompt tokens per prefill forward (bounds the mask's size)
 
 
 def supported(family: str, target) -> bool:
-    return family in STATIC_ARCHITECTURES and target.deltanet is None
+    return family in STATIC_ARCHITECTURES
 
 
 def static_mask(end: torch.Tensor, n: int, size: int, window: int | None, causal: bool) -> torch.Tensor:
@@ -72,15 +73,24 @@ class StaticTarget:
 
     def __init__(self, target, size: int):
         self.target, self.size = target, size
-        self.cache = StaticKV(size, target.device)
+        if target.deltanet is None:
+            self.cache, self.deltanet = StaticKV(size, target.device), None
+        else:
+            from .cuda_hybrid import StaticHybridKV
+            self.cache = StaticHybridKV(size, target.device)
+            self.deltanet = self.cache.deltanet
         self.dtype = target.embedding.weight.dtype
 
-    def run(self, ids: torch.Tensor, features: bool):
+    def run(self, ids: torch.Tensor, features: bool, verifying: bool = False):
+        """verifying: DeltaNet layers keep the block's tape instead of advancing (commit() decides)."""
         n = ids.shape[1]
         pos = self.cache.start + self.cache.offsets[:n]
         visible = self.cache.offsets[None, :] <= pos[:, None]
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=ids.device)
         mask = mask.masked_fill(~visible, torch.finfo(self.dtype).min)[None, None]
+        if self.deltanet is not None:
+            self.deltanet.verifying = verifying
+            mask = {"full_attention": mask, "linear_attention": None}
         out = self.target.decoder(input_ids=ids, position_ids=pos[None], attention_mask=mask,
                                   past_key_values=self.cache, use_cache=True)
         logits = self.target.logits(out.last_hidden_state[0])
@@ -149,21 +159,26 @@ class StaticDraft2(StaticDraftMixin, Draft2Runner):
 
 class Graphed:
     """fn() (no arguments: it reads static buffers) captured once as a CUDA graph and replayed after;
-    eager when graphs are off. A capture that fails turns graphs off for this fn and says why."""
+    eager when graphs are off. A capture that fails turns graphs off for this fn and says why.
+    restore() lists the buffers fn both reads and writes (recurrent state): the warm-up runs put them back."""
 
-    def __init__(self, fn, enabled: bool):
+    def __init__(self, fn, enabled: bool, restore=lambda: []):
         self.fn, self.enabled, self.graph, self.out, self.why_not = fn, enabled, None, None, None
+        self.restore = restore
 
     def __call__(self):
         if not self.enabled:
             return self.fn()
         if self.graph is None:
             try:
+                saved = [(buffer, buffer.clone()) for buffer in self.restore()]
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
-                    for _ in range(2):      # warm-up: every step is idempotent (it writes what it will write)
+                    for _ in range(2):      # warm-up, then the buffers as they were: capture runs nothing
                         self.fn()
+                        for buffer, before in saved:
+                            buffer.copy_(before)
                 torch.cuda.current_stream().wait_stream(side)
                 self.graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(self.graph):
@@ -200,11 +215,15 @@ class CudaPair(TorchPair):
         B = self.block_size
         self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B}}
         features = drafter is not None      # fixed at capture: a drafter's pair always computes them
-        self._steps = {w: Graphed(lambda w=w: self.static.run(self._ids[w], features), graphs)
-                       for w in self._ids}
+        deltanet = self.static.deltanet
+        restore = deltanet.buffers if deltanet is not None else (lambda: [])
+        self._steps = {w: Graphed(lambda w=w: self.static.run(self._ids[w], features, verifying=w > 1), graphs,
+                                  restore) for w in self._ids}
+        self._commit_step = Graphed(deltanet.commit, graphs, restore) if deltanet is not None else None
+        self._taped = False       # the last verify left DeltaNet tapes for commit()
         if drafter is not None:
             runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
-            self.runner = runner_class(drafter, target.head.weight)
+            self.runner = runner_class(drafter, target.head.weight, self.runner.dtype)   # TorchPair's choice
             self.runner.make_static(size + B, self.kernels)
             self._embeds = torch.zeros(B, target.hidden_size, dtype=self.runner.dtype, device=self.device)
             self._ctx = torch.zeros(B, drafter.fc.in_features, dtype=self.runner.dtype, device=self.device)
@@ -214,7 +233,7 @@ class CudaPair(TorchPair):
 
     def graph_status(self) -> dict:
         """Which steps run as CUDA graphs, and why one does not (for the benchmarks and bug reports)."""
-        steps = dict(self._steps, draft=getattr(self, "_draft_step", None))
+        steps = dict(self._steps, draft=getattr(self, "_draft_step", None), commit=self._commit_step)
         return {name: (g.graph is not None, g.why_not) for name, g in steps.items() if g is not None}
 
     @torch.inference_mode()
@@ -227,6 +246,9 @@ class CudaPair(TorchPair):
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         ids, feats = torch.tensor([prompt], device=self.device), []
+        if self.static.deltanet is not None:
+            self.static.deltanet.reset()
+        self._taped = False
         for at in range(0, len(prompt), PREFILL_CHUNK):
             self.static.cache.start.fill_(at)
             logits, f = self.static.run(ids[:, at:at + PREFILL_CHUNK], self.runner is not None)
@@ -285,6 +307,7 @@ class CudaPair(TorchPair):
         logits = logits[: k + 1]
         q, self._q = (self._q if k else None), None
         self._verified = (pos, feats)
+        self._taped = width > 1 and self.static.deltanet is not None
         if self.kernels is None:
             return verify(tokens, q, logits, self._settings, self._gen)
         out = self._device_verify(tokens, q, logits)
@@ -313,6 +336,10 @@ class CudaPair(TorchPair):
     def commit(self, length: int) -> None:
         pos, feats = self._verified
         self.static.cache.start.fill_(length)
+        if self._taped:
+            self.static.deltanet.keep.fill_(length - pos)
+            self._commit_step()
+            self._taped = False
         if self._drafting and feats is not None:
             self._context.append(feats[: length - pos].clone())   # the graph's output is overwritten next step
         self._verified = (0, None)

@@ -62,6 +62,9 @@ class DeltaNetRollback:
 
     def _wrap(self, layer: nn.Module, original):
         def forward(hidden_states, cache_params=None, attention_mask=None, **kwargs):
+            own = getattr(cache_params, "deltanet_forward", None)
+            if own is not None:       # a cache that keeps DeltaNet state itself (cuda_hybrid.py)
+                return own(layer, hidden_states)
             if not self.verifying or cache_params is None or hidden_states.shape[1] == 1:
                 return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
             return self._verify_forward(layer, hidden_states, cache_params)
@@ -70,27 +73,43 @@ class DeltaNetRollback:
     def _verify_forward(self, layer: nn.Module, x: torch.Tensor, cache) -> torch.Tensor:
         """transformers' DeltaNet forward for a cached multi-token call, except that the recurrent state is
         read but not written, and the rule's inputs are kept for commit()."""
-        h = _helpers(layer)
-        b, n, _ = x.shape
-        idx = layer.layer_idx
-        mixed = layer.in_proj_qkv(x).transpose(1, 2)
-        z = layer.in_proj_z(x).reshape(b, n, -1, layer.head_v_dim)
-        beta = layer.in_proj_b(x).sigmoid()
-        g = -layer.A_log.float().exp() * F.softplus(layer.in_proj_a(x).float() + layer.dt_bias)
+        idx, n = layer.layer_idx, x.shape[1]
+        mixed, z, beta, g = projections(layer, x)
         # the cache records the convolution window's history until the next crop, so it rolls back exactly
         window = cache.update_conv_state(mixed, idx, conv_kernel_size=layer.conv_kernel_size)
-        mixed = h.causal_conv1d_fn(window, layer.conv1d.weight.squeeze(1), layer.conv1d.bias,
-                                   activation=layer.activation)[:, :, -n:].transpose(1, 2)
-        q, k, v = torch.split(mixed, [layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
-        q = q.reshape(b, n, -1, layer.head_k_dim)
-        k = k.reshape(b, n, -1, layer.head_k_dim)
-        v = v.reshape(b, n, -1, layer.head_v_dim)
-        out, _ = h.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, chunk_size=n,
-                                                initial_state=cache.get_recurrent_state(idx),
-                                                output_final_state=False, use_qk_l2norm_in_kernel=True)
+        q, k, v = convolve(layer, window, n)
+        out, _ = _helpers(layer).torch_chunk_gated_delta_rule(
+            q, k, v, g=g, beta=beta, chunk_size=n, initial_state=cache.get_recurrent_state(idx),
+            output_final_state=False, use_qk_l2norm_in_kernel=True)
         self.tapes[idx] = (q, k, v, g, beta)
-        out = layer.norm(out.reshape(-1, layer.head_v_dim), z.reshape(-1, layer.head_v_dim))
-        return layer.out_proj(out.reshape(b, n, -1))
+        return output(layer, out, z)
+
+
+def projections(layer: nn.Module, x: torch.Tensor):
+    """The first half of transformers' DeltaNet forward: convolution input [b, C, n], gate z, beta, g."""
+    b, n, _ = x.shape
+    mixed = layer.in_proj_qkv(x).transpose(1, 2)
+    z = layer.in_proj_z(x).reshape(b, n, -1, layer.head_v_dim)
+    beta = layer.in_proj_b(x).sigmoid()
+    g = -layer.A_log.float().exp() * F.softplus(layer.in_proj_a(x).float() + layer.dt_bias)
+    return mixed, z, beta, g
+
+
+def convolve(layer: nn.Module, window: torch.Tensor, n: int):
+    """Queries, keys and values of the last n positions of a convolution window [b, C, history + n]."""
+    b = window.shape[0]
+    mixed = _helpers(layer).causal_conv1d_fn(window, layer.conv1d.weight.squeeze(1), layer.conv1d.bias,
+                                             activation=layer.activation)[:, :, -n:].transpose(1, 2)
+    q, k, v = torch.split(mixed, [layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
+    return (q.reshape(b, n, -1, layer.head_k_dim), k.reshape(b, n, -1, layer.head_k_dim),
+            v.reshape(b, n, -1, layer.head_v_dim))
+
+
+def output(layer: nn.Module, core: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """The second half: the gated norm of the delta rule's output and the output projection."""
+    b, n = z.shape[:2]
+    out = layer.norm(core.reshape(-1, layer.head_v_dim), z.reshape(-1, layer.head_v_dim))
+    return layer.out_proj(out.reshape(b, n, -1))
 
 
 def _helpers(layer: nn.Module):
