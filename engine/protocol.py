@@ -40,7 +40,8 @@ EVENTS = TERMINAL_EVENTS | PROGRESS_EVENTS
 
 MODES = ("dflash", "baseline")
 ROLES = ("system", "user", "assistant")   # what the window and the local server send (developer becomes system)
-DTYPES = ("float32", "bfloat16", "float16")
+# the last two: the torch engine's bitsandbytes targets (engine/backends/torch/quantized.py)
+DTYPES = ("float32", "bfloat16", "float16", "int8", "nf4")
 
 # Error codes: a stable, machine-readable reason next to a plain-language message.
 ERROR_CODES = {

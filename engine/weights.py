@@ -80,10 +80,16 @@ def layer_count(tensors: dict[str, Tensor], prefix: str = "") -> int:
     return max(ids) + 1 if ids else 0
 
 
-def bytes_as(tensors: dict[str, Tensor], dtype_bytes: int) -> int:
-    """Memory the floating-point tensors take once loaded in a dtype of this many bytes."""
-    return sum(t.numel * (dtype_bytes if t.dtype.startswith(("F", "BF")) else DTYPE_BYTES.get(t.dtype, 1))
-               for t in tensors.values())
+def bytes_as(tensors: dict[str, Tensor], dtype_bytes: int, linear_bytes: float | None = None) -> int:
+    """Memory the floating-point tensors take once loaded in a dtype of this many bytes; with linear_bytes,
+    the decoder layers' matrices take that many instead (quantized while loading)."""
+    def size(name: str, t: Tensor) -> float:
+        if not t.dtype.startswith(("F", "BF")):
+            return t.numel * DTYPE_BYTES.get(t.dtype, 1)
+        if linear_bytes is not None and ".layers." in f".{name}" and len(t.shape) == 2:
+            return t.numel * linear_bytes
+        return t.numel * dtype_bytes
+    return int(sum(size(name, t) for name, t in tensors.items()))
 
 
 def config_int(cfg: dict, key: str, source: str, low: int = 1, high: int = 1 << 24) -> int:
@@ -113,7 +119,7 @@ def check_fits(needed: int, available: int | None, what: str) -> None:
                               code="out_of_memory")
 
 
-def check_target(folder: Path, dtype_bytes: int, available: int | None) -> None:
+def check_target(folder: Path, dtype_bytes: int, available: int | None, linear_bytes: float | None = None) -> None:
     """A target folder's config.json against its weights' headers and the free memory, before any loader
     builds a model from the config: a damaged number names its key, a config that disagrees with the
     weights names both, and weights that cannot fit say how much they need."""
@@ -144,7 +150,7 @@ def check_target(folder: Path, dtype_bytes: int, available: int | None) -> None:
         if found != layers:
             raise CheckpointError(f"{source} says num_hidden_layers {layers:,}, but the weights hold {found} decoder "
                                   "layers: config and weights do not belong together. Re-download the model.")
-    check_fits(bytes_as(tensors, dtype_bytes), available, "The target model")
+    check_fits(bytes_as(tensors, dtype_bytes, linear_bytes), available, "The target model")
 
 
 def packed_bits(cfg: dict, module: str, source: str) -> int:

@@ -26,7 +26,7 @@ SOURCE_PACKAGES = ("dflash_desktop", "ui", "engine", "assets")
 # image libraries the CPU engine does not use. Excluding them keeps a local build equal to CI's.
 EXCLUDES = ["IPython", "matplotlib", "matplotlib_inline", "scipy", "PIL", "pandas", "tkinter",
             "_tkinter", "pytest", "_pytest", "jax", "tensorflow", "torchvision", "torchaudio", "sklearn", "numba",
-            "triton",
+            "triton", "bitsandbytes", "accelerate",
             # transformers' command line (a model server: openai, fastapi...) and code generator (libcst),
             # and what only they or torch's own tests import. Not starlette and uvicorn: the app's own
             # OpenAI-compatible server runs on them (dflash_desktop/server.py; NEVER_EXCLUDED below).

@@ -83,7 +83,7 @@ def assert_same_up_to_rounding(got: list[int], want: list[int], prompt: list[int
 def test_greedy_dflash_equals_plain_llamacpp_and_the_torch_engine(pair):
     """Greedy DFlash in llama.cpp gives plain decoding's tokens, except across a float-rounding tie."""
     reference = torch_pair(TARGET)
-    identical = 0
+    identical, accepted, steps = 0, 0, 0
     for text in prompts(5):
         ids = pair.tokenizer.encode_prompt(text, raw=True)
         assert ids == reference.tokenizer.encode_prompt(text, raw=True)
@@ -95,9 +95,13 @@ def test_greedy_dflash_equals_plain_llamacpp_and_the_torch_engine(pair):
         assert fast.stop_reason == "length"
         s = fast.stats
         assert s.unknown == () and s.drafted > 0 and 0 < s.accepted <= s.drafted
-        assert s.steps == len(fast.tokens) - 1 - s.accepted and s.tau > 1.5
+        assert s.steps == len(fast.tokens) - 1 - s.accepted
+        accepted, steps = accepted + s.accepted, steps + s.steps
         assert plain.stats.drafted == 0 and plain.stats.steps == len(plain.tokens) - 1
     assert identical > 5 // 2, "ties are rare: most answers must be identical token for token"
+    # over all five (one of them accepts about 1.5 per step in the torch engine too): the drafter reads
+    # the target's features, so it accepts far above chance
+    assert (accepted + steps) / steps > 2.0
 
 
 def test_drafted_flags_follow_the_steps(pair):

@@ -17,7 +17,7 @@ from ...pairing import check_pair
 from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DEVICES, DTYPES, NAME, cpu
+from . import ARCHITECTURES, DEVICES, DTYPES, NAME, cpu, quantized
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
@@ -129,13 +129,19 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
 
     target_dir = Path(target_dir)
     dev = resolve_device(device)
-    if dtype is not None and dtype not in TORCH_DTYPES:
-        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join(TORCH_DTYPES)}.", code="bad_settings")
-    torch_dtype = TORCH_DTYPES[dtype] if dtype else default_dtype(dev)
+    if dtype is not None and dtype not in TORCH_DTYPES and dtype not in quantized.QUANTIZED:
+        raise EngineError(f"Unknown dtype {dtype!r}: use {', '.join([*TORCH_DTYPES, *quantized.QUANTIZED])}.",
+                          code="bad_settings")
+    torch_dtype = TORCH_DTYPES.get(dtype) or default_dtype(dev)   # quantized: the layers they keep, the drafter
     family = check_architecture(target_dir, dev)
+    quantize = dtype if dtype in quantized.QUANTIZED else None
+    bnb = quantize or quantized.prequantized(target_dir)
+    if bnb:
+        quantized.require(dev, f"A target quantized to {bnb}")
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
     report("weights", f"Reading the target's weights from {target_dir.name}")
-    target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev, available_bytes=free_bytes(dev))
+    target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev, available_bytes=free_bytes(dev),
+                                         quantize=quantize)
     drafter = None
     if cfg is not None:
         check_pair(target, cfg)
@@ -172,7 +178,7 @@ class TorchPair:
                        if drafter else None)
         self.auto_cutoff = cpu.DRAFT_CUTOFF if on_cpu else 0.0
         self.info = {"engine": NAME, "device": str(self.device),
-                     "dtype": str(target.embedding.weight.dtype).removeprefix("torch."),
+                     "dtype": target.quantization or str(target.embedding.weight.dtype).removeprefix("torch."),
                      "architecture": family or getattr(target.model.config, "model_type", ""),
                      "name": name, "block_size": self.block_size, "has_drafter": drafter is not None,
                      "drafter_generation": drafter.generation if drafter else None,

@@ -19,6 +19,7 @@ from transformers import DynamicCache
 
 from ...errors import CheckpointError, PairMismatchError
 from ...weights import check_target
+from . import quantized
 from .hybrid import DeltaNetRollback
 
 
@@ -43,6 +44,7 @@ class TargetModel:
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.device = self.embedding.weight.device
         self.deltanet = DeltaNetRollback.attach(model)
+        self.quantization = _quantization(model)   # "int8" or "nf4" (bitsandbytes), None in full precision
         self.cache = None
         self._verify_start = 0
         self._captured: list[torch.Tensor | None] = []
@@ -51,21 +53,30 @@ class TargetModel:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                        capture_layers: Sequence[int] = (), available_bytes: int | None = None) -> "TargetModel":
+                        capture_layers: Sequence[int] = (), available_bytes: int | None = None,
+                        quantize: str | None = None) -> "TargetModel":
         """Load with transformers' own classes, never with code from the folder; the config is checked
-        against the weights' headers and the size against available_bytes first (engine/weights.py)."""
+        against the weights' headers and the size against available_bytes first (engine/weights.py).
+        quantize "int8" or "nf4" quantizes the decoder's linear layers while loading (quantized.py); a
+        pre-quantized bitsandbytes folder loads quantized whatever quantize says."""
         from transformers import AutoModelForCausalLM
         path = Path(path)
         if not (path / "config.json").is_file():
             raise CheckpointError(f"No config.json in target folder {path}. Point to a downloaded model folder.")
-        check_target(path, dtype.itemsize, available_bytes)
+        check_target(path, dtype.itemsize, available_bytes, quantized.QUANTIZED.get(quantize))
+        bnb = quantize or quantized.prequantized(path)
+        extra = {}
+        if bnb:      # bitsandbytes places the weights itself while quantizing: they cannot be moved after
+            extra["device_map"] = {"": str(device)}
+            if quantize:
+                extra["quantization_config"] = quantized.loading_config(quantize, dtype)
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, use_safetensors=True,
-                                                         trust_remote_code=False)
+                                                         trust_remote_code=False, **extra)
         except Exception as exc:  # loaders raise many types (safetensors, config, OS); all mean "unusable"
             raise CheckpointError(f"Target model in {path} could not be loaded ({type(exc).__name__}: {exc}). "
                                   "The files may be corrupt or of an unsupported architecture.") from exc
-        return cls(model.to(device), capture_layers)
+        return cls(model if bnb else model.to(device), capture_layers)
 
     def capture(self, layer_ids: Sequence[int]) -> None:
         """Record the outputs of exactly these decoder layers (0-based) on every forward."""
@@ -132,3 +143,12 @@ class TargetModel:
         """The last forward's captured layer outputs, concatenated: [batch, n, k*H]."""
         return torch.cat(self._captured, dim=-1)
 
+
+def _quantization(model: nn.Module) -> str | None:
+    quant = getattr(model.config, "quantization_config", None)
+    if quant is None:
+        return None
+    get = quant.get if isinstance(quant, dict) else lambda key, default=None: getattr(quant, key, default)
+    if get("load_in_4bit") or get("_load_in_4bit"):
+        return str(get("bnb_4bit_quant_type", "nf4"))
+    return "int8" if (get("load_in_8bit") or get("_load_in_8bit")) else str(get("quant_method", "quantized"))
