@@ -12,6 +12,13 @@ MLX conversions) that replace the target repo's weights when that engine runs th
 The first variant of an engine is its default. ``dtype`` names a ``dtype_bytes`` entry; ``bytes`` is the
 size of the files (what fit estimates count); ``files`` are exact paths in the repo, checked like every
 name that becomes a path. The target repo itself then only gives its config and tokenizer files.
+
+A variant without ``target`` has no files: the engine quantizes the target repo's own weights while
+loading (``dtype`` one the engine names in its QUANTIZED, e.g. the torch engine's bitsandbytes
+``int8``/``nf4``). Such a variant is never a default: fit.py takes it, on the ``devices`` it lists, only
+when the full-precision weights leave no room for DFlash::
+
+    {"id": "bnb-nf4", "label": "NF4 4-bit (bitsandbytes)", "dtype": "nf4", "devices": ["cuda"]}
 Variants of engines this version lacks, or that the pair's ``engines`` do not list, are skipped. ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
 copy in use, so a bad network or a bad file can never leave the app without a catalog.
@@ -79,8 +86,14 @@ class Variant:
     dtype: str                  # a dtype_bytes key
     repo_id: str
     revision: str
-    files: tuple[str, ...]      # exact paths in the repo
+    files: tuple[str, ...]      # exact paths in the repo; none: quantized from the target's weights
     bytes: int                  # their total size
+    devices: tuple[str, ...] = ()   # device classes it is for (none listed: all)
+
+    @property
+    def quantizes(self) -> bool:
+        """No files of its own: the engine quantizes the target repo's weights while loading."""
+        return not self.files
 
 
 # the target repo's files an engine with its own weights still needs, config and tokenizer: patterns, so a
@@ -133,8 +146,13 @@ class Pair:
         return {d for devices in self.engines.values() for d in devices}
 
     def variant(self, engine: str | None) -> Variant | None:
-        """The engine's default variant (None: it loads the target repo's own weights)."""
-        return (self.variants.get(engine) or (None,))[0] if engine else None
+        """The engine's default variant, its first with files of its own (None: the target repo's weights)."""
+        return next((v for v in self.variants.get(engine, ()) if not v.quantizes), None) if engine else None
+
+    def quantizing(self, engine: str, device_class: str) -> list[Variant]:
+        """The engine's variants that quantize the target's weights while loading on this device class."""
+        return [v for v in self.variants.get(engine, ())
+                if v.quantizes and (not v.devices or device_class in v.devices)]
 
     def repos(self, engine: str | None = None) -> list[tuple]:
         """What the downloader fetches: (repo_id, revision) of target then drafter, or with an engine that has
@@ -265,12 +283,24 @@ def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tu
         _need(isinstance(items, list) and items, w, "must be a non-empty list")
         found = []
         for v in items:
-            _need(isinstance(v, dict) and isinstance(v.get("target"), dict), w, "each needs a 'target' object")
-            vid, t = v.get("id"), v["target"]
+            _need(isinstance(v, dict), w, "each must be an object")
+            vid = v.get("id")
             _need(isinstance(vid, str) and bool(_ID.fullmatch(vid)), w, f"'id' must be lowercase letters, digits, "
                                                                          f"'.', '_' or '-' (got {vid!r})")
             vw = f"{w}: {vid}"
             _need(v.get("dtype") in dtypes, vw, f"unknown 'dtype' {v.get('dtype')!r}")
+            devices = v.get("devices", [])
+            _need(isinstance(devices, list) and set(devices) <= set(DEVICE_CLASSES), vw,
+                  f"'devices' must list device classes of {DEVICE_CLASSES} (got {devices!r})")
+            if "target" not in v:     # quantized by the engine while loading
+                quantizes = ENGINES[engine].quantized
+                _need(v["dtype"] in quantizes, vw, f"a variant without 'target' is quantized by the engine "
+                                                   f"while loading: 'dtype' must be one of {list(quantizes)}")
+                found.append(Variant(engine, vid, str(v.get("label") or vid), v["dtype"], "", "", (), 0,
+                                     tuple(devices)))
+                continue
+            t = v["target"]
+            _need(isinstance(t, dict), vw, "'target' must be an object")
             repo, rev, files = t.get("repo_id"), str(t.get("revision") or "main"), t.get("files")
             _need(isinstance(repo, str) and bool(_REPO.fullmatch(repo)) and ".." not in repo, vw,
                   f"'repo_id' must look like 'owner/name' (got {repo!r})")
@@ -280,7 +310,7 @@ def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tu
                   f"'files' must be a non-empty list of plain relative paths (got {files!r})")
             _pos_int(t, "bytes", vw)
             found.append(Variant(engine, vid, str(v.get("label") or vid), v["dtype"], repo, rev, tuple(files),
-                                 int(t["bytes"])))
+                                 int(t["bytes"]), tuple(devices)))
         _need(len({v.id for v in found}) == len(found), w, "duplicate variant ids")
         out[engine] = tuple(found)
     return out

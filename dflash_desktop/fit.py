@@ -16,14 +16,16 @@ streaming rate divided by the weight bytes an active token touches; the estimate
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+
+from engine.backends import ENGINES
 
 from .catalog import Catalog, Pair
 from .hardware import HardwareReport, gib
 from .run_plan import RunPlan, plan_for
 
 DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625, "q4_k_m": 0.6,
-                       "mxfp4": 0.53125}
+                       "mxfp4": 0.53125, "nf4": 0.5625}
 MARGIN_FIXED = 2**30
 MARGIN_FRACTION = 0.05
 FITS_FRACTION = 0.85  # above this share of the budget we call it "tight"
@@ -148,13 +150,43 @@ def estimate_fit(pair: Pair, budget: Budget, context_tokens: int = DEFAULT_CONTE
 def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFAULT_CONTEXT,
                   dtype_bytes: dict | None = None) -> FitEstimate | None:
     """The fit of a pair with the engine, device and dtype it would load with here (run_plan.py);
-    None when no engine of this app runs it on this computer."""
+    None when no engine of this app runs it on this computer. Where the full-precision weights leave no
+    room for DFlash, the first of the engine's quantizing variants (catalog.py) that does is planned."""
     plan = plan_for(pair, report)
     if plan is None:
         return None
     budget = Budget.from_report(report, plan.device_class)
+    est = _estimate_plan(pair, plan, budget, context_tokens, dtype_bytes)
+    if not est.dflash:
+        for variant in pair.quantizing(plan.engine, plan.device_class):
+            smaller = _estimate_plan(pair, replace(plan, dtype=variant.dtype, variant=variant), budget,
+                                     context_tokens, dtype_bytes)
+            if smaller.dflash:
+                smaller.sentence += (f" Its weights are quantized to {variant.label} while loading: in full "
+                                     f"precision the pair needs about {gib(est.total_bytes)}.")
+                return smaller
+    return est
+
+
+def quantized_target_bytes(pair: Pair, bytes_per_weight: float) -> int:
+    """A target quantized while loading: its decoder's matrices at bytes_per_weight, the embeddings and the
+    LM head (counted as two, untied) in bfloat16 as the quantizer leaves them."""
+    t = pair.target
+    kept = 2 * int(t["vocab_size"]) * int(t["hidden_size"])
+    return int(max(t.params - kept, 0) * bytes_per_weight + kept * 2)
+
+
+def _estimate_plan(pair: Pair, plan: RunPlan, budget: Budget, context_tokens: int,
+                   dtype_bytes: dict | None) -> FitEstimate:
+    variant = plan.variant
+    if variant is None:
+        target_bytes = None
+    elif variant.quantizes:
+        target_bytes = quantized_target_bytes(pair, ENGINES[plan.engine].quantized[variant.dtype])
+    else:
+        target_bytes = variant.bytes
     est = estimate_fit(pair, budget, context_tokens, weight_dtype=plan.catalog_dtype, kv_dtype=plan.kv_dtype,
-                       dtype_bytes=dtype_bytes, target_bytes=plan.variant.bytes if plan.variant else None)
+                       dtype_bytes=dtype_bytes, target_bytes=target_bytes)
     est.plan = plan
     return est
 

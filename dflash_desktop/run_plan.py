@@ -37,8 +37,16 @@ class RunPlan:
 
     @property
     def kv_dtype(self) -> str:
-        """The KV cache's: a variant's engine (llama.cpp) keeps float16 caches over quantized weights."""
-        return "fp16" if self.variant else self.catalog_dtype
+        """The KV cache's: a variant's engine (llama.cpp) keeps float16 caches over quantized weights, and
+        a target quantized while loading computes (and caches) in bfloat16."""
+        if self.variant is None:
+            return self.catalog_dtype
+        return "bf16" if self.variant.quantizes else "fp16"
+
+    @property
+    def files_variant(self) -> Variant | None:
+        """The variant whose own files make the target folder (variant_folder.py), if any."""
+        return self.variant if self.variant is not None and not self.variant.quantizes else None
 
 
 # before the hardware is known: the worker decides (engine.backends.auto_engine)

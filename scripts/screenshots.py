@@ -70,6 +70,28 @@ class Shooter:
         print(f"{path}  {path.stat().st_size // 1024} KB", flush=True)
 
 
+def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
+    """17: the model picker on a recorded 12 GB NVIDIA card (tests/fixtures/hardware), Qwen3 8B selected:
+    full precision leaves no room for DFlash there, so it is planned quantized by bitsandbytes."""
+    import json
+
+    from dflash_desktop.catalog import bundled_path, load_file
+    from dflash_desktop.hardware import HardwareProbe, detect
+    from ui.model_picker import ModelPicker
+    from ui.pair_list_model import Roles
+    fixture = ROOT / "tests" / "fixtures" / "hardware" / "nvidia_rtx3060_smi.json"
+    report = detect(HardwareProbe.from_dict(json.loads(fixture.read_text())))
+    picker = ModelPicker(window, catalog=load_file(bundled_path()), hardware=report)
+    ready: list[bool] = []
+    picker.ready.connect(lambda: ready.append(True))
+    picker.show()
+    wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
+    row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == "qwen3-8b")
+    picker.list.setCurrentIndex(picker.model.index(row))
+    shots.shoot("17-model-picker-12gb-gpu", picker)
+    picker.reject()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
@@ -168,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
         shots.shoot("05-model-picker", picker)
         picker.reject()
+        shoot_picker_on_a_12gb_gpu(app, window, shots)
 
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused, with the way out
         from ui.errors import ErrorBubble

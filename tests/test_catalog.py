@@ -68,6 +68,9 @@ def test_bundled_catalog_has_every_design_pair_and_the_demo():
     (lambda d: d["pairs"][0]["target"].pop("path"), "embedded models need a 'path'"),
     (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
     (lambda d: d["pairs"][3]["target"].update(native_dtype="fp3"), "unknown 'native_dtype' 'fp3'"),
+    (lambda d: d["pairs"][2]["variants"]["torch"][0].update(dtype="q4_k_m"),
+     "a variant without 'target' is quantized by the engine while loading: 'dtype' must be one of"),
+    (lambda d: d["pairs"][2]["variants"]["torch"][0].update(devices=["tpu"]), "'devices' must list device classes"),
 ])
 def test_validation_errors_name_the_problem(mutate, expected):
     data = raw()
@@ -169,3 +172,15 @@ def test_notes_promise_no_feature_the_engines_lack():
         for word, engine in missing.items():
             if engine is None or engine not in ENGINES:
                 assert word not in pair.notes, f"{pair.id}: notes mention {word!r}"
+
+
+def test_quantizing_variants_are_never_a_default_and_apply_to_their_devices():
+    """bitsandbytes variants (no files: the engine quantizes the target's weights while loading) are only
+    offered on the devices they list, and never replace the engine's default weights or downloads."""
+    pair = parse_catalog(raw()).get("qwen3-8b")
+    assert [v.id for v in pair.quantizing("torch", "cuda")] == ["bnb-int8", "bnb-nf4"]
+    assert pair.quantizing("torch", "cpu") == [] and pair.quantizing("torch", "apple") == []
+    assert all(v.quantizes and v.files == () for v in pair.quantizing("torch", "cuda"))
+    assert pair.variant("torch") is None and pair.variant("llamacpp").files      # defaults: files of their own
+    assert pair.repos("torch") == [(pair.target.repo_id, pair.target.revision),
+                                   (pair.drafter.repo_id, pair.drafter.revision)]

@@ -186,3 +186,19 @@ def test_a_slow_cpu_pair_says_about_how_slow(catalog):
     assert estimate_here(catalog.get("qwen3-4b"), report).plain_tok_s == pytest.approx(20e9 / 2.5e9)
     moe = estimate_here(catalog.get("qwen3-coder-30b-a3b"), report_of("apple_m2_16gb"))
     assert moe.plain_tok_s is None                                         # no measured rate for a GPU
+
+
+def test_a_quantized_target_is_counted_with_its_embeddings_and_head_in_bfloat16(catalog):
+    from dflash_desktop.fit import quantized_target_bytes
+    pair = catalog.get("qwen3-8b")
+    kept = 2 * pair.target["vocab_size"] * pair.target["hidden_size"]
+    assert quantized_target_bytes(pair, 0.5625) == int((pair.target.params - kept) * 0.5625 + kept * 2)
+    assert quantized_target_bytes(pair, 1.0) < pair.target.params * 2
+
+
+@pytest.mark.parametrize("fixture, dtype", [("nvidia_rtx4090_nvml", "bfloat16"), ("nvidia_rtx3060_smi", "nf4")])
+def test_quantization_is_planned_only_where_full_precision_leaves_no_room(catalog, fixture, dtype):
+    from dflash_desktop.fit import estimate_here
+    est = estimate_here(catalog.get("qwen3-8b"), report_of(fixture))
+    assert est.plan.dtype == dtype and est.dflash
+    assert ("quantized to NF4" in est.sentence) == (dtype == "nf4")

@@ -26,15 +26,23 @@ def rtx3060():
     return detect(HardwareProbe.from_dict(json.loads((FIXTURES / "nvidia_rtx3060_smi.json").read_text())))
 
 
-@pytest.fixture
-def catalog(random_pair):
-    """The bundled catalog with the demo pair pointing at a random pair and Qwen3 4B at the fake hub."""
+def catalog_data(random_pair) -> dict:
     data = json.loads(bundled_path().read_text())
     pairs = {p["id"]: p for p in data["pairs"]}
     pairs["demo"]["target"]["path"], pairs["demo"]["drafter"]["path"] = map(str, random_pair)
     pairs["qwen3-4b"]["target"]["repo_id"] = "org/target"
     pairs["qwen3-4b"]["drafter"]["repo_id"] = "org/draft"
     data["pairs"] = [pairs[k] for k in ("qwen3-4b", "qwen3-8b", "demo", "qwen3.5-4b")]  # demo not first on purpose
+    return data
+
+
+@pytest.fixture
+def catalog(random_pair):
+    """The bundled catalog with the demo pair pointing at a random pair and Qwen3 4B at the fake hub; its
+    pairs in full precision only (no bitsandbytes variants), so the won't-fit and target-only paths show."""
+    data = catalog_data(random_pair)
+    for pair in data["pairs"]:
+        pair.get("variants", {}).pop("torch", None)
     return parse_catalog(copy.deepcopy(data), "test")
 
 
@@ -88,6 +96,26 @@ def test_wont_fit_pair_cannot_be_loaded_or_downloaded_and_says_why(picker):
     assert not idx.data(Roles.CanLoad)
     assert "won't fit" in picker.reason.text() and "won't fit" in picker.fit_sentence.text()
     assert "Won't fit" in picker.badge.text()
+
+
+def test_a_gpu_too_small_for_full_precision_plans_bitsandbytes_quantization(qtbot, random_pair, tmp_path,
+                                                                            monkeypatch):
+    """With the catalog's bitsandbytes variants, the 12 GB card runs Qwen3 8B and Qwen3.5 4B with DFlash on
+    quantized weights, says so, and sends that dtype to the worker; what fits in full precision stays so."""
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    dialog = ModelPicker(catalog=parse_catalog(catalog_data(random_pair), "test"), hardware=rtx3060())
+    qtbot.addWidget(dialog)
+    with qtbot.waitSignal(dialog.ready, timeout=WAIT_MS):
+        pass
+    plans = {pid: dialog.model.index(i).data(Roles.Plan) for pid, i in rows(dialog).items()}
+    verdicts = {pid: dialog.model.index(i).data(Roles.Verdict) for pid, i in rows(dialog).items()}
+    assert plans["demo"]["dtype"] == plans["qwen3-4b"]["dtype"] == "bfloat16"
+    assert plans["qwen3-8b"] == {"engine": "torch", "device": "cuda", "dtype": "nf4"}
+    assert plans["qwen3.5-4b"] == {"engine": "torch", "device": "cuda", "dtype": "int8"}   # 8-bit first
+    assert verdicts["qwen3-8b"] in ("fits", "tight") and verdicts["qwen3.5-4b"] in ("fits", "tight")
+    select(dialog, "qwen3-8b")
+    assert "NF4 4-bit (bitsandbytes)" in dialog.facts.text()
+    assert "quantized to NF4 4-bit (bitsandbytes) while loading" in dialog.fit_sentence.text()
 
 
 def test_offline_mode_is_shown_and_disables_downloads(picker):

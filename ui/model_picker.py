@@ -432,8 +432,8 @@ class ModelPicker(QDialog):
         row = self.model.pair_row(self.model.row_of(pair_id))
         if job.state == "done":
             plan = row.fit.plan if row.fit else None
-            target = (variant_folder.assemble(row.pair, plan.variant, job.cache_dir) if plan and plan.variant
-                      else job.result[row.pair.target.repo_id])
+            target = (variant_folder.assemble(row.pair, plan.files_variant, job.cache_dir)
+                      if plan and plan.files_variant else job.result[row.pair.target.repo_id])
             dirs = {"target": target, "drafter": job.result[row.pair.drafter.repo_id]}
             self.model.set_download(pair_id, "ready", 1.0, dirs=dirs)
         elif job.state == "cancelled":

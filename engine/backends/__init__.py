@@ -10,7 +10,7 @@ Pure standard library.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ..errors import EngineError
@@ -31,6 +31,7 @@ class EngineInfo:
     dtypes: dict[str, str]                        # device class -> the dtype weights load in by default
     architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
     drafter_generations: tuple[int, ...] = (1,)   # drafter generations it decodes with (engine/config.py)
+    quantized: dict[str, float] = field(default_factory=dict)   # dtypes it quantizes to while loading -> bytes/weight
 
     def runs(self, model_type: str, device_class: str) -> bool:
         return device_class in self.architectures.get(architecture(model_type), ())
@@ -40,7 +41,7 @@ def _info(package: str) -> EngineInfo:
     mod = importlib.import_module(package)
     # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
     return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
-                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))))
+                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))), dict(getattr(mod, "QUANTIZED", {})))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (

@@ -19,6 +19,10 @@ ARCHITECTURES = {
     "gpt_oss": _ALL, "gemma4": _ALL,           # sliding-window layers (gpt-oss: attention sinks, MoE)
 }
 
+# dtypes that quantize the target while it loads (bitsandbytes, quantized.py) -> bytes per weight of a
+# quantized linear layer (NF4: 4 bits and a float32 scale per 64 weights)
+QUANTIZED = {"int8": 1.0, "nf4": 0.5625}
+
 # Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py) and DFlash2 (drafter2.py)
 DRAFTER_GENERATIONS = (1, 2)
 

@@ -15,10 +15,8 @@ from pathlib import Path
 import torch
 
 from ...errors import CheckpointError, EngineError
+from . import QUANTIZED  # noqa: F401  (the dtypes and their bytes per weight, declared with the engine)
 
-# dtype names of the load_pair command -> bytes per weight of a quantized linear layer (NF4: 4 bits and a
-# float32 scale per 64 weights)
-QUANTIZED = {"int8": 1.0, "nf4": 0.5625}
 INSTALL = 'pip install "dflash-desktop[nvidia]"'
 
 
