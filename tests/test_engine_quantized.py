@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from dflash_desktop.worker_client import WorkerClient
 from engine.backends.torch import quantized
 from engine.backends.torch.engine import load_pair
 from engine.backends.torch.tiny import save_random_pair
@@ -100,6 +99,7 @@ def test_the_memory_check_counts_quantized_layers_at_their_size(pair_dirs):
 
 
 def test_the_worker_loads_a_quantized_target_over_the_protocol(pair_dirs, tmp_path, monkeypatch):
+    from dflash_desktop.worker_client import WorkerClient     # here: bench/gpu_checks.sh runs this file without the app's packages
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
     events = []
     client = WorkerClient(on_event=events.append)

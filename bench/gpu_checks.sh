@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every check of the CUDA path that needs an NVIDIA GPU, as one command for a lent device (the device tool's
+# `run`, whose machine has python3 with CUDA torch, Triton and accelerate, but an older transformers):
+#   here, once:  echo /.whl/ >> .git/info/exclude
+#                python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl transformers==5.23.0
+#   run:         bash bench/gpu_checks.sh          (carry: .whl; about 6 minutes on an H100)
+# Logs and the benchmark's JSON go to $OUT (the device tool brings them back): env.txt, tests.log,
+# steps.log, steps.json. bitsandbytes is too big to carry with the rest, so the quantized GPU test skips
+# unless the machine has it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-checks}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+'triton', triton.__version__, 'transformers', transformers.__version__)"; } 2>&1 | tee "$OUT/env.txt"
+# the GPU-only tests, and the kernels compiled for the device (no interpreter: conftest sees /dev/nvidia0)
+python3 -m pytest -q -p no:cacheprovider -k "cuda or triton or gpu" \
+    tests/test_engine_cuda_path.py tests/test_engine_triton_kernels.py tests/test_engine_quantized.py 2>&1 | tee "$OUT/tests.log"
+tests=$?
+python3 bench/bench_cuda_steps.py --json "$OUT/steps.json" 2>&1 | tee "$OUT/steps.log"
+exit $(( tests || $? ))
