@@ -304,6 +304,18 @@ class ChatStore:
             if before is not None and chosen.get("prompt") is not None:
                 self._db.execute("UPDATE messages SET content = ? WHERE id = ?", (chosen["prompt"], before.id))
 
+    @_writes
+    def discard_shown_version(self, message_id: int) -> None:
+        """Forget the version shown (an answer that failed) and show the latest of the others, with its
+        question. For answers written more than once: one written once is deleted instead."""
+        message = self.message(message_id)
+        if message is None or not message.versions or len(message.versions) < 2:
+            raise ValueError(f"message {message_id} has no other version to show")
+        versions = [v for i, v in enumerate(message.versions) if i != message.version]
+        with self._db:
+            self._db.execute("UPDATE messages SET versions = ? WHERE id = ?", (_dump(versions), message_id))
+        self.show_version(message_id, len(versions) - 1)
+
     def _user_before(self, message: Message) -> Message | None:
         r = self._db.execute("SELECT * FROM messages WHERE conversation_id = ? AND id < ? AND role = 'user' "
                              "ORDER BY id DESC LIMIT 1", (message.conversation_id, message.id)).fetchone()

@@ -366,3 +366,18 @@ def test_an_upgrade_that_fails_half_way_leaves_the_version_1_file_as_it_was(tmp_
     assert db.execute("PRAGMA user_version").fetchone()[0] == 1 and "temperature" not in columns
     assert db.execute("SELECT title FROM conversations").fetchall() == [("old",)]
     db.close()
+
+
+def test_discarding_a_failed_version_shows_the_latest_other_with_its_question(tmp_path):
+    store = ChatStore(tmp_path / "c.sqlite3")
+    conv = store.create_conversation()
+    question = store.add_message(conv.id, "user", "first question")
+    answer = store.add_message(conv.id, "assistant", "first answer", stop_reason="eos")
+    with pytest.raises(ValueError, match="no other version"):
+        store.discard_shown_version(answer.id)           # written once: nothing else to show
+    store.new_version(answer.id, "edited question")
+    store.update_message(answer.id, stop_reason="error", error={"code": "prompt_too_long"})
+    store.discard_shown_version(answer.id)
+    kept = store.message(answer.id)
+    assert (kept.content, kept.version, len(kept.versions), kept.error) == ("first answer", 0, 1, None)
+    assert store.message(question.id).content == "first question"

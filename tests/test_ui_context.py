@@ -74,6 +74,36 @@ def test_a_chat_too_long_for_the_context_offers_to_drop_its_oldest_turns(qtbot, 
     assert view.context_used == stats["prompt_tokens"] + stats["generated_tokens"] < view.context_limit
 
 
+def test_dropping_the_oldest_turns_keeps_the_failed_answers_earlier_versions(qtbot, home, chat_worker, echo_pair):
+    """An edit that makes the chat too long fails as a new version of its answer: the retry replaces only
+    that failed version, and the answer written before the edit stays browsable with its question."""
+    window = make_window(qtbot, chat_worker, echo_pair)
+    c, view = window.controller, window.chat_view
+    line = "value = compute(value)\n"
+    probe = send(qtbot, window, line * 10)["stats"]["prompt_tokens"]
+    copies = math.ceil(1100 / (probe / 10))
+    window.new_chat_action.trigger()
+    assert send(qtbot, window, line * copies)["event"] == "done"
+    assert send(qtbot, window, "x = 1\n")["event"] == "done"
+    question, answer = window.store.messages(c.conversation_id)[-2:]
+    longer = "# again\n" + line * copies
+    with qtbot.waitSignal(c.answerFinished, timeout=ANSWER_TIMEOUT_MS) as failed:
+        c.edit_and_resend(question.id, longer)
+    assert failed.args[0]["code"] == "prompt_too_long"
+    bubble = next(w for w in view.messages if isinstance(w, ErrorBubble))
+    with qtbot.waitSignal(c.answerFinished, timeout=ANSWER_TIMEOUT_MS) as retried:
+        qtbot.mouseClick(bubble.action_button, Qt.MouseButton.LeftButton)
+    assert retried.args[0]["event"] == "done"
+    stored = window.store.messages(c.conversation_id)
+    assert [m.id for m in stored] == [question.id, answer.id] and stored[0].content == longer
+    kept = stored[1]
+    assert len(kept.versions) == 2 and kept.version == 1 and kept.content == retried.args[0]["text"]
+    assert kept.versions[0]["content"] == answer.content and kept.versions[0]["prompt"] == "x = 1\n"
+    assert all(v.get("error") is None for v in kept.versions)
+    c.show_version(answer.id, 0)
+    assert window.store.messages(c.conversation_id)[0].content == "x = 1\n"
+
+
 def test_opening_a_chat_counts_it_and_a_stale_count_is_not_shown(qtbot, home, chat_worker, echo_pair):
     """Opening a stored chat counts it (its turns after the last answer were only estimated); a count for
     text that changed meanwhile is not shown."""

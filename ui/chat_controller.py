@@ -602,31 +602,43 @@ class ChatController(QObject):
 
     def drop_oldest_and_retry(self) -> None:
         """The chat outgrew the model's context: drop its oldest exchange (a user turn and its answer) and the
-        failed answer, then write the answer again. Repeat if it is still too long."""
+        failed answer, then write the answer again. Repeat if it is still too long. A failed answer that
+        has earlier versions keeps them: only the failed version goes, and the retry is a new version."""
         if self._gen is not None or self.conversation_id is None:
             return
         messages = self.store.messages(self.conversation_id)
-        if messages and messages[-1].role == "assistant":
-            self.store.delete_messages([messages[-1].id])
+        failed = messages[-1] if messages and messages[-1].role == "assistant" else None
+        retry_prompt = None
+        if failed is not None:
             messages = messages[:-1]
+            if failed.versions and len(failed.versions) > 1:
+                retry_prompt = failed.versions[failed.version].get("prompt")
+                self.store.discard_shown_version(failed.id)
+            else:
+                self.store.delete_messages([failed.id])
+                failed = None
         users = [m for m in messages if m.role == "user"]
+        conv = self.store.conversation(self.conversation_id)
         if len(users) < 2:
             self.statusMessage.emit("Your message alone is longer than the model's context: shorten it, or start "
                                     "a new chat with the part that matters.")
-            conv = self.store.conversation(self.conversation_id)
-            self.view.load(messages, conv.system_prompt if conv else "", self.pair_info)
+            self.view.load(self.store.messages(self.conversation_id), conv.system_prompt if conv else "",
+                           self.pair_info)
             return
         oldest = [m.id for m in messages if m.id < users[1].id]
         self.store.delete_messages(oldest)
+        if failed is not None:
+            self.store.new_version(failed.id, retry_prompt)
         kept = self.store.messages(self.conversation_id)
-        conv = self.store.conversation(self.conversation_id)
         self.view.load(kept, conv.system_prompt if conv else "", self.pair_info)
+        if failed is not None:
+            self.view.remove_from(self.view.user_widget(failed.id))   # _start_answer draws it again
         used, estimated = self._context_used(kept)
         self.view.set_context(used=used, estimated=estimated)
         self.count_context()
         self.statusMessage.emit(f"Dropped the oldest {len(oldest)} message(s) of this chat to fit the model's "
                                 "context; writing the answer again.")
-        self._start_answer()
+        self._start_answer(failed.id if failed is not None else None)
 
     def _context(self, stats: dict, text: str, prompt: str, token_ids: list | None = None) -> dict:
         """What session.diagnose needs besides the stats, from measurements and the loaded pair."""
