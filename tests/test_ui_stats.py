@@ -152,4 +152,7 @@ def test_an_answer_decoded_plainly_shows_no_speedup(qtbot, home, chat_worker, ec
     assert stats["drafted"] == 0 and stats["decode_tok_s"] > 0
     assert shown(window)["speedup"] is None and window.stats_panel.speedup_label.text() == "—"
     assert window.stats_panel.speedup_metric.toolTip().startswith("This answer drafted nothing")
+    panel = window.stats_panel
+    assert panel.acceptance_label.text() == panel.tau_label.text() == "—"     # not "0%" of nothing drafted
+    assert panel.acceptance_metric.toolTip().startswith("This answer drafted nothing")
     assert shown(window)["dflash_tok_s"] == stats["decode_tok_s"]

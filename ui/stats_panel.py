@@ -462,6 +462,11 @@ class StatsPanel(QDockWidget):
                                         f"= {ratio:.2f}×. {TIPS['speedup']}")
         if keep:
             return
+        if plain and self.has_drafter:     # nothing drafted: no rate to show, and tau is trivially 1
+            acceptance, tau, missing = None, None, "—"
+            for metric in (self.acceptance_metric, self.tau_metric):
+                metric.set_tip(f"This answer drafted nothing, so there is nothing to accept. "
+                               f"{TIPS['acceptance' if metric is self.acceptance_metric else 'tau']}")
         self.acceptance_label.setText(missing if acceptance is None else f"{acceptance * 100:.0f}%")
         self.tau_label.setText(missing if tau is None else f"{tau:.2f}")
         self.values.update(acceptance_rate=acceptance, tau=tau)
