@@ -104,6 +104,25 @@ def test_dropping_the_oldest_turns_keeps_the_failed_answers_earlier_versions(qtb
     assert window.store.messages(c.conversation_id)[0].content == "x = 1\n"
 
 
+def test_the_error_bubble_follows_the_version_shown(qtbot, home, chat_worker, echo_pair):
+    window = make_window(qtbot, chat_worker, echo_pair)
+    c, view = window.controller, window.chat_view
+    line = "value = compute(value)\n"
+    probe = send(qtbot, window, line * 10)["stats"]["prompt_tokens"]
+    question, answer = window.store.messages(c.conversation_id)[-2:]
+    with qtbot.waitSignal(c.answerFinished, timeout=ANSWER_TIMEOUT_MS) as failed:
+        c.edit_and_resend(question.id, line * math.ceil(2100 / (probe / 10)))   # alone beyond 2,048 tokens
+    assert failed.args[0]["code"] == "prompt_too_long"
+
+    def bubbles():
+        return [i for i, w in enumerate(view.messages) if isinstance(w, ErrorBubble)]
+    assert bubbles() == [2]
+    c.show_version(answer.id, 0)          # the answer that worked: no error under it
+    assert bubbles() == [] and view.messages[1].text == answer.content
+    c.show_version(answer.id, 1)          # the failed one: its error again, right under it
+    assert bubbles() == [2] and len(view.messages) == 3
+
+
 def test_opening_a_chat_counts_it_and_a_stale_count_is_not_shown(qtbot, home, chat_worker, echo_pair):
     """Opening a stored chat counts it (its turns after the last answer were only estimated); a count for
     text that changed meanwhile is not shown."""

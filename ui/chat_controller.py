@@ -384,6 +384,7 @@ class ChatController(QObject):
                 widget.set_prefix(question[-1].content)
             widget.set_content(shown.content, shown.spans or [[shown.content, False]])
             widget.set_footer(shown.stats, shown.stop_reason)
+            self.view.set_error_under(widget, shown.error, self.pair_info)
             ahead, back = ((widget.next_button, widget.previous_button) if forward else
                            (widget.previous_button, widget.next_button))
             on_arrows = ahead.hasFocus() or back.hasFocus()

@@ -421,6 +421,18 @@ class ChatView(QWidget):
         self._add(bubble)
         return bubble
 
+    def set_error_under(self, widget: QFrame, error: dict | None, pair_info: dict | None = None) -> None:
+        """The error bubble under an answer follows the version shown: dropped, or made for this error."""
+        index = self.messages.index(widget)
+        after = self.messages[index + 1] if index + 1 < len(self.messages) else None
+        if isinstance(after, ErrorBubble):
+            self._drop(after)
+            self.messages.remove(after)
+        if error:
+            bubble = ErrorBubble(error, pair_info, parent=self.column)
+            self.column_layout.insertWidget(self.column_layout.indexOf(widget) + 1, bubble)
+            self.messages.insert(index + 1, bubble)
+
     def remove_from(self, widget: QFrame) -> None:
         """Drop a message widget and every widget after it."""
         if widget not in self.messages:
