@@ -12,11 +12,11 @@
 - Verification runs on the device (kernels.verify_greedy / verify_sampled); greedy drafts stay on the
   device (`PendingDrafts`) until verify reads [n, token, drafts] in one transfer: one read per step.
 
-Qwen3.5 / Qwen3.6 hybrids take it too: their DeltaNet layers keep fixed state buffers and roll back on
-the device (cuda_hybrid.py). Only STATIC_ARCHITECTURES take this path; the others (MoE, sliding windows)
-run TorchPair's eager code on CUDA. On a CPU the same step code runs without graphs or kernels (tests/test_engine_cuda_path.py
-checks its greedy tokens against TorchPair); graphs, the kernels in bfloat16 and speed need a GPU and
-have not been run or measured in this project's CI."""
+Only dense STATIC_ARCHITECTURES take this path, Qwen3.5 / Qwen3.6 hybrids among them (their DeltaNet
+layers keep fixed state buffers and roll back on the device: cuda_hybrid.py); the others (MoE, sliding
+windows) run TorchPair's eager code on CUDA. On a CPU the same step code runs without graphs or kernels
+(tests/test_engine_cuda_path.py checks its greedy tokens against TorchPair); graphs, the kernels in
+bfloat16 and speed need a GPU and have not been run or measured in this project's CI."""
 from __future__ import annotations
 
 import torch
@@ -32,7 +32,7 @@ DEFAULT_CONTEXT = 32768      # positions the static caches hold unless the pair 
 PREFILL_CHUNK = 512          # prompt tokens per prefill forward (bounds the mask's size)
 
 
-def supported(family: str, target) -> bool:
+def supported(family: str) -> bool:
     return family in STATIC_ARCHITECTURES
 
 

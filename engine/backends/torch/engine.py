@@ -155,7 +155,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     report("tuning", "Preparing the model for this device")
     if dev.type == "cuda":   # static caches and CUDA graphs where the architecture allows (cuda.py)
         from . import cuda
-        if cuda.supported(family, target):
+        if cuda.supported(family):
             return cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family)
     return TorchPair(target, drafter, tokenizer, target_dir.name, family)
 
