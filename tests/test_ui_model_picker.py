@@ -86,7 +86,8 @@ def test_demo_pair_loads_and_emits_its_folders(qtbot, picker, random_pair):
         picker.load_button.click()
     assert chosen.args[0] == {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(random_pair[0]),
                               "draft_dir": str(random_pair[1]), "thinking": None,
-                              "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}}
+                              "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"},
+                              "planned": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}}
     assert "Runs with PyTorch on the NVIDIA GPU (CUDA), bfloat16" in picker.facts.text()
 
 

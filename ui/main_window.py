@@ -585,9 +585,14 @@ class MainWindow(QMainWindow):
         return run_plan.engine_choices(entry, current, device_class, missing_engines())
 
     def with_engine(self, pair: dict) -> dict:
-        """The pair with the engine the settings prefer, where that engine can run it from its folders."""
+        """The pair with the engine the settings prefer, where that engine can run it from its folders. The
+        model picker's plan (``planned``: engine, device and weights, quantized where the GPU needs it) wins
+        whenever it names that engine."""
         plan = pair.get("plan") or run_plan.AUTO
+        planned = pair.get("planned")
         engine = self.settings.engine
+        if planned and engine in ("auto", planned["engine"]):
+            return {**pair, "plan": dict(planned)}
         if engine == "auto" or engine == plan["engine"] or engine not in self.engine_choices(pair):
             return pair
         return {**pair, "plan": {**plan, "engine": engine, "dtype": None}}

@@ -385,7 +385,8 @@ class ModelPicker(QDialog):
         row = self.model.pair_row(idx.row())
         self.pairChosen.emit({"id": idx.data(Roles.Id), "name": idx.data(Roles.Name),
                               "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir),
-                              "plan": idx.data(Roles.Plan), "thinking": row.pair.thinking})
+                              "plan": idx.data(Roles.Plan), "planned": idx.data(Roles.Plan),
+                              "thinking": row.pair.thinking})
         self.accept()
 
     def open_local(self) -> LocalPairDialog:
