@@ -14,6 +14,7 @@ the loop advances one token per step; the costs do not depend on acceptance. --j
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -63,7 +64,7 @@ def build(name: str, device: torch.device, dtype: torch.dtype, block: int):
         layers, taps = (1, 3) if name.startswith("tiny") else (5, 5)
         ids = sorted({1 + i * (n - 3) // (taps - 1) for i in range(taps)})
         drafter = DFlashDrafter(DraftConfig.from_dict(draft_config_dict(
-            target, layers=layers, block_size=block, target_layer_ids=ids))).to(dtype).eval()
+            target, layers=layers, block_size=block, target_layer_ids=ids))).placed(device, dtype).eval()
     target.capture(drafter.config.target_layer_ids)
     return target, drafter
 
@@ -188,6 +189,7 @@ def main(argv=None) -> dict:
         print(f"plain decoding ({fastest}) {plain['ours']:.1f} tok/s, generate() {plain['generate']:.1f} tok/s: "
               f"{plain['ours'] / plain['generate']:.2f}x")
         del pairs, target, drafter
+        gc.collect()                       # graphs and hooks hold reference cycles
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.json:

@@ -164,3 +164,17 @@ def test_missing_folder_and_not_json(tmp_path, saved_pair):
         DFlashDrafter.from_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="No config.json in target folder"):
         load_pair(tmp_path / "empty", None)
+
+
+def test_a_bfloat16_drafter_keeps_its_rotary_frequencies_in_float32(saved_pair):
+    """Module.to(bfloat16) would round the rotary frequencies too: at position 4,000 the angles would be
+    off by radians. The drafter loads its weights in bfloat16 and keeps the frequencies exact."""
+    draft_dir = saved_pair[0] / "draft"
+    exact = DFlashDrafter.from_pretrained(draft_dir, dtype=torch.float32)
+    bf16 = DFlashDrafter.from_pretrained(draft_dir, dtype=torch.bfloat16)
+    assert bf16.fc.weight.dtype == torch.bfloat16 and bf16.rotary.inv_freq.dtype == torch.float32
+    assert torch.equal(bf16.rotary.inv_freq, exact.rotary.inv_freq)
+    pos = torch.tensor([[4000]])
+    cos, _ = bf16.rotary(torch.empty(1), pos)
+    rounded = exact.rotary.inv_freq.to(torch.bfloat16).float()
+    assert (cos[0, 0] - torch.cos(4000 * torch.cat([rounded, rounded]))).abs().max() > 0.1   # what rounding costs

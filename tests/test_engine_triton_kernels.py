@@ -120,7 +120,8 @@ def test_triton_draft_attention_matches_block_attention(kernels, heads, kv_heads
     expected = block_attention(q, keys, values, end, block_mask(end, n, window, causal))
     got = kernels.draft_attention(q.to(DEVICE), keys.to(DEVICE), values.to(DEVICE),
                                   torch.tensor([end], device=DEVICE), window, causal)
-    torch.testing.assert_close(got.cpu(), expected, atol=2e-5, rtol=2e-5)
+    tol = 2e-5 if interpreted else 2e-3      # compiled for a GPU, tl.dot on float32 uses TF32
+    torch.testing.assert_close(got.cpu(), expected, atol=tol, rtol=tol)
 
 
 @pytest.mark.skipif(not on_cuda or interpreted, reason="bfloat16 Triton kernels need a GPU (never run here)")

@@ -170,8 +170,9 @@ class Graphed:
         if not self.enabled:
             return self.fn()
         if self.graph is None:
+            stream = torch.cuda.current_stream()
+            saved = [(buffer, buffer.clone()) for buffer in self.restore()]
             try:
-                saved = [(buffer, buffer.clone()) for buffer in self.restore()]
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
@@ -184,6 +185,9 @@ class Graphed:
                 with torch.cuda.graph(self.graph):
                     self.out = self.fn()
             except RuntimeError as exc:     # an op that cannot be captured: stay eager, and say so
+                torch.cuda.set_stream(stream)   # a failed capture can leave the capture stream current
+                for buffer, before in saved:
+                    buffer.copy_(before)
                 self.enabled, self.graph, self.why_not = False, None, f"{type(exc).__name__}: {exc}"
                 return self.fn()
         self.graph.replay()
@@ -211,6 +215,8 @@ class CudaPair(TorchPair):
         size = self.max_positions + self.block_size           # a verify near the end still has room
         self.kernels = _kernels() if (on_cuda if use_kernels is None else use_kernels) else None
         graphs = on_cuda if graphs is None else graphs
+        # LLM.int8 picks its outlier columns per input and reads them on the host: it cannot be captured
+        graphs = graphs and target.quantization != "int8"
         self.static = StaticTarget(target, size)
         B = self.block_size
         self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B}}
@@ -338,7 +344,10 @@ class CudaPair(TorchPair):
         self.static.cache.start.fill_(length)
         if self._taped:
             self.static.deltanet.keep.fill_(length - pos)
-            self._commit_step()
+            if self._steps[self.block_size].graph is not None:
+                self._commit_step()     # its tapes are the verify graph's own buffers
+            else:
+                self.static.deltanet.commit()   # an eager verify makes new tapes every step
             self._taped = False
         if self._drafting and feats is not None:
             self._context.append(feats[: length - pos].clone())   # the graph's output is overwritten next step

@@ -152,7 +152,14 @@ class DFlashDrafter(nn.Module):
                     f"implies {shapes[name]}: config and weights do not belong together.")
         model = cls(cfg)
         model.load_state_dict(load_safetensors_dir(path), strict=False)
-        return model.to(device=device, dtype=dtype).eval()
+        return model.placed(device, dtype).eval()
+
+    def placed(self, device, dtype: torch.dtype) -> "DFlashDrafter":
+        """The weights in dtype on device, the rotary frequencies kept in float32: Module.to would round
+        them to bfloat16 too, and the angles would drift by radians at long positions."""
+        self.to(device=device, dtype=dtype)
+        self.rotary = Qwen3RotaryEmbedding(rope_config(self.config)).to(device)
+        return self
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
         from safetensors.torch import save_file
