@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from engine.backends import ENGINES
+from engine.limits import DEFAULT_CONTEXT
 
 from .catalog import Catalog, Pair
 from .hardware import HardwareReport, gib
@@ -29,7 +30,6 @@ DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8
 MARGIN_FIXED = 2**30
 MARGIN_FRACTION = 0.05
 FITS_FRACTION = 0.85  # above this share of the budget we call it "tight"
-DEFAULT_CONTEXT = 8192
 VERDICTS = ("fits", "tight", "target_only", "wont_fit")
 SLOW_TOK_S = 5.0   # below this many plain tokens per second, the picker says the pair runs slowly here
 

@@ -19,6 +19,9 @@ RULES = ("residual", "match")
 # The largest request body the local OpenAI-compatible server reads (dflash_desktop/server.py): far more than
 # any context holds as text, far below what one worker command line may carry (protocol.MAX_LINE_BYTES).
 MAX_REQUEST_BYTES = 8 * 2**20
+# Positions the engines with caches sized once hold (llama.cpp's server, the torch engine's CUDA path) unless
+# the model's own limit is lower; the model picker's memory estimate counts this many (dflash_desktop/fit.py).
+DEFAULT_CONTEXT = 8192
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ SIZES = dict(vocab=256, hidden=64, layers=4, max_positions=512)
 
 
 def static_of(pair, **kwargs):
+    """Buckets of 64 rows, so the steps of these short runs cross several attention lengths (one graph each)."""
     return CudaPair(pair.target, pair.drafter, None, pair.name, pair.info["architecture"], context=300,
-                    graphs=False, **kwargs)
+                    graphs=False, bucket=64, **kwargs)
 
 
 def prompt_of(n, seed=0):
@@ -122,6 +123,19 @@ def test_dense_full_attention_and_hybrid_targets_take_the_static_path():
     assert supported("qwen3") and supported("llama") and supported("qwen3_5")
     for eager_only in ("gpt_oss", "qwen3_moe", "qwen3_5_moe", "gemma4"):
         assert not supported(eager_only)
+
+
+def test_steps_attend_over_the_rows_they_need_one_shape_per_bucket():
+    eager = random_pair("qwen3", seed=3, **SIZES)
+    static = static_of(eager, use_kernels=False)
+    assert [static.static.rows(end, 64) for end in (1, 64, 65, 200, 316, 400)] == [64, 64, 128, 256, 316, 316]
+    prompt = prompt_of(100, seed=4)
+    dflash = run(static, prompt, n=60, block=16)        # positions 100..160: rows 128, then 192
+    assert sorted(static.graph_status()) == ["16x128", "16x192", "draft"]
+    plain = run(static, prompt, n=60, baseline=True)
+    assert sorted(static.graph_status()) == ["16x128", "16x192", "1x128", "1x192", "draft"]
+    assert dflash.tokens == plain.tokens == run(eager, prompt, n=60, baseline=True).tokens
+    assert not any(captured for captured, _ in static.graph_status().values())     # no graphs on a CPU
 
 
 def test_the_context_setting_sizes_the_caches_and_bounds_the_loop():

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import Cancelled, CheckpointError, EngineError
-from ...limits import GenerationSettings
+from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from ...loop import Chunk
 from ...tokenizer import ChatTokenizer
 from . import ARCHITECTURES, NAME, build, calibrate, convert, metadata
 from .server import Launch, Server, ServerError
 from .tokens import ServerTokenizer
 
-DEFAULT_CONTEXT = 8192       # the server's context unless the model's is shorter; fixed at start
 
 
 def _ggufs(folder: Path) -> list[Path]:

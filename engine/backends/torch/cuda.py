@@ -6,8 +6,10 @@
 - The drafter (`StaticDraft`, `StaticDraft2`) keeps DraftRunner's packed layers and buffers, sized once;
   context rows and the block are written at explicit positions, padded context rows go to a spare row
   that no query sees, and its attention is the Triton kernel (kernels.draft_attention) on CUDA.
-- A verify runs the full block width (drafts padded) and a draft pass the full block, so each is one
-  shape, captured once as a CUDA graph (`Graphed`) and replayed; prefill, the first draft over the
+- A verify runs the full block width (drafts padded) and a draft pass the full block, and the target
+  attends over the cache rows up to the next multiple of BUCKET_ROWS past the step (not the whole buffer:
+  its cost follows the context, not the setting), so each (width, rows) is one shape, captured once as a
+  CUDA graph (`Graphed`) and replayed; prefill, the first draft over the
   prompt's features and shorter blocks at the end of the context run the same code without a graph.
 - Verification runs on the device (kernels.verify_greedy / verify_sampled); greedy drafts stay on the
   device (`PendingDrafts`) until verify reads [n, token, drafts] in one transfer: one read per step.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ...limits import DEFAULT_CONTEXT
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner, _rms, block_attention
 from .drafter import rope
@@ -28,8 +31,8 @@ from .engine import TorchPair
 from .sampling import Candidates, draw, probabilities, propose, verify
 
 STATIC_ARCHITECTURES = ("qwen3", "llama", "qwen3_5")
-DEFAULT_CONTEXT = 32768      # positions the static caches hold unless the pair is given a context
 PREFILL_CHUNK = 512          # prompt tokens per prefill forward (bounds the mask's size)
+BUCKET_ROWS = 1024           # a step attends over the cache rows up to the next multiple of this: one graph each
 
 
 def supported(family: str) -> bool:
@@ -57,6 +60,7 @@ class StaticKV:
         self.start = torch.zeros(1, dtype=torch.long, device=device)
         self.offsets = torch.arange(size, device=device)
         self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.rows = size           # the rows the attention of the forward being run reads (fixed per graph)
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
         if layer_idx not in self.layers:   # the first (prefill) forward allocates, never a captured one
@@ -65,7 +69,7 @@ class StaticKV:
         where = self.start + self.offsets[: keys.shape[2]]
         k_all.index_copy_(2, where, keys)
         v_all.index_copy_(2, where, values)
-        return k_all, v_all
+        return k_all[:, :, :self.rows], v_all[:, :, :self.rows]
 
 
 class StaticTarget:
@@ -81,11 +85,17 @@ class StaticTarget:
             self.deltanet = self.cache.deltanet
         self.dtype = target.embedding.weight.dtype
 
-    def run(self, ids: torch.Tensor, features: bool, verifying: bool = False):
-        """verifying: DeltaNet layers keep the block's tape instead of advancing (commit() decides)."""
+    def rows(self, end: int, bucket: int) -> int:
+        """The cache rows a step ending at position `end` attends over: a multiple of bucket, at most all."""
+        return min(self.size, -(-end // bucket) * bucket)
+
+    def run(self, ids: torch.Tensor, features: bool, verifying: bool = False, rows: int | None = None):
+        """verifying: DeltaNet layers keep the block's tape instead of advancing (commit() decides). rows:
+        the cache rows attended over (every row the step writes or reads must lie below it)."""
         n = ids.shape[1]
+        self.cache.rows = rows or self.size
         pos = self.cache.start + self.cache.offsets[:n]
-        visible = self.cache.offsets[None, :] <= pos[:, None]
+        visible = self.cache.offsets[None, :self.cache.rows] <= pos[:, None]
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=ids.device)
         mask = mask.masked_fill(~visible, torch.finfo(self.dtype).min)[None, None]
         if self.deltanet is not None:
@@ -207,7 +217,8 @@ class CudaPair(TorchPair):
     STATIC_ARCHITECTURES. graphs=False (and a CPU device) runs the same steps without capture."""
 
     def __init__(self, target, drafter, tokenizer, name: str = "", family: str = "",
-                 context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None):
+                 context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None,
+                 bucket: int = BUCKET_ROWS):
         super().__init__(target, drafter, tokenizer, name, family)
         on_cuda = self.device.type == "cuda"
         self.max_positions = min(context or DEFAULT_CONTEXT, target.max_positions)
@@ -220,13 +231,14 @@ class CudaPair(TorchPair):
         self.static = StaticTarget(target, size)
         B = self.block_size
         self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B}}
-        features = drafter is not None      # fixed at capture: a drafter's pair always computes them
+        self._features = drafter is not None      # fixed at capture: a drafter's pair always computes them
         deltanet = self.static.deltanet
-        restore = deltanet.buffers if deltanet is not None else (lambda: [])
-        self._steps = {w: Graphed(lambda w=w: self.static.run(self._ids[w], features, verifying=w > 1), graphs,
-                                  restore) for w in self._ids}
-        self._commit_step = Graphed(deltanet.commit, graphs, restore) if deltanet is not None else None
+        self._graphs, self._bucket = graphs, bucket
+        self._restore = deltanet.buffers if deltanet is not None else (lambda: [])
+        self._steps: dict[tuple[int, int], Graphed] = {}     # (width, rows) -> the step, made when first needed
+        self._commit_step = Graphed(deltanet.commit, graphs, self._restore) if deltanet is not None else None
         self._taped = False       # the last verify left DeltaNet tapes for commit()
+        self._verify_graphed = False
         if drafter is not None:
             runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
             self.runner = runner_class(drafter, target.head.weight, self.runner.dtype)   # TorchPair's choice
@@ -239,8 +251,18 @@ class CudaPair(TorchPair):
 
     def graph_status(self) -> dict:
         """Which steps run as CUDA graphs, and why one does not (for the benchmarks and bug reports)."""
-        steps = dict(self._steps, draft=getattr(self, "_draft_step", None), commit=self._commit_step)
+        steps = {f"{width}x{rows}": g for (width, rows), g in self._steps.items()}
+        steps.update(draft=getattr(self, "_draft_step", None), commit=self._commit_step)
         return {name: (g.graph is not None, g.why_not) for name, g in steps.items() if g is not None}
+
+    def _step(self, width: int, end: int) -> Graphed:
+        """The target step of this width attending over the rows a step ending at `end` needs."""
+        rows = self.static.rows(end, self._bucket)
+        if (width, rows) not in self._steps:
+            self._steps[width, rows] = Graphed(
+                lambda: self.static.run(self._ids[width], self._features, verifying=width > 1, rows=rows),
+                self._graphs, self._restore)
+        return self._steps[width, rows]
 
     @torch.inference_mode()
     def prefill(self, prompt, settings, drafting) -> int:
@@ -257,7 +279,9 @@ class CudaPair(TorchPair):
         self._taped = False
         for at in range(0, len(prompt), PREFILL_CHUNK):
             self.static.cache.start.fill_(at)
-            logits, f = self.static.run(ids[:, at:at + PREFILL_CHUNK], self.runner is not None)
+            chunk = ids[:, at:at + PREFILL_CHUNK]
+            logits, f = self.static.run(chunk, self.runner is not None,
+                                        rows=self.static.rows(at + chunk.shape[1], self._bucket))
             feats.append(f)
         self.static.cache.start.fill_(len(prompt))
         if self._drafting:
@@ -309,7 +333,9 @@ class CudaPair(TorchPair):
         ids[0, 0] = last
         ids[0, 1:k + 1] = tokens
         self.static.cache.start.fill_(pos)
-        logits, feats = self._steps[width]()
+        step = self._step(width, pos + width)
+        logits, feats = step()
+        self._verify_graphed = step.graph is not None
         logits = logits[: k + 1]
         q, self._q = (self._q if k else None), None
         self._verified = (pos, feats)
@@ -344,7 +370,7 @@ class CudaPair(TorchPair):
         self.static.cache.start.fill_(length)
         if self._taped:
             self.static.deltanet.keep.fill_(length - pos)
-            if self._steps[self.block_size].graph is not None:
+            if self._verify_graphed:
                 self._commit_step()     # its tapes are the verify graph's own buffers
             else:
                 self.static.deltanet.commit()   # an eager verify makes new tapes every step
