@@ -89,9 +89,11 @@ class StaticTarget:
         """The cache rows a step ending at position `end` attends over: a multiple of bucket, at most all."""
         return min(self.size, -(-end // bucket) * bucket)
 
-    def run(self, ids: torch.Tensor, features: bool, verifying: bool = False, rows: int | None = None):
+    def run(self, ids: torch.Tensor, features: bool, verifying: bool = False, rows: int | None = None,
+            last_only: bool = False):
         """verifying: DeltaNet layers keep the block's tape instead of advancing (commit() decides). rows:
-        the cache rows attended over (every row the step writes or reads must lie below it)."""
+        the cache rows attended over (every row the step writes or reads must lie below it). last_only: the
+        last position's logits only (a prefill chunk: the whole vocabulary for 512 rows is hundreds of MB)."""
         n = ids.shape[1]
         self.cache.rows = rows or self.size
         pos = self.cache.start + self.cache.offsets[:n]
@@ -103,7 +105,8 @@ class StaticTarget:
             mask = {"full_attention": mask, "linear_attention": None}
         out = self.target.decoder(input_ids=ids, position_ids=pos[None], attention_mask=mask,
                                   past_key_values=self.cache, use_cache=True)
-        logits = self.target.logits(out.last_hidden_state[0])
+        hidden = out.last_hidden_state[0]
+        logits = self.target.logits(hidden[-1:] if last_only else hidden)
         feats = self.target.captured_features()[0] if features and self.target._captured else None
         return logits, feats
 
@@ -280,7 +283,7 @@ class CudaPair(TorchPair):
         for at in range(0, len(prompt), PREFILL_CHUNK):
             self.static.cache.start.fill_(at)
             chunk = ids[:, at:at + PREFILL_CHUNK]
-            logits, f = self.static.run(chunk, self.runner is not None,
+            logits, f = self.static.run(chunk, self.runner is not None, last_only=True,
                                         rows=self.static.rows(at + chunk.shape[1], self._bucket))
             feats.append(f)
         self.static.cache.start.fill_(len(prompt))
