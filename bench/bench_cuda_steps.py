@@ -30,7 +30,7 @@ from engine.backends.torch.engine import TorchPair  # noqa: E402
 from engine.backends.torch.target import TargetModel  # noqa: E402
 from engine.backends.torch.tiny import draft_config_dict, target_config  # noqa: E402
 from engine.config import DraftConfig  # noqa: E402
-from engine.limits import GenerationSettings  # noqa: E402
+from engine.limits import DEFAULT_CONTEXT, GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 
 
@@ -159,7 +159,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompt", type=int, default=512, help="prompt tokens before the timed steps")
     parser.add_argument("--steps", type=int, default=40, help="timed steps per variant")
     parser.add_argument("--tokens", type=int, default=128, help="tokens for plain decoding vs generate()")
-    parser.add_argument("--context", type=int, default=4096, help="positions the static caches hold")
+    parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="positions the static caches hold")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
