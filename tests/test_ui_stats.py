@@ -155,4 +155,6 @@ def test_an_answer_decoded_plainly_shows_no_speedup(qtbot, home, chat_worker, ec
     panel = window.stats_panel
     assert panel.acceptance_label.text() == panel.tau_label.text() == "—"     # not "0%" of nothing drafted
     assert panel.acceptance_metric.toolTip().startswith("This answer drafted nothing")
+    footer = window.chat_view.messages[-1].footer.text()
+    assert "plain decoding" in footer and "τ" not in footer
     assert shown(window)["dflash_tok_s"] == stats["decode_tok_s"]

@@ -16,13 +16,15 @@ STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop
 
 
 def footer_text(stats: dict | None, stop_reason: str | None) -> str:
-    """'42.1 tok/s · first token 0.12 s · 64 tokens · τ 3.20 · reached max tokens'."""
+    """'42.1 tok/s · first token 0.12 s · 64 tokens · τ 3.20 · reached max tokens'; 'plain decoding' in
+    place of τ for an answer that drafted nothing."""
     if not stats:
         return STOP_WORDS.get(stop_reason or "", stop_reason or "")
+    plain = stats.get("drafted") == 0 and "drafted" not in (stats.get("unknown") or ())
     parts = [f"{float(stats.get('decode_tok_s') or 0):.1f} tok/s",
              f"first token {float(stats.get('ttft_s') or 0):.2f} s",
              f"{int(stats.get('generated_tokens') or 0)} tokens",
-             f"τ {float(stats.get('tau') or 0):.2f}"]
+             "plain decoding" if plain else f"τ {float(stats.get('tau') or 0):.2f}"]
     if stop_reason:
         parts.append(STOP_WORDS.get(stop_reason, stop_reason))
     return "  ·  ".join(parts)
