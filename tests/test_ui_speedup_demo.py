@@ -31,7 +31,7 @@ def test_run_measures_plain_then_dflash_and_replays_at_measured_speed(qtbot, loa
     states: list[tuple[str, float]] = []
     demo.stateChanged.connect(lambda s: states.append((s, time.perf_counter())))
 
-    assert demo.start("def add(a, b):\n", {"max_new_tokens": 48})
+    assert demo.start("def add(a, b):\n", {"max_new_tokens": 48, "draft_cutoff": 0.0})   # the echo drafter is never confident
     assert "Warming up" in demo.status.text()
     qtbot.waitUntil(lambda: "Measuring plain decoding… " in demo.status.text(), timeout=RUN_TIMEOUT_MS)
     qtbot.waitUntil(lambda: demo.state == "finished", timeout=RUN_TIMEOUT_MS)
@@ -48,6 +48,9 @@ def test_run_measures_plain_then_dflash_and_replays_at_measured_speed(qtbot, loa
     assert demo.dflash_pane.plain_text() == "".join(t for _, spans in demo.dflash.chunks for t, _ in spans)
     assert demo.plain_pane.plain_text() and demo.dflash_pane.plain_text()
     assert "tok/s" in demo.plain_pane.stats.text() and "τ" in demo.dflash_pane.stats.text()
+    # the DFlash run drafted all the way: no plain fallback in a demo of DFlash (the echo drafter is poor)
+    assert demo.dflash.stats["steps"] > 0 and demo.dflash.stats["drafted"] >= demo.dflash.stats["steps"]
+    assert demo.dflash.stats.get("fallback") is None
 
     # greedy DFlash is exactly plain decoding
     assert demo.identical is True and "identical ✓" in demo.identical_label.text()
