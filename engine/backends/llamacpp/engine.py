@@ -21,7 +21,6 @@ from .server import Launch, Server, ServerError
 from .tokens import ServerTokenizer
 
 
-
 def _ggufs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.gguf") if p.is_file())
 

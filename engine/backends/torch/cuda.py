@@ -283,7 +283,7 @@ class CudaPair(TorchPair):
         for at in range(0, len(prompt), PREFILL_CHUNK):
             self.static.cache.start.fill_(at)
             chunk = ids[:, at:at + PREFILL_CHUNK]
-            logits, f = self.static.run(chunk, self.runner is not None, last_only=True,
+            logits, f = self.static.run(chunk, self._features, last_only=True,
                                         rows=self.static.rows(at + chunk.shape[1], self._bucket))
             feats.append(f)
         self.static.cache.start.fill_(len(prompt))

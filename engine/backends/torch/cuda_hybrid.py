@@ -65,8 +65,9 @@ class StaticDeltaNet:
         for idx, (window, q, k, v, g, beta) in self.tapes.items():
             n, history = q.shape[1], self.windows[idx].shape[-1]
             live = (torch.arange(n, device=q.device) < self.keep)[None, :, None]
-            _, new = self.rules[idx](q, k, v, g=g * live, beta=beta * live, chunk_size=n, initial_state=self.states[idx],
-                          output_final_state=True, use_qk_l2norm_in_kernel=True)
+            _, new = self.rules[idx](q, k, v, g=g * live, beta=beta * live, chunk_size=n,
+                                     initial_state=self.states[idx], output_final_state=True,
+                                     use_qk_l2norm_in_kernel=True)
             self.states[idx].copy_(new)
             at = self.keep + torch.arange(history, device=q.device)
             self.windows[idx].copy_(window.index_select(-1, at))
@@ -82,4 +83,3 @@ class StaticHybridKV(StaticKV):
 
     def deltanet_forward(self, layer, x: torch.Tensor) -> torch.Tensor:
         return self.deltanet.forward(layer, x)
-

@@ -135,9 +135,6 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     torch_dtype = TORCH_DTYPES.get(dtype) or default_dtype(dev)   # quantized: the layers they keep, the drafter
     family = check_architecture(target_dir, dev)
     quantize = dtype if dtype in quantized.QUANTIZED else None
-    bnb = quantize or quantized.prequantized(target_dir)
-    if bnb:
-        quantized.require(dev, f"A target quantized to {bnb}")
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
     report("weights", f"Reading the target's weights from {target_dir.name}")
     target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev, available_bytes=free_bytes(dev),

@@ -44,7 +44,7 @@ class TargetModel:
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         self.device = self.embedding.weight.device
         self.deltanet = DeltaNetRollback.attach(model)
-        self.quantization = _quantization(model)   # "int8" or "nf4" (bitsandbytes), None in full precision
+        self.quantization: str | None = None   # "int8" or "nf4" when from_pretrained loaded it quantized
         self.cache = None
         self._verify_start = 0
         self._captured: list[torch.Tensor | None] = []
@@ -67,6 +67,7 @@ class TargetModel:
         bnb = quantize or quantized.prequantized(path)
         extra = {}
         if bnb:      # bitsandbytes places the weights itself while quantizing: they cannot be moved after
+            quantized.require(torch.device(device), f"A target quantized to {bnb}")
             extra["device_map"] = {"": str(device)}
             if quantize:
                 extra["quantization_config"] = quantized.loading_config(quantize, dtype)
@@ -76,7 +77,9 @@ class TargetModel:
         except Exception as exc:  # loaders raise many types (safetensors, config, OS); all mean "unusable"
             raise CheckpointError(f"Target model in {path} could not be loaded ({type(exc).__name__}: {exc}). "
                                   "The files may be corrupt or of an unsupported architecture.") from exc
-        return cls(model if bnb else model.to(device), capture_layers)
+        target = cls(model if bnb else model.to(device), capture_layers)
+        target.quantization = bnb
+        return target
 
     def capture(self, layer_ids: Sequence[int]) -> None:
         """Record the outputs of exactly these decoder layers (0-based) on every forward."""
@@ -142,13 +145,3 @@ class TargetModel:
     def captured_features(self) -> torch.Tensor:
         """The last forward's captured layer outputs, concatenated: [batch, n, k*H]."""
         return torch.cat(self._captured, dim=-1)
-
-
-def _quantization(model: nn.Module) -> str | None:
-    quant = getattr(model.config, "quantization_config", None)
-    if quant is None:
-        return None
-    get = quant.get if isinstance(quant, dict) else lambda key, default=None: getattr(quant, key, default)
-    if get("load_in_4bit") or get("_load_in_4bit"):
-        return str(get("bnb_4bit_quant_type", "nf4"))
-    return "int8" if (get("load_in_8bit") or get("_load_in_8bit")) else str(get("quant_method", "quantized"))
