@@ -188,12 +188,12 @@ def main(argv=None) -> dict:
             print(f"{name:<24}{ms['plain']:>8.2f}{ms['draft']:>8.2f}{ms['verify']:>8.2f}{ms['commit']:>8.2f}{ms['eta']:>7.2f}")
         print(f"plain decoding ({fastest}) {plain['ours']:.1f} tok/s, generate() {plain['generate']:.1f} tok/s: "
               f"{plain['ours'] / plain['generate']:.2f}x")
+        if args.json:                      # after each shape, so a run cut short keeps what it measured
+            args.json.write_text(json.dumps(report, indent=1))
         del pairs, target, drafter
         gc.collect()                       # graphs and hooks hold reference cycles
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
     return report
 
 

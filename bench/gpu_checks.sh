@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Every check of the CUDA path that needs an NVIDIA GPU, as one command for a lent device (the device tool's
-# `run`, whose machine has python3 with CUDA torch, Triton and accelerate, but an older transformers):
-#   here, once:  echo /.whl/ >> .git/info/exclude
-#                python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl transformers==5.23.0
-#   run:         bash bench/gpu_checks.sh          (carry: .whl; about 6 minutes on an H100)
-# Logs and the benchmark's JSON go to $OUT (the device tool brings them back): env.txt, tests.log,
-# steps.log, steps.json. bitsandbytes is too big to carry with the rest, so the quantized GPU test skips
-# unless the machine has it.
+# `run`, whose machine has python3 with CUDA torch, Triton and accelerate, but an older transformers and no
+# bitsandbytes). Here, once, carry the two as wheels (bitsandbytes trimmed to its CPU and CUDA 13 libraries,
+# which keeps the call under the tool's 64 MiB):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_24_x86_64 \
+#       -d .whl transformers==5.23.0 bitsandbytes==0.50.2
+#   (cd .whl && zip -d bitsandbytes-*.whl $(unzip -Z1 bitsandbytes-*.whl | grep libbitsandbytes_ | grep -v -e cuda13 -e _cpu))
+# run: bash bench/gpu_checks.sh (carry: .whl); each part has its own time limit, so the whole stays under
+# about 7 minutes. Logs and the benchmark's JSON go to $OUT (the device tool brings them back): env.txt,
+# tests.log, steps.log, steps.json (written after each shape).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-checks}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+export TRITON_INTERPRET=0        # compiled kernels, whatever device files the machine shows conftest
 export PYTHONPATH=$PWD
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -19,13 +23,16 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         || echo "the carried wheels do not import here: using the machine's own packages" | tee "$OUT/wheels.txt"
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda,
-'triton', triton.__version__, 'transformers', transformers.__version__)"; } 2>&1 | tee "$OUT/env.txt"
-# the GPU-only tests, and the kernels compiled for the device (no interpreter: conftest sees /dev/nvidia0);
+  python3 -c "import torch, triton, transformers, importlib.util as u; print('torch', torch.__version__, 'cuda',
+torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__, 'bitsandbytes',
+bool(u.find_spec('bitsandbytes')), 'fla', bool(u.find_spec('fla')), 'causal_conv1d', bool(u.find_spec('causal_conv1d')))"
+} 2>&1 | tee "$OUT/env.txt"
+# the GPU-only tests, and the kernels compiled for the device;
 # by name, so the CPU tests of the same files do not spend device time
-python3 -m pytest -q -p no:cacheprovider tests/test_engine_triton_kernels.py \
+timeout 170 python3 -m pytest -q -rs --durations=8 -p no:cacheprovider \
     tests/test_engine_cuda_path.py::test_cuda_graphs_give_plain_decodings_greedy_tokens \
-    tests/test_engine_quantized.py::test_on_a_gpu_a_quantized_target_takes_the_cuda_path_and_stays_exact 2>&1 | tee "$OUT/tests.log"
+    tests/test_engine_quantized.py::test_on_a_gpu_a_quantized_target_takes_the_cuda_path_and_stays_exact \
+    tests/test_engine_triton_kernels.py 2>&1 | tee "$OUT/tests.log"
 tests=$?
-python3 bench/bench_cuda_steps.py --json "$OUT/steps.json" 2>&1 | tee "$OUT/steps.log"
+timeout 250 python3 bench/bench_cuda_steps.py --json "$OUT/steps.json" 2>&1 | tee "$OUT/steps.log"
 exit $(( tests || $? ))

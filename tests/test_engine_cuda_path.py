@@ -151,7 +151,7 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an N
 
 
 @cuda_only
-@pytest.mark.parametrize("arch,generation", [("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1)])
+@pytest.mark.parametrize("arch,generation", [("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2)])
 def test_cuda_graphs_give_plain_decodings_greedy_tokens(arch, generation):
     eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0, **SIZES)
     target, drafter = eager.target, eager.drafter
