@@ -12,7 +12,7 @@ import torch
 from engine.backends.torch import cpu
 from engine.backends.torch.cuda import CudaPair, PendingDrafts, static_mask, supported
 from engine.backends.torch.draft_runner import block_mask
-from engine.backends.torch.tiny import random_pair
+from engine.backends.torch.tiny import random_drafter, random_pair, random_target
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from tests.oracle import OraclePair
@@ -150,18 +150,27 @@ def test_the_context_setting_sizes_the_caches_and_bounds_the_loop():
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (never run here)")
 
 
-@cuda_only
-@pytest.mark.parametrize("arch,generation", [("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2)])
-def test_cuda_graphs_give_plain_decodings_greedy_tokens(arch, generation):
-    eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0, **SIZES)
-    target, drafter = eager.target, eager.drafter
-    target.model.to("cuda")
-    drafter.to("cuda")
+def random_cuda_pair(arch, generation, dtype):
+    """A random pair put on the GPU as load_pair puts one there: not through TorchPair, whose CPU tuning packs
+    the target's weights for oneDNN (CPU tensors that Module.to does not move)."""
+    target = random_target(arch, seed=3, **SIZES)
+    with torch.no_grad():
+        target.head.weight.mul_(4.0)
+    drafter = random_drafter(target, seed=4, generation=generation, layers=1, block_size=16)
+    target.model.to("cuda", dtype)
     target.device = torch.device("cuda")
-    pair = CudaPair(target, drafter, None, "random", arch, context=300)
-    prompt = prompt_of(50, seed=4)
-    plain = run(pair, prompt, n=40, baseline=True).tokens
-    assert run(pair, prompt, n=40, block=16).tokens == plain
+    return CudaPair(target, drafter.placed("cuda", dtype), None, "random", arch, context=300)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("arch,generation", [("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2)])
+def test_cuda_graphs_give_plain_decodings_greedy_tokens(arch, generation, dtype):
+    pair = random_cuda_pair(arch, generation, dtype)
+    for seed in (4, 5, 6):
+        prompt = prompt_of(50, seed=seed)
+        plain = run(pair, prompt, n=40, baseline=True).tokens
+        assert run(pair, prompt, n=40, block=16).tokens == plain, f"prompt {seed}"
     assert all(captured for captured, _ in pair.graph_status().values()), pair.graph_status()
     assert pair.memory()["reserved_bytes"] > 0
 
