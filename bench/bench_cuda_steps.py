@@ -134,11 +134,12 @@ def plain_against_generate(pair, target, prompt, tokens: int, device) -> dict:
 def environment(device) -> dict:
     info = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": str(device),
             "date": time.strftime("%Y-%m-%d %H:%M")}
-    try:
-        import triton
-        info["triton"] = triton.__version__
-    except ImportError:
-        info["triton"] = None
+    from importlib.metadata import PackageNotFoundError, version
+    for package in ("triton", "fla-core", "causal-conv1d"):   # the last two: the hybrids' DeltaNet kernels
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = None
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         try:
