@@ -1,8 +1,8 @@
 """Targets quantized by bitsandbytes (engine/backends/torch/quantized.py), with the real library on this CPU:
 int8 and NF4 while loading, a pre-quantized folder as it is, greedy DFlash identical to the quantized
 target's own plain decoding, the drafter left in full precision, and the refusals (another quantization
-method, bitsandbytes missing, Apple's GPU). On a GPU the same code runs bitsandbytes' CUDA kernels, which
-never ran here."""
+method, bitsandbytes missing, Apple's GPU). On a GPU the same code runs bitsandbytes' CUDA kernels: its GPU
+test never runs in CI (it passed on a lent H100: bench/gpu_checks.sh)."""
 import shutil
 import sys
 
@@ -112,7 +112,7 @@ def test_the_worker_loads_a_quantized_target_over_the_protocol(pair_dirs, tmp_pa
         assert client.shutdown(20) == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (never run here)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (never in CI)")
 @pytest.mark.parametrize("dtype", ["int8", "nf4"])
 def test_on_a_gpu_a_quantized_target_takes_the_cuda_path_and_stays_exact(pair_dirs, dtype):
     from engine.backends.torch.cuda import CudaPair

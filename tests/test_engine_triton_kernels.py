@@ -124,7 +124,7 @@ def test_triton_draft_attention_matches_block_attention(kernels, heads, kv_heads
     torch.testing.assert_close(got.cpu(), expected, atol=tol, rtol=tol)
 
 
-@pytest.mark.skipif(not on_cuda or interpreted, reason="bfloat16 Triton kernels need a GPU (never run here)")
+@pytest.mark.skipif(not on_cuda or interpreted, reason="bfloat16 Triton kernels need a GPU (never in CI)")
 def test_triton_draft_attention_in_bfloat16_on_cuda(kernels):
     from engine.backends.torch.draft_runner import block_attention, block_mask
     q = torch.randn(32, 16, 128, device="cuda", dtype=torch.bfloat16)
