@@ -9,6 +9,16 @@ from __future__ import annotations
 import sys
 
 ENGINE_COMMANDS = {"generate", "bench", "train-draft"}
+USAGE = """usage: dflash-desktop [COMMAND] [--help]
+
+With no command, opens the app. Commands:
+  generate      decode one prompt with DFlash (or --baseline), streamed
+  bench         DFlash against plain decoding on a pair, interleaved
+  train-draft   train a DFlash drafter for a target on your own texts
+  serve         an OpenAI-compatible server on 127.0.0.1
+  --self-test   open the window on the demo pair, answer one prompt, exit 0 when all went well
+  --version     print the version
+`dflash-desktop COMMAND --help` describes a command's options."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from .stdio import ensure_stdio
     ensure_stdio(console_wanted=bool(argv))  # a windowed build may start without stdout/stderr
+    if argv[:1] in (["--help"], ["-h"]):
+        print(USAGE)
+        return 0
     if argv[:1] == ["--version"]:
         from engine.worker import app_version
         print(f"dflash-desktop {app_version()}")

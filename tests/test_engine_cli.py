@@ -91,3 +91,13 @@ def test_absurd_settings_from_the_cli(pair_dirs):
     assert proc.returncode == 2 and "draft_cutoff must be at least 0 and below 1" in proc.stderr
     proc = cli("generate", "--target", target, "--draft", draft, "--prompt", "x", "--block-size", 99)
     assert proc.returncode == 2 and "block_size" in proc.stderr
+
+
+def test_help_prints_every_command_and_opens_no_window():
+    from dflash_desktop.__main__ import ENGINE_COMMANDS
+    for flag in ("--help", "-h"):
+        proc = cli(flag, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: dflash-desktop"), proc.stderr
+        for command in (*ENGINE_COMMANDS, "serve", "--self-test", "--version"):
+            assert f"\n  {command} " in proc.stdout, command
+        assert "qt" not in proc.stderr.lower()
