@@ -95,10 +95,16 @@ def run_bench(pair, prompts: list[tuple[str, str]], settings: GenerationSettings
     for baseline in (True, False):   # warm-up, not timed
         Generation(pair, warm, replace(settings, max_new_tokens=8), baseline=baseline).run()
     results = []
-    for name, text in prompts:
+    for i, (name, text) in enumerate(prompts):
         ids = pair.tokenizer.encode_prompt(text, raw=raw)
-        base = Generation(pair, ids, settings, baseline=True).run()
-        fast = Generation(pair, ids, settings).run()
+        # the order alternates: an engine that keeps the last prompt's cache (llama-server, where both runs
+        # may use one server) would otherwise spare the second run its prefill every time
+        if i % 2:
+            fast = Generation(pair, ids, settings).run()
+            base = Generation(pair, ids, settings, baseline=True).run()
+        else:
+            base = Generation(pair, ids, settings, baseline=True).run()
+            fast = Generation(pair, ids, settings).run()
         r = PromptResult(name, len(ids), tau=fast.stats.tau, acceptance_rate=fast.stats.acceptance_rate,
                          histogram=fast.stats.histogram, accepted=fast.stats.accepted, steps=fast.stats.steps,
                          identical=base.tokens == fast.tokens,
