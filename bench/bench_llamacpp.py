@@ -5,7 +5,10 @@ n_max, the torch engine's plain decoding and DFlash. Every method must give the 
     python bench/bench_llamacpp.py [--limit 20] [--max-new-tokens 256] [--n-max 3 7 15] [--json out.json]
 
 Decode tok/s is what the window shows (tokens after the first over the seconds after the first, the
-server's HTTP stream included); `server` is llama.cpp's own count (`timings.predicted_per_second`). For
+server's HTTP stream included): the median over prompts, and `total` over all prompts together, whose ratio
+to `llamacpp plain stock` (llama.cpp's own flags, as its users run it) is the `vs stock` column. The
+other llama.cpp methods run with the engine's flags (flash attention off on a CPU). `server` is llama.cpp's
+own count (`timings.predicted_per_second`). For
 llama.cpp DFlash it also prints a step's cost (the server's decode time over its verify steps) and the
 tokens each step gives. Greedy outputs may part where the target's two best logits are a float-rounding
 tie (llama.cpp's batched verify and one-token decode use different kernels): such prompts are counted.
@@ -35,6 +38,11 @@ def server_rate(pair, ids, settings) -> dict:
     return last.get("timings") or {}
 
 
+def total_rate(rates: list[float]) -> float:
+    """tok/s over all prompts together (equal tokens each): the harmonic mean, which a slow prompt pulls down."""
+    return len(rates) / sum(1 / r for r in rates)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--limit", type=int, default=20)
@@ -46,7 +54,9 @@ def main(argv=None) -> int:
     lc = llamacpp_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
     tp = torch_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
     prompts = [lc.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(limit=args.limit)]
-    methods = ["llamacpp plain"] + [f"llamacpp dflash n_max {n}" for n in args.n_max] + ["torch plain", "torch dflash"]
+    ours = lc.flash_attn                  # the engine's flags; "stock" is llama.cpp's own (-fa auto), as users run it
+    methods = (["llamacpp plain stock", "llamacpp plain"] + [f"llamacpp dflash n_max {n}" for n in args.n_max]
+               + ["torch plain", "torch dflash"])
     rates = {m: [] for m in methods}
     server = {m: [] for m in methods if m.startswith("llamacpp")}
     split = {n: [] for n in args.n_max}          # (verify steps, decode ms, tokens) per answer
@@ -56,6 +66,7 @@ def main(argv=None) -> int:
         for m in methods:
             n_max = int(m.rsplit(" ", 1)[1]) if "n_max" in m else 0
             if m.startswith("llamacpp"):
+                lc.flash_attn = "auto" if m.endswith("stock") else ours
                 lc.server_for(n_max)                      # started before the clock, as in a chat
                 s = GenerationSettings(max_new_tokens=args.max_new_tokens, block_size=n_max + 1 if n_max else None,
                                        plain_fallback=False)
@@ -76,10 +87,13 @@ def main(argv=None) -> int:
             print(f"prompt {i}: " + ", ".join(f"{m} {rates[m][-1]:.0f}" for m in methods), file=sys.stderr)
     lc.close()
     print(f"{machine_line()}; {len(prompts)} prompts x {args.max_new_tokens} tokens, greedy, decode tok/s (median)")
-    print(f"{'method':<26}{'app':>8}{'server':>8}")
+    print(f"llama.cpp flags: ours -fa {ours}, stock -fa auto")
+    print(f"{'method':<26}{'app':>8}{'server':>8}{'total':>8}{'vs stock':>10}")
+    stock = total_rate(rates["llamacpp plain stock"])
     for m in methods:
         srv = f"{statistics.median(server[m]):.0f}" if server.get(m) else ""
-        print(f"{m:<26}{statistics.median(rates[m]):>8.0f}{srv:>8}")
+        print(f"{m:<26}{statistics.median(rates[m]):>8.0f}{srv:>8}{total_rate(rates[m]):>8.0f}"
+              f"{total_rate(rates[m]) / stock:>9.2f}x")
     for n, rows in split.items():
         steps = sum(r[0] for r in rows)
         if steps:

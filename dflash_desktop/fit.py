@@ -6,6 +6,7 @@ The estimate adds, for a chosen context length:
   + drafter KV cache     2 * drafter_layers * drafter_kv_heads * drafter_head_dim * kv_bytes * tokens
   + captured features    captured_layers * hidden * kv_bytes * tokens   (the drafter's context)
   + recurrent state      hybrid targets only; twice with DFlash (a snapshot to roll back)
+  + attention scores     score_rows * attention_heads * 4 * tokens (llama.cpp on a CPU, without flash attention)
   + runtime margin       1 GiB + 5% of the weights (CUDA/Metal context, activations, allocator slack)
 and compares it with the device budget (free VRAM, ~70% of Apple unified memory, or available RAM).
 Every term is returned so the UI can show the breakdown, not just a verdict.
@@ -82,7 +83,7 @@ class FitEstimate:
 
 
 def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, weight_dtype: str,
-           target_bytes: int | None = None) -> dict:
+           target_bytes: int | None = None, score_rows: int = 0) -> dict:
     t, d = pair.target, pair.drafter
     if target_bytes:                       # an engine's own files (a GGUF variant): their real size
         target_w = int(target_bytes)
@@ -95,6 +96,7 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
     per_tok_kv = 2 * t["attention_layers"] * t["num_kv_heads"] * t["head_dim"] * kvb
     per_tok_dkv = 2 * d["layers"] * d["num_kv_heads"] * d["head_dim"] * kvb
     per_tok_feat = d["captured_layers"] * t["hidden_size"] * kvb
+    per_tok_scores = score_rows * t["num_attention_heads"] * 4
     rec = int(t.get("recurrent_state_bytes", 0))
     active = t.get("active_params") or t.params   # a mixture of experts reads only its active experts
     return {
@@ -104,29 +106,34 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
         "drafter_kv_cache": int(per_tok_dkv * ctx),
         "captured_features": int(per_tok_feat * ctx),
         "recurrent_state": 2 * rec,
+        "attention_scores": int(per_tok_scores * ctx),
         "runtime_margin": int(MARGIN_FIXED + MARGIN_FRACTION * (target_w + drafter_w)),
         # helpers, removed before returning
-        "_per_token": per_tok_kv + per_tok_dkv + per_tok_feat,
-        "_target_only": int(target_w + per_tok_kv * ctx + rec + MARGIN_FIXED + MARGIN_FRACTION * target_w),
+        "_per_token": per_tok_kv + per_tok_dkv + per_tok_feat + per_tok_scores,
+        "_target_only": int(target_w + (per_tok_kv + per_tok_scores) * ctx + rec + MARGIN_FIXED
+                            + MARGIN_FRACTION * target_w),
         "_read_per_token": int(target_w * active / t.params),
     }
 
 
 def estimate_fit(pair: Pair, budget: Budget, context_tokens: int = DEFAULT_CONTEXT,
                  weight_dtype: str | None = None, kv_dtype: str = "bf16",
-                 dtype_bytes: dict | None = None, target_bytes: int | None = None) -> FitEstimate:
-    """Estimate memory for ``pair`` at ``context_tokens`` and judge it against ``budget``."""
+                 dtype_bytes: dict | None = None, target_bytes: int | None = None,
+                 score_rows: int = 0) -> FitEstimate:
+    """Estimate memory for ``pair`` at ``context_tokens`` and judge it against ``budget``; score_rows: the
+    engine's (EngineInfo.score_rows)."""
     dtype_bytes = {**DEFAULT_DTYPE_BYTES, **(dtype_bytes or {})}
     weight_dtype = weight_dtype or pair.target["native_dtype"]
     if weight_dtype not in dtype_bytes or kv_dtype not in dtype_bytes:
         raise ValueError(f"Unknown dtype: choose from {', '.join(dtype_bytes)}")
     ctx = min(int(context_tokens), int(pair.target["max_context"]))  # the model cannot use more
     terms = _terms(pair, ctx, dtype_bytes[weight_dtype], dtype_bytes[kv_dtype], dtype_bytes, weight_dtype,
-                   target_bytes)
+                   target_bytes, score_rows)
     per_token, target_only = terms.pop("_per_token"), terms.pop("_target_only")
     read_per_token = terms.pop("_read_per_token")
     total = sum(terms.values())
-    fixed = total - terms["kv_cache"] - terms["drafter_kv_cache"] - terms["captured_features"]
+    fixed = (total - terms["kv_cache"] - terms["drafter_kv_cache"] - terms["captured_features"]
+             - terms["attention_scores"])
     max_ctx = max(0, int((budget.bytes - fixed) // per_token)) if budget.bytes > fixed else 0
     max_ctx = min(max_ctx, int(pair.target["max_context"]))
 
@@ -186,7 +193,8 @@ def _estimate_plan(pair: Pair, plan: RunPlan, budget: Budget, context_tokens: in
     else:
         target_bytes = variant.bytes
     est = estimate_fit(pair, budget, context_tokens, weight_dtype=plan.catalog_dtype, kv_dtype=plan.kv_dtype,
-                       dtype_bytes=dtype_bytes, target_bytes=target_bytes)
+                       dtype_bytes=dtype_bytes, target_bytes=target_bytes,
+                       score_rows=ENGINES[plan.engine].score_rows if plan.device_class == "cpu" else 0)
     est.plan = plan
     return est
 

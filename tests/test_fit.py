@@ -38,7 +38,7 @@ def budget_of(fixture: str) -> Budget:
 QWEN3_8B_BF16 = {
     "target_weights": 16_381_470_720, "drafter_weights": 2_100_000_000, "kv_cache": 1_207_959_552,
     "drafter_kv_cache": 167_772_160, "captured_features": 335_544_320, "recurrent_state": 0,
-    "runtime_margin": 1_073_741_824 + 924_073_536,
+    "attention_scores": 0, "runtime_margin": 1_073_741_824 + 924_073_536,
 }
 
 
@@ -164,6 +164,22 @@ def test_the_estimate_counts_the_bytes_the_plan_loads(catalog):
     assert (e.weight_dtype, e.kv_dtype) == ("fp32", "fp32")
     assert e.breakdown["target_weights"] == 8_190_735_360 * 4
     assert e.plan.device_class == "cpu" and e.budget_source == "available RAM"
+
+
+def test_llamacpp_on_a_cpu_counts_its_attention_scores(catalog):
+    """Without flash attention llama.cpp holds float32 scores for a micro-batch of 512 queries per head over
+    the context: 512 * 32 heads * 4 bytes * 8192 tokens for Qwen3-8B, and per token in the longest context."""
+    from dflash_desktop.fit import estimate_here
+    report = report_of("cpu_only_i5")
+    pair = catalog.get("qwen3-8b")
+    e = estimate_here(pair, report)
+    assert e.plan.engine == "llamacpp" and e.context_tokens == CTX
+    assert e.breakdown["attention_scores"] == 512 * 32 * 4 * CTX == 536_870_912
+    report.engines_missing = {"llamacpp": "not built"}
+    torch_estimate = estimate_here(pair, report)                    # the torch engine holds no such buffer
+    assert torch_estimate.breakdown["attention_scores"] == 0
+    gpu = estimate_here(pair, report_of("nvidia_rtx4090_nvml"))
+    assert gpu.breakdown["attention_scores"] == 0
 
 
 def test_a_pair_no_engine_runs_here_has_no_estimate(catalog):

@@ -4,13 +4,14 @@ cancel and a killed server end an answer cleanly; bad files and mismatched pairs
 server starts; conversion keeps the drafter's dflash settings."""
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from engine.backends.llamacpp import build
+from engine.backends.llamacpp import UBATCH, build
 
 try:
     build.find_build()
@@ -138,6 +139,18 @@ def test_a_killed_server_is_an_engine_error_and_the_next_answer_restarts_it(pair
     assert again.stop_reason == "length" and len(again.tokens) == 16
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's command line from /proc")
+def test_the_cpu_server_runs_without_flash_attention(pair):
+    """On a CPU llama.cpp's flash attention is the slower path for a block of queries (docs/BENCHMARKS.md):
+    the running server, plain or drafting, was started with it off and with the micro-batch fit.py counts."""
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    for baseline in (True, False):
+        Generation(pair, ids, GenerationSettings(max_new_tokens=4, block_size=8), baseline=baseline).run()
+        argv = Path(f"/proc/{pair.server.proc.pid}/cmdline").read_bytes().decode().split("\0")
+        assert argv[argv.index("-fa") + 1] == "off" and argv[argv.index("-ub") + 1] == str(UBATCH)
+        assert ("-md" in argv) is not baseline
+
+
 def test_a_block_size_change_restarts_the_server_with_its_n_max(pair):
     ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
     Generation(pair, ids, GenerationSettings(max_new_tokens=8, block_size=4)).run()
@@ -162,6 +175,11 @@ def test_calibration_is_remembered_and_says_why(pair):
     assert max(choice["rates"].values()) == choice["rates"][str(choice["n_max"])]
     start = time.perf_counter()
     assert calibrate.choose(pair) == choice and time.perf_counter() - start < 0.5
+    saved, pair.flash_attn = pair.flash_attn, "on"            # a choice measured with other server flags
+    try:
+        assert calibrate.remembered(pair) is None
+    finally:
+        pair.flash_attn = saved
 
 
 def test_a_calibrated_plain_choice_runs_plain_decoding_and_says_why(pair):

@@ -24,6 +24,7 @@ VERDICT_LABELS = {"fits": "Fits", "slow": "Fits, slowly", "tight": "Tight fit", 
 TERM_LABELS = {"target_weights": "Target weights", "drafter_weights": "Drafter weights",
                "kv_cache": "Target KV cache", "drafter_kv_cache": "Drafter KV cache",
                "captured_features": "Captured features", "recurrent_state": "Recurrent state",
+               "attention_scores": "Attention scores",
                "runtime_margin": "Runtime margin"}
 
 

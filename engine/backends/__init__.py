@@ -32,6 +32,7 @@ class EngineInfo:
     architectures: dict[str, tuple[str, ...]]     # target model_type -> device classes it runs on
     drafter_generations: tuple[int, ...] = (1,)   # drafter generations it decodes with (engine/config.py)
     quantized: dict[str, float] = field(default_factory=dict)   # dtypes it quantizes to while loading -> bytes/weight
+    score_rows: int = 0       # queries whose float32 attention scores it holds per head over the whole context
 
     def runs(self, model_type: str, device_class: str) -> bool:
         return device_class in self.architectures.get(architecture(model_type), ())
@@ -41,7 +42,8 @@ def _info(package: str) -> EngineInfo:
     mod = importlib.import_module(package)
     # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
     return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
-                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))), dict(getattr(mod, "QUANTIZED", {})))
+                      tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))), dict(getattr(mod, "QUANTIZED", {})),
+                      int(getattr(mod, "UBATCH", 0)))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (

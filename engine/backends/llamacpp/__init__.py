@@ -13,6 +13,9 @@ DTYPES = {"cuda": "float16", "apple": "float16", "cpu": "float32"}
 # Target model_type -> device classes where greedy DFlash is checked identical to plain decoding
 # (tests/test_llamacpp_engine.py, on the CPU build; GPU builds never run in this project's CI).
 ARCHITECTURES = {"qwen3": ("cpu",)}
+# Tokens per llama.cpp micro-batch (its -ub). With flash attention off (the CPU's choice, engine.py) a step
+# holds float32 attention scores for this many queries over the whole context: fit.py counts that memory.
+UBATCH = 512
 
 
 def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,

@@ -39,7 +39,8 @@ def _file_id(path: Path | None) -> str:
 
 def key(pair) -> str:
     parts = [build.key(), _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
-             platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads)]
+             platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads),
+             f"-fa {pair.flash_attn}"]      # the servers' flags: a choice measured with others is measured again
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 

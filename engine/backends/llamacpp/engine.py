@@ -109,6 +109,10 @@ class LlamaCppPair:
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft, self.block_size = launch, draft, block_size
+        # On a CPU llama.cpp's flash attention is the slower path for a verify's block of queries, and for one
+        # decoding query once the context is long; its plain matrix products win (docs/BENCHMARKS.md, "Flash
+        # attention off on the CPU"). A GPU keeps llama.cpp's own choice.
+        self.flash_attn = "off" if launch.gpu_layers == 0 else "auto"
         self.server: Server | None = None
         self.choice: dict | None = None
         self.max_positions = launch.context
@@ -129,7 +133,7 @@ class LlamaCppPair:
     def server_for(self, n_max: int | None) -> Server:
         """The running server when it matches (None: plain decoding), else a fresh one."""
         want = Launch(self.base.binary, self.base.model, self.draft if n_max else None, n_max or 0,
-                      self.base.context, self.base.threads, self.base.gpu_layers)
+                      self.base.context, self.base.threads, self.base.gpu_layers, self.flash_attn)
         if self.server is not None and self.server.launch == want and self.server.proc.poll() is None:
             return self.server
         self.stop_server()

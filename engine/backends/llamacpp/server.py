@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import EngineError
+from . import UBATCH
 
 HOST = "127.0.0.1"
 START_SECONDS = 120.0       # loading a large model from a cold disk
@@ -41,10 +42,11 @@ class Launch:
     context: int = 4096
     threads: int = 0            # 0: llama.cpp's default
     gpu_layers: int = 0
+    flash_attn: str = "auto"    # llama.cpp's -fa: on, off or auto (its own choice)
 
     def args(self, port: int) -> list[str]:
         a = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(port), "-c", str(self.context),
-             "-np", "1", "-ngl", str(self.gpu_layers), "--no-webui"]
+             "-np", "1", "-ngl", str(self.gpu_layers), "--no-webui", "-fa", self.flash_attn, "-ub", str(UBATCH)]
         if self.threads:
             a += ["-t", str(self.threads)]
         if self.draft:
