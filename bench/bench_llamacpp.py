@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     stock = total_rate(rates["llamacpp plain stock"])
     for m in methods:
         srv = f"{statistics.median(server[m]):.0f}" if server.get(m) else ""
-        print(f"{m:<26}{statistics.median(rates[m]):>8.0f}{srv:>8}{total_rate(rates[m]):>8.0f}"
-              f"{total_rate(rates[m]) / stock:>9.2f}x")
+        total = total_rate(rates[m])
+        print(f"{m:<26}{statistics.median(rates[m]):>8.0f}{srv:>8}{total:>8.0f}{total / stock:>9.2f}x")
     for n, rows in split.items():
         steps = sum(r[0] for r in rows)
         if steps:

@@ -99,12 +99,9 @@ def run_bench(pair, prompts: list[tuple[str, str]], settings: GenerationSettings
         ids = pair.tokenizer.encode_prompt(text, raw=raw)
         # the order alternates: an engine that keeps the last prompt's cache (llama-server, where both runs
         # may use one server) would otherwise spare the second run its prefill every time
-        if i % 2:
-            fast = Generation(pair, ids, settings).run()
-            base = Generation(pair, ids, settings, baseline=True).run()
-        else:
-            base = Generation(pair, ids, settings, baseline=True).run()
-            fast = Generation(pair, ids, settings).run()
+        runs = {baseline: Generation(pair, ids, settings, baseline=baseline).run()
+                for baseline in ((False, True) if i % 2 else (True, False))}
+        base, fast = runs[True], runs[False]
         r = PromptResult(name, len(ids), tau=fast.stats.tau, acceptance_rate=fast.stats.acceptance_rate,
                          histogram=fast.stats.histogram, accepted=fast.stats.accepted, steps=fast.stats.steps,
                          identical=base.tokens == fast.tokens,
