@@ -1,8 +1,9 @@
 """What a DFlash step costs against a plain step on an NVIDIA GPU (issue: the CUDA path), on random weights
 shaped like the real targets: one plain step, one draft pass, one verify of the block (with its commit,
-which replays DeltaNet state on hybrids), for the eager engine and the CUDA path without graphs, with
-graphs, and with graphs and Triton kernels. eta = (draft + verify + commit) / plain step: DFlash's speedup
-is tau / eta. Then plain decoding's tokens/s against transformers' generate() on the same model.
+which replays DeltaNet state on hybrids), for the eager engine and the CUDA path's variants (VARIANTS:
+with or without graphs and Triton kernels, transformers' layers or DenseDecoder, compiled or not).
+eta = (draft + verify + commit) / plain step: DFlash's speedup is tau / eta. Then plain decoding's
+tokens/s (the variant with the fastest plain step) against transformers' generate() on the same model.
 
     python bench/bench_cuda_steps.py                              # qwen3-8b and qwen3.5-9b on cuda
     python bench/bench_cuda_steps.py --shape tiny-qwen3 tiny-qwen3.5 --device cpu --steps 5   # a smoke run
@@ -26,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.backends.torch.cuda import CudaPair  # noqa: E402
+from engine.backends.torch.dense_decoder import fits  # noqa: E402
 from engine.backends.torch.engine import TorchPair  # noqa: E402
 from engine.backends.torch.target import TargetModel  # noqa: E402
 from engine.backends.torch.tiny import draft_config_dict, target_config  # noqa: E402
@@ -35,6 +37,12 @@ from engine.loop import Generation  # noqa: E402
 
 
 SHAPES = {"qwen3-8b": "qwen3", "qwen3.5-9b": "qwen3_5", "tiny-qwen3": "qwen3", "tiny-qwen3.5": "qwen3_5"}
+# CudaPair's switches per variant: graphs, Triton kernels, DenseDecoder instead of transformers' layers,
+# DenseDecoder's halves through torch.compile. "eager" is TorchPair. dense variants need a dense target.
+VARIANTS = {"static": (False, False, False, False), "dense": (False, False, True, False),
+            "static+graphs": (True, False, False, False), "static+graphs+kernels": (True, True, False, False),
+            "dense+graphs+kernels": (True, True, True, False), "dense+graphs+kernels+compile": (True, True, True, True)}
+GPU_ONLY = ("graphs", "kernels")
 
 
 def shape_config(name: str):
@@ -161,6 +169,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=40, help="timed steps per variant")
     parser.add_argument("--tokens", type=int, default=128, help="tokens for plain decoding vs generate()")
     parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="positions the static caches hold")
+    parser.add_argument("--variants", nargs="+", choices=["eager", *VARIANTS], help="default: all that apply")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -171,22 +180,25 @@ def main(argv=None) -> dict:
         target, drafter = build(shape, device, dtype, block=16)
         family = SHAPES[shape]
         prompt = torch.randint(0, target.vocab_rows - 1, (args.prompt,), generator=torch.Generator().manual_seed(1)).tolist()
-        pairs = {"eager": TorchPair(target, drafter, None, shape, family)}
-        variants = [("static", False, False)]
-        if device.type == "cuda":
-            variants += [("static+graphs", True, False), ("static+graphs+kernels", True, True)]
-        for name, graphs, kernels in variants:
+        pairs = {}
+        for name in args.variants or ["eager", *VARIANTS]:
+            if name == "eager":
+                pairs[name] = TorchPair(target, drafter, None, shape, family)
+                continue
+            graphs, kernels, dense, compiled = VARIANTS[name]
+            if (device.type != "cuda" and any(word in name for word in GPU_ONLY)) or (dense and not fits(target)):
+                continue
             pairs[name] = CudaPair(target, drafter, None, shape, family, context=args.context, graphs=graphs,
-                                   use_kernels=kernels)
+                                   use_kernels=kernels, dense=dense, compiled=compiled)
         costs = step_costs(pairs, prompt, args.steps, device)
         fastest = min(costs, key=lambda name: costs[name]["plain"])
         plain = plain_against_generate(pairs[fastest], target, prompt, args.tokens, device)
         report["shapes"][shape] = {"costs_ms": costs, "plain_tok_s": plain, "plain_variant": fastest,
                                    "graphs": {n: p.graph_status() for n, p in pairs.items() if isinstance(p, CudaPair)}}
         print(f"\n{shape} ({family}, prompt {args.prompt}, {args.steps} steps, medians in ms)")
-        print(f"{'variant':<24}{'plain':>8}{'draft':>8}{'verify':>8}{'commit':>8}{'eta':>7}")
+        print(f"{'variant':<30}{'plain':>8}{'draft':>8}{'verify':>8}{'commit':>8}{'eta':>7}")
         for name, ms in costs.items():
-            print(f"{name:<24}{ms['plain']:>8.2f}{ms['draft']:>8.2f}{ms['verify']:>8.2f}{ms['commit']:>8.2f}{ms['eta']:>7.2f}")
+            print(f"{name:<30}{ms['plain']:>8.2f}{ms['draft']:>8.2f}{ms['verify']:>8.2f}{ms['commit']:>8.2f}{ms['eta']:>7.2f}")
         print(f"plain decoding ({fastest}) {plain['ours']:.1f} tok/s, generate() {plain['generate']:.1f} tok/s: "
               f"{plain['ours'] / plain['generate']:.2f}x")
         if args.json:                      # after each shape, so a run cut short keeps what it measured

@@ -8,10 +8,11 @@
 #       -d .whl transformers==5.23.0 bitsandbytes==0.50.2
 #   (cd .whl && zip -d bitsandbytes-*.whl $(unzip -Z1 bitsandbytes-*.whl | grep libbitsandbytes_ | grep -v -e cuda13 -e _cpu))
 # run: bash bench/gpu_checks.sh (carry: .whl); each part has its own time limit, so the whole stays under
-# about 7 minutes (an H100 took 5). Still open from that run: whether the Qwen3.5 graph tests stay exact
-# with flash-linear-attention's kernels (add fla-core==0.6.0 and flash-linear-attention==0.6.0 to .whl;
-# they did not finish in 80 s there, so give the tests their 170 s alone). Logs and the benchmark's JSON go to $OUT (the device tool brings them back): env.txt,
-# tests.log, steps.log, steps.json (written after each shape).
+# about 8.5 minutes. Still to run: the Qwen3.5 graph tests with flash-linear-attention (fla-core and
+# flash-linear-attention 0.6.0 wheels in .whl). With fla in every step, bfloat16 DFlash and plain decoding
+# parted on an H100; the steps after the prompt now keep to the reference rule, not yet checked there.
+# Run those tests alone: with fla the 9B benchmark did not finish its first steps in 70 s. Logs and JSON go to
+# $OUT (the device tool brings them back): env.txt, tests.log, then NAME.log and NAME.json per benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-checks}
@@ -33,8 +34,17 @@ bool(u.find_spec('bitsandbytes')), 'fla', bool(u.find_spec('fla')), 'causal_conv
 # by name, so the CPU tests of the same files do not spend device time
 timeout 170 python3 -m pytest -q -rs --durations=8 -p no:cacheprovider \
     tests/test_engine_cuda_path.py::test_cuda_graphs_give_plain_decodings_greedy_tokens \
+    tests/test_engine_cuda_path.py::test_cuda_graphs_over_the_compiled_dense_decoder_give_plain_decodings_greedy_tokens \
     tests/test_engine_quantized.py::test_on_a_gpu_a_quantized_target_takes_the_cuda_path_and_stays_exact \
     tests/test_engine_triton_kernels.py 2>&1 | tee "$OUT/tests.log"
-tests=$?
-timeout 250 python3 bench/bench_cuda_steps.py --json "$OUT/steps.json" 2>&1 | tee "$OUT/steps.log"
-exit $(( tests || $? ))
+status=$?
+bench() {   # NAME SECONDS ARGS...: one benchmark run, its log and JSON named NAME
+    local name=$1 limit=$2; shift 2
+    timeout "$limit" python3 bench/bench_cuda_steps.py --json "$OUT/$name.json" "$@" 2>&1 | tee "$OUT/$name.log"
+    status=$(( status || $? ))
+}
+FAST="static+graphs+kernels dense+graphs+kernels"
+bench dense 160 --shape qwen3-8b --variants $FAST dense+graphs+kernels+compile
+bench long 80 --shape qwen3-8b --prompt 3500 --variants $FAST
+bench hybrid 70 --shape qwen3.5-9b --variants static+graphs+kernels
+exit $status

@@ -17,8 +17,10 @@ def test_the_cuda_step_benchmark_reports_every_variant_and_eta(tmp_path):
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["environment"]["device"] == "cpu" and report["environment"]["torch"]
     assert set(report["shapes"]) == {"tiny-qwen3", "tiny-qwen3.5"}
+    variants = {name: set(shape["costs_ms"]) for name, shape in report["shapes"].items()}
+    # graphs and kernels are CUDA-only variants; DenseDecoder takes dense targets only
+    assert variants == {"tiny-qwen3": {"eager", "static", "dense"}, "tiny-qwen3.5": {"eager", "static"}}
     for shape in report["shapes"].values():
-        assert set(shape["costs_ms"]) == {"eager", "static"}      # graphs and kernels are CUDA-only variants
         for ms in shape["costs_ms"].values():
             assert all(ms[op] > 0 for op in ("plain", "draft", "verify", "commit"))
             assert abs(ms["eta"] - (ms["draft"] + ms["verify"] + ms["commit"]) / ms["plain"]) < 1e-9

@@ -95,6 +95,40 @@ def test_static_target_rolls_back_exactly_under_planted_acceptance(arch, wrong_e
         assert got.stats.accepted == 0
 
 
+@pytest.mark.parametrize("path", ["eager", "static"])
+def test_steps_after_the_prompt_never_take_flash_linear_attentions_kernels(monkeypatch, path):
+    """With flash-linear-attention installed transformers puts its kernels behind the delta rule's names;
+    in bfloat16 its chunked and recurrent forms part a verify from a plain step (seen on an H100). fla needs
+    a GPU, so stand-ins take those names here, as transformers' wrapper does (the torch function reachable
+    through __wrapped__), and count their calls: the prefill may use them, no later step does."""
+    import functools
+
+    import transformers.models.qwen3_5.modeling_qwen3_5 as modeling
+    calls = []
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
+        @functools.wraps(getattr(modeling, name))
+        def kernel(*args, _name=name, _torch=getattr(modeling, name), **kwargs):
+            calls.append(_name)
+            return _torch(*args, **kwargs)
+        monkeypatch.setattr(modeling, name, kernel)
+    eager = random_pair("qwen3_5", seed=5, **SIZES)
+    pair = eager if path == "eager" else static_of(eager, use_kernels=False)
+    greedy = GenerationSettings(max_new_tokens=30, draft_cutoff=0.0)
+    last, pos = pair.prefill(prompt_of(20, seed=3), greedy, True), 20
+    assert calls                                       # the prefill went through the (stand-in) kernels
+    calls.clear()
+    for step in range(6):
+        if step % 2:                                   # a plain step
+            _, last = pair.verify(last, pos, [])
+            pos += 1
+        else:
+            drafts = pair.draft(last, pos, pair.block_size)
+            n, last = pair.verify(last, pos, list(drafts))
+            pos += n + 1
+        pair.commit(pos)
+    assert calls == []
+
+
 def test_triton_kernels_in_the_static_steps_give_the_same_tokens():
     """The kernels inside the steps (TRITON_INTERPRET=1 on a CPU): device verification with the one read
     per step (PendingDrafts), the drafter's attention kernel."""
@@ -109,6 +143,97 @@ def test_triton_kernels_in_the_static_steps_give_the_same_tokens():
     assert isinstance(static.draft(plain[0], len(prompt), 16), PendingDrafts)
     assert run(static, prompt, n=16, block=16).tokens == plain
     assert run(OraclePair(static, plain, wrong_every=4), prompt, n=16, block=16).tokens == plain
+
+
+def dense_and_layered(arch, **kwargs):
+    """The same target over a StaticKV twice: through DenseDecoder and through transformers' layers."""
+    from engine.backends.torch.cuda import StaticTarget
+    eager = random_pair(arch, seed=7, **SIZES)
+    return eager, StaticTarget(eager.target, 316, **kwargs), StaticTarget(eager.target, 316, dense=False)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_dense_decoder_computes_what_transformers_layers_do(arch):
+    """Logits and captured features of a prefill, a verify-sized and a one-token step, and the cache rows
+    they leave, against transformers' own layers over the same kind of cache."""
+    eager, dense, layered = dense_and_layered(arch)
+    assert dense.dense is not None and layered.dense is None
+    with torch.inference_mode():
+        for start, width in [(0, 37), (37, 16), (45, 1), (46, 16)]:     # the verify at 37 kept 8 of 16
+            ids = torch.tensor([prompt_of(width, seed=start)])
+            outs = []
+            for static in (dense, layered):
+                static.cache.start.fill_(start)
+                outs.append(static.run(ids, True, verifying=width > 1, rows=64))
+            (dense_logits, dense_feats), (logits, feats) = outs
+            torch.testing.assert_close(dense_logits, logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(dense_feats, feats, atol=1e-5, rtol=1e-5)
+        for i in range(len(eager.target.layers)):
+            for ours, theirs in zip(dense.cache.layers[i], layered.cache.layers[i]):
+                torch.testing.assert_close(ours[:, :, :62], theirs[:, :, :62], atol=1e-5, rtol=1e-5)
+
+
+def test_dense_decoders_joined_weights_share_the_models_memory():
+    """Q/K/V and gate/up joined into one matrix each, with the model's own parameters turned into views of
+    it (a copy would cost an 8B model gigabytes), and the model still computes as before."""
+    eager, dense, layered = dense_and_layered("qwen3")
+    attn, mlp = eager.target.layers[0].self_attn, eager.target.layers[0].mlp
+    qkv, gate_up = dense.dense.layers[0].before[1], dense.dense.layers[0].after[3]
+    assert attn.q_proj.weight.data_ptr() == qkv.data_ptr()
+    assert attn.k_proj.weight.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == gate_up.untyped_storage().data_ptr()
+    ids, fresh = torch.tensor([prompt_of(9)]), random_pair("qwen3", seed=7, **SIZES)
+    with torch.inference_mode():
+        torch.testing.assert_close(eager.target.forward(ids)[0], fresh.target.forward(ids)[0])
+
+
+def test_compiled_dense_decoder_computes_the_same():
+    """torch.compile'd halves of each layer (the benchmark's fused variant), here on the CPU's backend."""
+    _, compiled, layered = dense_and_layered("qwen3", compiled=True)
+    with torch.inference_mode():
+        for start, width in [(0, 20), (20, 16), (36, 1)]:
+            ids = torch.tensor([prompt_of(width, seed=start)])
+            outs = []
+            for static in (compiled, layered):
+                static.cache.start.fill_(start)
+                outs.append(static.run(ids, True, rows=64))
+            torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
+
+
+def test_a_failing_compiler_leaves_the_same_steps_uncompiled(monkeypatch):
+    def compiler_that_fails(fn, **options):
+        def compiled(*args):
+            raise RuntimeError("no C compiler on this machine")
+        return compiled
+    monkeypatch.setattr(torch, "compile", compiler_that_fails)
+    _, compiled, layered = dense_and_layered("qwen3", compiled=True)
+    ids = torch.tensor([prompt_of(12)])
+    with torch.inference_mode():
+        ours, theirs = compiled.run(ids, True, rows=64), layered.run(ids, True, rows=64)
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-5)
+    assert "no C compiler" in compiled.dense.why_not
+
+
+def test_warm_up_captures_the_usual_steps_and_changes_no_answer():
+    eager = random_pair("qwen3", seed=3, **SIZES)
+    static = static_of(eager, use_kernels=False)
+    static.warm_up()
+    assert {"1x64", "16x64", "draft"} <= set(static.graph_status())
+    prompt = prompt_of(30, seed=8)
+    plain = run(eager, prompt, baseline=True).tokens
+    assert run(static, prompt, block=16).tokens == run(static, prompt, baseline=True).tokens == plain
+
+
+def test_only_dense_full_attention_targets_take_the_dense_decoder():
+    from engine.backends.torch.dense_decoder import fits
+    assert fits(random_target("qwen3", seed=1, **SIZES)) and fits(random_target("llama", seed=1, **SIZES))
+    assert not fits(random_target("qwen3_5", seed=1, **SIZES))          # DeltaNet layers
+    quantized = random_target("qwen3", seed=1, **SIZES)
+    quantized.quantization = "nf4"
+    assert not fits(quantized)
+    silu_free = random_target("llama", seed=1, **SIZES)
+    silu_free.model.config.hidden_act = "gelu"
+    assert not fits(silu_free)
 
 
 def test_static_mask_is_block_mask_over_the_whole_buffer():
@@ -174,6 +299,21 @@ def test_cuda_graphs_give_plain_decodings_greedy_tokens(arch, generation, dtype)
         assert run(pair, prompt, n=40, block=16).tokens == plain, f"prompt {seed}"
     assert all(captured for captured, _ in pair.graph_status().values()), pair.graph_status()
     assert pair.memory()["reserved_bytes"] > 0
+
+
+@cuda_only
+def test_cuda_graphs_over_the_compiled_dense_decoder_give_plain_decodings_greedy_tokens():
+    target = random_target("qwen3", seed=3, **SIZES)
+    with torch.no_grad():
+        target.head.weight.mul_(4.0)
+    drafter = random_drafter(target, seed=4, layers=1, block_size=16)
+    target.model.to("cuda", torch.bfloat16)
+    target.device = torch.device("cuda")
+    pair = CudaPair(target, drafter.placed("cuda", torch.bfloat16), None, "random", "qwen3", context=300, compiled=True)
+    prompt = prompt_of(50, seed=4)
+    plain = run(pair, prompt, n=40, baseline=True).tokens
+    assert run(pair, prompt, n=40, block=16).tokens == plain
+    assert all(captured for captured, _ in pair.graph_status().values()), pair.graph_status()
 
 
 def test_cuda_memory_is_reported_on_cuda_only():

@@ -1,6 +1,6 @@
 """The CUDA path's Triton kernels (engine/backends/torch/kernels.py) against the torch functions the engine
 runs: sampling.prefix_outcome / sampling.verify for verification, draft_runner.block_attention with
-block_mask for the drafter's attention. On a CPU they run under TRITON_INTERPRET=1 in float32:
+block_mask for attention over a cache (the drafter's and the dense target's). On a CPU they run under TRITON_INTERPRET=1 in float32:
 `TRITON_INTERPRET=1 pytest -k triton`. bfloat16 and speed need a GPU (the cuda-only test below)."""
 import os
 
@@ -107,7 +107,7 @@ def test_inverse_cdf_draws_follow_the_distribution(kernels):
 @pytest.mark.parametrize("n", [1, 8, 10, 16])
 @pytest.mark.parametrize("context", [0, 1, 37, 70])
 @pytest.mark.parametrize("kind", [(None, False), (None, True), (24, False), (24, True), (5, False)])
-def test_triton_draft_attention_matches_block_attention(kernels, heads, kv_heads, n, context, kind):
+def test_triton_cached_attention_matches_block_attention(kernels, heads, kv_heads, n, context, kind):
     from engine.backends.torch.draft_runner import block_attention, block_mask
     window, causal = kind
     d = 32 if heads < 16 else 24                         # 24: a head size that is not a power of two
@@ -118,19 +118,43 @@ def test_triton_draft_attention_matches_block_attention(kernels, heads, kv_heads
     keys = torch.randn(kv_heads, length, d, generator=gen)
     values = torch.randn(kv_heads, length, d, generator=gen)
     expected = block_attention(q, keys, values, end, block_mask(end, n, window, causal))
-    got = kernels.draft_attention(q.to(DEVICE), keys.to(DEVICE), values.to(DEVICE),
-                                  torch.tensor([end], device=DEVICE), window, causal)
+    got = kernels.cached_attention(q.to(DEVICE), keys.to(DEVICE), values.to(DEVICE),
+                                   torch.tensor([end], device=DEVICE), window, causal)
     tol = 2e-5 if interpreted else 2e-3      # compiled for a GPU, tl.dot on float32 uses TF32
     torch.testing.assert_close(got.cpu(), expected, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (8, 1)])
+@pytest.mark.parametrize("n", [1, 16])
+@pytest.mark.parametrize("end,rows", [(300, 512), (511, 512), (513, 1024), (200, 1024), (700, None)])
+@pytest.mark.parametrize("kind", [(None, True), (None, False), (40, True)])
+def test_triton_cached_attention_split_across_programs_matches_block_attention(kernels, heads, kv_heads, n,
+                                                                               end, rows, kind):
+    """A cache longer than SPLIT_ROWS is read by several programs whose shares are combined, including
+    splits that lie wholly past `end` (a graph captured for `rows` replayed at a shorter length) and
+    splits a sliding window leaves empty."""
+    from engine.backends.torch.draft_runner import block_attention, block_mask
+    assert (rows or end + 40) > kernels.SPLIT_ROWS
+    window, causal = kind
+    gen = torch.Generator().manual_seed(end + n)
+    length = (rows or end) + 40
+    q = torch.randn(heads, n, 16, generator=gen)
+    keys = torch.randn(kv_heads, length, 16, generator=gen) * 2
+    values = torch.randn(kv_heads, length, 16, generator=gen)
+    expected = block_attention(q, keys, values, end, block_mask(end, n, window, causal))
+    got = kernels.cached_attention(q.to(DEVICE), keys.to(DEVICE), values.to(DEVICE),
+                                   torch.tensor([end], device=DEVICE), window, causal, rows=rows)
+    tol = 2e-5 if interpreted else 5e-3      # TF32 products of scores twice the size of the test above
+    torch.testing.assert_close(got.cpu(), expected, atol=tol, rtol=tol)
+
+
 @pytest.mark.skipif(not on_cuda or interpreted, reason="bfloat16 Triton kernels need a GPU (never in CI)")
-def test_triton_draft_attention_in_bfloat16_on_cuda(kernels):
+def test_triton_cached_attention_in_bfloat16_on_cuda(kernels):
     from engine.backends.torch.draft_runner import block_attention, block_mask
     q = torch.randn(32, 16, 128, device="cuda", dtype=torch.bfloat16)
-    keys = torch.randn(8, 700, 128, device="cuda", dtype=torch.bfloat16)
-    values = torch.randn(8, 700, 128, device="cuda", dtype=torch.bfloat16)
-    for window, causal in [(None, False), (256, True)]:
-        expected = block_attention(q, keys, values, 613, block_mask(613, 16, window, causal, device="cuda"))
-        got = kernels.draft_attention(q, keys, values, torch.tensor([613], device="cuda"), window, causal)
+    keys = torch.randn(8, 2100, 128, device="cuda", dtype=torch.bfloat16)
+    values = torch.randn(8, 2100, 128, device="cuda", dtype=torch.bfloat16)
+    for end, window, causal in [(613, None, False), (613, 256, True), (2013, None, True)]:
+        expected = block_attention(q, keys, values, end, block_mask(end, 16, window, causal, device="cuda"))
+        got = kernels.cached_attention(q, keys, values, torch.tensor([end], device="cuda"), window, causal)
         torch.testing.assert_close(got.float(), expected.float(), atol=2e-2, rtol=2e-2)

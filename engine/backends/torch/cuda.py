@@ -2,10 +2,12 @@
 
 - The target's keys and values live in one preallocated buffer per layer (`StaticKV`), sized for the
   context plus one block. A step writes at explicit positions held in a device tensor; a rollback only
-  moves that position (stale rows lie past every later query and the mask hides them).
+  moves that position (stale rows lie past every later query and the mask hides them). Dense Qwen3 and
+  Llama targets run through DenseDecoder (dense_decoder.py: packed weights, the attention kernel, on
+  CUDA torch.compile), the others through transformers' layers over the same StaticKV.
 - The drafter (`StaticDraft`, `StaticDraft2`) keeps DraftRunner's packed layers and buffers, sized once;
   context rows and the block are written at explicit positions, padded context rows go to a spare row
-  that no query sees, and its attention is the Triton kernel (kernels.draft_attention) on CUDA.
+  that no query sees, and its attention is the Triton kernel (kernels.cached_attention) on CUDA.
 - A verify runs the full block width (drafts padded) and a draft pass the full block, and the target
   attends over the cache rows up to the next multiple of BUCKET_ROWS past the step (not the whole buffer:
   its cost follows the context, not the setting), so each (width, rows) is one shape, captured once as a
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import torch
 
-from ...limits import DEFAULT_CONTEXT
+from ...limits import DEFAULT_CONTEXT, GenerationSettings
+from ...loop import Generation
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner, _rms, block_attention
+from .dense_decoder import DenseDecoder, fits
 from .drafter import rope
 from .engine import TorchPair
 from .sampling import Candidates, draw, probabilities, propose, verify
@@ -75,8 +79,9 @@ class StaticKV:
 class StaticTarget:
     """The target over a StaticKV: run(ids) at the positions start.. returns (logits [n, V], features)."""
 
-    def __init__(self, target, size: int):
+    def __init__(self, target, size: int, kernels=None, dense: bool = True, compiled: bool = False):
         self.target, self.size = target, size
+        self.dense = DenseDecoder(target, size, kernels, compiled) if dense and fits(target) else None
         if target.deltanet is None:
             self.cache, self.deltanet = StaticKV(size, target.device), None
         else:
@@ -96,6 +101,10 @@ class StaticTarget:
         last position's logits only (a prefill chunk: the whole vocabulary for 512 rows is hundreds of MB)."""
         n = ids.shape[1]
         self.cache.rows = rows or self.size
+        if self.dense is not None:
+            hidden, feats = self.dense.run(ids, self.cache, self.cache.rows)
+            logits = self.target.logits(hidden[-1:] if last_only else hidden)
+            return logits, (feats if features else None)
         pos = self.cache.start + self.cache.offsets[:n]
         visible = self.cache.offsets[None, :self.cache.rows] <= pos[:, None]
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=ids.device)
@@ -155,8 +164,8 @@ class StaticDraftMixin:
         self.keys[i].index_copy_(1, self._write, rope(k, cos, sin).transpose(0, 1))
         self.values[i].index_copy_(1, self._write, v.transpose(0, 1))
         if self.kernels is not None:
-            out = self.kernels.draft_attention(q.contiguous(), self.keys[i], self.values[i], self._end.view(1),
-                                               *self.mask_kinds[i])
+            out = self.kernels.cached_attention(q.contiguous(), self.keys[i], self.values[i], self._end.view(1),
+                                                *self.mask_kinds[i])
         else:
             out = block_attention(q, self.keys[i], self.values[i], self.spare + 1, mask)
         return layer.o(out.transpose(0, 1).reshape(n, qh))
@@ -217,11 +226,13 @@ class PendingDrafts(list):
 
 class CudaPair(TorchPair):
     """TorchPair's operations over static caches and fixed-shape steps; load_pair picks it on CUDA for
-    STATIC_ARCHITECTURES. graphs=False (and a CPU device) runs the same steps without capture."""
+    STATIC_ARCHITECTURES. graphs=False (and a CPU device) runs the same steps without capture; dense=False
+    keeps transformers' layers where DenseDecoder would fit (the benchmark's comparison); compiled (on
+    CUDA unless told) fuses DenseDecoder's small steps with torch.compile."""
 
     def __init__(self, target, drafter, tokenizer, name: str = "", family: str = "",
                  context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None,
-                 bucket: int = BUCKET_ROWS):
+                 bucket: int = BUCKET_ROWS, dense: bool = True, compiled: bool | None = None):
         super().__init__(target, drafter, tokenizer, name, family)
         on_cuda = self.device.type == "cuda"
         self.max_positions = min(context or DEFAULT_CONTEXT, target.max_positions)
@@ -231,7 +242,8 @@ class CudaPair(TorchPair):
         graphs = on_cuda if graphs is None else graphs
         # LLM.int8 picks its outlier columns per input and reads them on the host: it cannot be captured
         graphs = graphs and target.quantization != "int8"
-        self.static = StaticTarget(target, size)
+        compiled = on_cuda if compiled is None else compiled
+        self.static = StaticTarget(target, size, self.kernels, dense, compiled)
         B = self.block_size
         self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B}}
         self._features = drafter is not None      # fixed at capture: a drafter's pair always computes them
@@ -257,6 +269,16 @@ class CudaPair(TorchPair):
         steps = {f"{width}x{rows}": g for (width, rows), g in self._steps.items()}
         steps.update(draft=getattr(self, "_draft_step", None), commit=self._commit_step)
         return {name: (g.graph is not None, g.why_not) for name, g in steps.items() if g is not None}
+
+    def warm_up(self) -> None:
+        """Compile and capture the usual steps now (prompts of two lengths, so the compiled prefill already
+        takes any length; one-token and block-wide steps), so the first answer does not pay for them."""
+        settings = GenerationSettings(max_new_tokens=4, draft_cutoff=0.0, plain_fallback=False)
+        for length in (5, 7):
+            prompt = [1] * length
+            Generation(self, prompt, settings, baseline=True).run()
+            if self.runner is not None:
+                Generation(self, prompt, settings).run()
 
     def _step(self, width: int, end: int) -> Graphed:
         """The target step of this width attending over the rows a step ending at `end` needs."""

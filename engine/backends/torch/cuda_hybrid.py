@@ -9,14 +9,15 @@ first (prefill) forward and only written in place after, so the steps can be cap
   leaves the state exactly as it is for those tokens (the delta rule's own padding works that way), and
   takes the new window from the tape at `keep`, a device tensor. One shape, no host transfer, graphable.
 
-The delta rule and the convolution are the functions of transformers' modeling module, which are
-flash-linear-attention's and causal-conv1d's kernels when those packages are installed."""
+The delta rule and the convolution are the functions of transformers' modeling module; a prefill may run
+flash-linear-attention's kernels (when installed), every later step the rule's reference functions
+(hybrid.reference says why)."""
 from __future__ import annotations
 
 import torch
 
 from .cuda import StaticKV
-from .hybrid import _helpers, convolve, output, projections
+from .hybrid import _helpers, convolve, output, projections, reference
 
 
 class StaticDeltaNet:
@@ -26,7 +27,7 @@ class StaticDeltaNet:
         self.windows: dict[int, torch.Tensor] = {}   # layer_idx -> [1, C, kernel - 1]
         self.states: dict[int, torch.Tensor] = {}    # layer_idx -> [1, v_heads, k_dim, v_dim]
         self.tapes: dict[int, tuple] = {}            # layer_idx -> (window with the block, q, k, v, g, beta)
-        self.rules: dict[int, object] = {}           # layer_idx -> its modeling module's chunked delta rule
+        self.rules: dict[int, object] = {}           # layer_idx -> its modeling module's chunked reference rule
 
     def buffers(self) -> list[torch.Tensor]:
         """What a step reads and writes (Graphed's warm-up restores them)."""
@@ -40,17 +41,18 @@ class StaticDeltaNet:
         idx, n, h = layer.layer_idx, x.shape[1], _helpers(layer)
         mixed, z, beta, g = projections(layer, x)
         if idx not in self.windows:
-            self.rules[idx] = h.torch_chunk_gated_delta_rule
+            self.rules[idx] = reference(layer, "torch_chunk_gated_delta_rule")
             self.windows[idx] = mixed.new_zeros(*mixed.shape[:2], layer.conv_kernel_size - 1)
         window = torch.cat([self.windows[idx], mixed], dim=-1)
         q, k, v = convolve(layer, window, n)
         state = self.states.get(idx)
         if self.verifying:
-            out, _ = h.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, chunk_size=n, initial_state=state,
-                                                    output_final_state=False, use_qk_l2norm_in_kernel=True)
+            out, _ = self.rules[idx](q, k, v, g=g, beta=beta, chunk_size=n, initial_state=state,
+                                     output_final_state=False, use_qk_l2norm_in_kernel=True)
             self.tapes[idx] = (window, q, k, v, g, beta)
             return output(layer, out, z)
-        rule = h.torch_recurrent_gated_delta_rule if n == 1 else h.torch_chunk_gated_delta_rule
+        # a prefill may take fla's chunked kernel; a one-token step the reference, as a verify does
+        rule = reference(layer, "torch_recurrent_gated_delta_rule") if n == 1 else h.torch_chunk_gated_delta_rule
         out, new = rule(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=True,
                         use_qk_l2norm_in_kernel=True)
         if state is None:

@@ -121,7 +121,7 @@ def block_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, e
                     mask: torch.Tensor | None) -> torch.Tensor:
     """The block's queries q [heads, n, d] over the keys and values [kv_heads, >= end, d] at positions < end
     (the context, then the block), with block_mask's mask; grouped heads. Returns [heads, n, d]. The
-    CUDA path's Triton kernel (kernels.draft_attention) is tested against this."""
+    CUDA path's Triton kernel (kernels.cached_attention) is tested against this."""
     out = F.scaled_dot_product_attention(q.unsqueeze(0), keys[None, :, :end], values[None, :, :end],
                                          attn_mask=mask, enable_gqa=q.shape[0] != keys.shape[0])
     return out[0]

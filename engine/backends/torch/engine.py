@@ -153,7 +153,10 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     if dev.type == "cuda":   # static caches and CUDA graphs where the architecture allows (cuda.py)
         from . import cuda
         if cuda.supported(family):
-            return cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family)
+            pair = cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family)
+            report("tuning", "Compiling and capturing the GPU's steps (once per load)")
+            pair.warm_up()
+            return pair
     return TorchPair(target, drafter, tokenizer, target_dir.name, family)
 
 

@@ -10,10 +10,15 @@ only, from the untouched state, in one chunk. docs/BENCHMARKS.md ("Hybrid rollba
 with keeping every per-token state during the verify.
 
 The layers are switched per model instance (their forward is wrapped on the instance, not the class),
-so two loaded pairs never share state. Single tokens and prefills run transformers' own code.
+so two loaded pairs never share state. Prefills run transformers' own code. Every step after the prompt
+(single tokens, verifies, commits) runs the delta rule's reference functions (`reference`), never
+flash-linear-attention's kernels, which transformers calls when that package is installed: their chunked
+and recurrent forms round differently in bfloat16, so a verify and a plain step would part (measured on
+an H100: docs/BENCHMARKS.md). Shared by DFlash and plain decoding, the prefill may use them.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from contextlib import contextmanager
 
@@ -54,7 +59,7 @@ class DeltaNetRollback:
         """Advance every DeltaNet layer's recurrent state by the first `keep` tokens of the last verify."""
         for idx, tape in self.tapes.items():
             q, k, v, g, beta = (t[:, :keep] for t in tape)
-            rule = _helpers(self.layers[idx]).torch_chunk_gated_delta_rule
+            rule = reference(self.layers[idx], "torch_chunk_gated_delta_rule")
             _, state = rule(q, k, v, g=g, beta=beta, chunk_size=keep, initial_state=cache.get_recurrent_state(idx),
                             output_final_state=True, use_qk_l2norm_in_kernel=True)
             cache.update_recurrent_state(state, idx)
@@ -65,10 +70,24 @@ class DeltaNetRollback:
             own = getattr(cache_params, "deltanet_forward", None)
             if own is not None:       # a cache that keeps DeltaNet state itself (cuda_hybrid.py)
                 return own(layer, hidden_states)
-            if not self.verifying or cache_params is None or hidden_states.shape[1] == 1:
+            if cache_params is None or (not self.verifying and hidden_states.shape[1] > 1):   # a prefill
                 return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+            if hidden_states.shape[1] == 1:
+                return self._step_forward(layer, hidden_states, cache_params)
             return self._verify_forward(layer, hidden_states, cache_params)
         return forward
+
+    def _step_forward(self, layer: nn.Module, x: torch.Tensor, cache) -> torch.Tensor:
+        """transformers' DeltaNet forward for one cached token, through the reference recurrent rule."""
+        idx = layer.layer_idx
+        mixed, z, beta, g = projections(layer, x)
+        window = cache.update_conv_state(mixed, idx, conv_kernel_size=layer.conv_kernel_size)
+        q, k, v = convolve(layer, window, 1)
+        out, state = reference(layer, "torch_recurrent_gated_delta_rule")(
+            q, k, v, g=g, beta=beta, initial_state=cache.get_recurrent_state(idx), output_final_state=True,
+            use_qk_l2norm_in_kernel=True)
+        cache.update_recurrent_state(state, idx)
+        return output(layer, out, z)
 
     def _verify_forward(self, layer: nn.Module, x: torch.Tensor, cache) -> torch.Tensor:
         """transformers' DeltaNet forward for a cached multi-token call, except that the recurrent state is
@@ -78,7 +97,7 @@ class DeltaNetRollback:
         # the cache records the convolution window's history until the next crop, so it rolls back exactly
         window = cache.update_conv_state(mixed, idx, conv_kernel_size=layer.conv_kernel_size)
         q, k, v = convolve(layer, window, n)
-        out, _ = _helpers(layer).torch_chunk_gated_delta_rule(
+        out, _ = reference(layer, "torch_chunk_gated_delta_rule")(
             q, k, v, g=g, beta=beta, chunk_size=n, initial_state=cache.get_recurrent_state(idx),
             output_final_state=False, use_qk_l2norm_in_kernel=True)
         self.tapes[idx] = (q, k, v, g, beta)
@@ -115,3 +134,9 @@ def output(layer: nn.Module, core: torch.Tensor, z: torch.Tensor) -> torch.Tenso
 def _helpers(layer: nn.Module):
     """The modeling module that defines this layer (its conv and delta-rule functions)."""
     return sys.modules[type(layer).__module__]
+
+
+def reference(layer: nn.Module, name: str):
+    """The modeling module's own torch function `name`, past the wrapper that swaps in
+    flash-linear-attention's kernel when that package is installed."""
+    return inspect.unwrap(getattr(_helpers(layer), name))

@@ -6,9 +6,10 @@ as its reference:
   the residual rule (`verify_sampled`, reference `verify_sampled_reference`, built from sampling.py's
   `leading_accepts` and `residual`), writing [n, token] to a 2-element device tensor, so one small
   read crosses to the host per step;
-- the drafter's attention (`draft_attention`, reference `draft_runner.block_attention` with
-  `draft_runner.block_mask`): queries from the block, keys and values from the cache of context
-  positions followed by the block, non-causal unless the layer is, grouped-query heads, sliding windows.
+- attention over a cache (`cached_attention`, reference `draft_runner.block_attention` with
+  `draft_runner.block_mask`), for the drafter and the dense target: queries from the last positions,
+  keys and values from a preallocated cache, causal or not (the drafter's block sees itself whole),
+  grouped-query heads, sliding windows; a long cache is split across programs and the shares combined.
   The visible length is read from a device tensor, so a captured CUDA graph replays it at any length.
 
 Imported only on CUDA and by the tests (`TRITON_INTERPRET=1` runs the kernels on a CPU, in float32).
@@ -120,31 +121,36 @@ def verify_sampled_reference(p, q, drafts, u, u2) -> tuple[int, int]:
     return n, int(inverse_cdf(row, u2[0]))
 
 
-# ---- the drafter's attention ---------------------------------------------------------------------
+# ---- attention over a cache ----------------------------------------------------------------------
+
+SPLIT_ROWS = 256      # cache rows per program: a long cache is read by many programs at once, then combined
+
 
 @triton.jit
-def _draft_attention(q_ptr, k_ptr, v_ptr, o_ptr, end_ptr, n, D, group, window, scale,
-                     sq_h, sq_m, sk_h, sk_n, sv_h, sv_n, so_h, so_m,
-                     CAUSAL: tl.constexpr, WINDOWED: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _cached_attention(q_ptr, k_ptr, v_ptr, o_ptr, m_ptr, l_ptr, end_ptr, n, D, group, window, scale,
+                      sq_h, sq_m, sk_h, sk_n, sv_h, sv_n, so_h, so_s, so_m, chunk,
+                      CAUSAL: tl.constexpr, WINDOWED: tl.constexpr, SPLIT: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     h = tl.program_id(0)
+    split = tl.program_id(2)
     kv = h // group
     end = tl.load(end_ptr).to(tl.int32)
     rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < n
-    qpos = end - n + rows                       # the block is the last n of the `end` visible positions
+    qpos = end - n + rows                       # the queries are the last n of the `end` visible positions
     dd = tl.arange(0, BLOCK_D)
     dm = dd < D
     q = tl.load(q_ptr + h * sq_h + rows[:, None] * sq_m + dd[None, :], mask=live[:, None] & dm[None, :], other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-    lo = 0
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, end)
     if WINDOWED:                                 # keys further than the window from every query are skipped
-        lo = tl.maximum(end - n - window + 1, 0) // BLOCK_N * BLOCK_N
-    for s in range(lo, end, BLOCK_N):
+        lo = tl.maximum(lo, tl.maximum(end - n - window + 1, 0) // BLOCK_N * BLOCK_N)
+    for s in range(lo, hi, BLOCK_N):
         cols = s + tl.arange(0, BLOCK_N)
-        inside = cols < end
+        inside = cols < hi
         kt = tl.load(k_ptr + kv * sk_h + cols[None, :] * sk_n + dd[:, None], mask=inside[None, :] & dm[:, None],
                      other=0.0)
         scores = tl.dot(q, kt) * scale
@@ -163,24 +169,67 @@ def _draft_attention(q_ptr, k_ptr, v_ptr, o_ptr, end_ptr, n, D, group, window, s
                     other=0.0)
         acc = acc * alpha[:, None] + tl.dot(probs.to(v.dtype), v)
         m_i = m_new
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(o_ptr + h * so_h + rows[:, None] * so_m + dd[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=live[:, None] & dm[None, :])
+    if SPLIT:                                    # this split's share, unnormalised: _combine_splits adds them
+        at = (h * tl.num_programs(2) + split) * n + rows
+        tl.store(m_ptr + at, m_i, mask=live)
+        tl.store(l_ptr + at, l_i, mask=live)
+        tl.store(o_ptr + h * so_h + split * so_s + rows[:, None] * so_m + dd[None, :], acc,
+                 mask=live[:, None] & dm[None, :])
+    else:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + h * so_h + rows[:, None] * so_m + dd[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=live[:, None] & dm[None, :])
 
 
-def draft_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: torch.Tensor,
-                    window: int | None = None, causal: bool = False) -> torch.Tensor:
-    """q [heads, n, d] the block's queries (roped), keys/values [kv_heads, L, d] with the context and then
-    the block at positions < end (a 1-element device tensor, end <= L). Returns [heads, n, d]; the same
-    numbers as block_attention(q, keys, values, end, block_mask(end, n, window, causal))."""
+@triton.jit
+def _combine_splits(part_ptr, m_ptr, l_ptr, o_ptr, n, D, splits, sp_h, sp_s, sp_m, so_h, so_m,
+                    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    h = tl.program_id(0)
+    row = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    sm = s < splits
+    dd = tl.arange(0, BLOCK_D)
+    dm = dd < D
+    m = tl.load(m_ptr + (h * splits + s) * n + row, mask=sm, other=float("-inf"))
+    l = tl.load(l_ptr + (h * splits + s) * n + row, mask=sm, other=0.0)
+    top = tl.max(m, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.where(sm & (m > float("-inf")), tl.exp(m - top), 0.0)
+    part = tl.load(part_ptr + h * sp_h + s[:, None] * sp_s + row * sp_m + dd[None, :],
+                   mask=sm[:, None] & dm[None, :], other=0.0)
+    total = tl.sum(w * l, axis=0)
+    out = tl.sum(part * w[:, None], axis=0) / tl.where(total > 0, total, 1.0)
+    tl.store(o_ptr + h * so_h + row * so_m + dd, out.to(o_ptr.dtype.element_ty), mask=dm)
+
+
+def cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: torch.Tensor,
+                     window: int | None = None, causal: bool = False, rows: int | None = None) -> torch.Tensor:
+    """q [heads, n, d] the queries of the last n positions (roped), keys/values [kv_heads, L, d] with every
+    position < end (a 1-element device tensor, end <= L) and stale rows after. Returns [heads, n, d]; the
+    same numbers as block_attention(q, keys, values, end, block_mask(end, n, window, causal)). rows (a
+    bound on end, L when not given) sets how many programs share the keys, SPLIT_ROWS each; those past
+    end return at once, so a captured graph stays right at any end <= rows."""
     heads, n, d = q.shape
-    kv_heads = keys.shape[0]
+    kv_heads, length = keys.shape[0], keys.shape[1]
+    splits = triton.cdiv(min(rows or length, length), SPLIT_ROWS)
     out = torch.empty_like(q)
     block_d = max(16, triton.next_power_of_2(d))
-    grid = (heads, triton.cdiv(n, 16))
-    _draft_attention[grid](q, keys, values, out, end, n, d, heads // kv_heads, window or 0, d ** -0.5,
-                           q.stride(0), q.stride(1), keys.stride(0), keys.stride(1),
-                           values.stride(0), values.stride(1), out.stride(0), out.stride(1),
-                           CAUSAL=causal, WINDOWED=window is not None,
-                           BLOCK_M=16, BLOCK_N=32, BLOCK_D=block_d)
+    split = splits > 1
+    if split:
+        part = torch.empty(heads, splits, n, d, dtype=torch.float32, device=q.device)
+        m = torch.empty(heads, splits, n, dtype=torch.float32, device=q.device)
+        l = torch.empty_like(m)
+        target, strides = part, (part.stride(0), part.stride(1), part.stride(2))
+    else:
+        m = l = out
+        target, strides = out, (out.stride(0), 0, out.stride(1))
+    grid = (heads, triton.cdiv(n, 16), splits)
+    _cached_attention[grid](q, keys, values, target, m, l, end, n, d, heads // kv_heads, window or 0, d ** -0.5,
+                            q.stride(0), q.stride(1), keys.stride(0), keys.stride(1),
+                            values.stride(0), values.stride(1), *strides, SPLIT_ROWS,
+                            CAUSAL=causal, WINDOWED=window is not None, SPLIT=split,
+                            BLOCK_M=16, BLOCK_N=32, BLOCK_D=block_d)
+    if split:
+        _combine_splits[(heads, n)](part, m, l, out, n, d, splits, *strides, out.stride(0), out.stride(1),
+                                    BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d)
     return out

@@ -92,6 +92,7 @@ class TargetModel:
                 f"The drafter reads target layers {list(layer_ids)}, but the target has only "
                 f"{self.num_layers} layers (0..{self.num_layers - 1}): this drafter belongs to a deeper model.")
         self._captured = [None] * len(layer_ids)
+        self.capture_ids = list(layer_ids)
         for slot, idx in enumerate(layer_ids):
             self._hooks.append(self.layers[idx].register_forward_hook(self._recorder(slot)))
 
