@@ -173,22 +173,43 @@ class Generation:
     def _consume(self):
         """The loop for an engine that drafts and verifies on its own (a llama-server, a remote server):
         the same stop rules, text and statistics over the tokens it streams; stopping closes its stream,
-        which cancels the request there."""
+        which cancels the request there. Each chunk is one of the server's steps; timed between arrivals,
+        they feed the same plain fallback as the step loop where the engine can stop drafting mid-answer
+        (stop_drafting): plain answers' steps measure the plain cost, DFlash ones are judged against it."""
+        s, baseline = self.settings, self.block_size == 1
+        judging = (not baseline and hasattr(self.pair, "stop_drafting") and s.plain_fallback
+                   and (s.greedy or s.seed is None))
+        costs = step_costs(self.pair)
+        if costs.plain_s is None and getattr(self.pair, "plain_step_s", None):
+            costs.plain.append(self.pair.plain_step_s)       # until this pair's own plain answers measure it
+        dflash_steps: list[tuple[int, float]] = []
         start = time.perf_counter()
-        chunks = self.pair.stream(self.prompt, self.settings, baseline=self.block_size == 1)
-        decode_start = None
+        chunks = self.pair.stream(self.prompt, self.settings, baseline=baseline)
+        decode_start = arrived = None
         try:
             for chunk in chunks:
+                now = time.perf_counter()
                 if chunk.totals is not None:
                     self.stats.record_totals(**chunk.totals)
                 switched = bool(chunk.fallback) and self.fallback is None
                 if switched:
                     self.fallback = self.stats.fallback = chunk.fallback
                 if chunk.tokens and decode_start is None:
-                    decode_start = time.perf_counter()
+                    decode_start = now
                     self.stats.prefill_s = self.stats.ttft_s = decode_start - start
+                elif chunk.tokens and self.fallback is None:     # a step after the prompt's first token
+                    if baseline and hasattr(self.pair, "stop_drafting"):
+                        costs.plain.append(now - arrived)
+                    elif not baseline:
+                        dflash_steps.append((len(chunk.tokens), now - arrived))
+                if chunk.tokens:
+                    arrived = now
                 step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens), 0, 0)
                 step.fallback = self.fallback if switched else None
+                if judging and self.fallback is None and dflash_steps and self.stop_reason is None:
+                    step.fallback = self._judge(dflash_steps, costs)
+                    if step.fallback:
+                        self.pair.stop_drafting()
                 if step.tokens or step.spans or step.stop_reason or step.fallback:
                     yield step
                 if self.stop_reason is not None or self._cancel.is_set():

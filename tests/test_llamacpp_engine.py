@@ -330,3 +330,53 @@ def test_the_plain_fallback_switch_off_runs_dflash_at_its_fastest_measured_setti
         assert pair.n_max(GenerationSettings(plain_fallback=False), baseline=True) == (0, None)
     finally:
         pair.choice = saved
+
+
+def test_a_request_may_draft_nothing_on_a_drafting_server(pair):
+    """Our patch (patches/0002): `speculative.n_max` in a request lowers the server's drafts per step, and
+    0 decodes plainly on the drafting server, with plain decoding's tokens. Stock llama-server ignores the
+    field (per-request speculative settings are compiled out there) and keeps drafting."""
+    from engine.backends.llamacpp.engine import request_body
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    settings = GenerationSettings(max_new_tokens=48)
+    server = pair.server_for(pair.block_size - 1)
+
+    def answer(extra):
+        tokens, last = [], {}
+        for event in server.stream({**request_body(ids, settings), **extra}):
+            tokens, last = tokens + (event.get("tokens") or []), event
+        return tokens, last["timings"]
+    _, drafting = answer({})
+    plain, timings = answer({"speculative.n_max": 0})
+    assert drafting["draft_n"] > 0 and timings.get("draft_n", 0) == 0
+    assert plain == Generation(pair, ids, settings, baseline=True).run().tokens
+
+
+def test_an_answer_whose_drafts_stop_paying_continues_plainly_on_the_same_server(pair):
+    """The loop's plain fallback mid-answer: with plain steps timed at a microsecond no DFlash step keeps
+    pace, so after FALLBACK_MIN_STEPS steps the loop calls stop_drafting(), and the rest of the answer comes
+    from the same server drafting nothing. The whole answer is still plain decoding's."""
+    from engine.loop import FALLBACK_MIN_STEPS, step_costs
+    ids = pair.tokenizer.encode_prompt(prompts(3)[2], raw=True)      # tau about 2.7: over 100 steps
+    settings = GenerationSettings(max_new_tokens=300, block_size=16)
+    server = pair.server_for(pair.block_size - 1)
+    costs = step_costs(pair)
+    saved = list(costs.plain)
+    costs.plain.clear()
+    costs.plain.append(1e-6)
+    try:
+        run = Generation(pair, ids, settings)
+        steps = list(run)
+    finally:
+        costs.plain.clear()
+        costs.plain.extend(saved)
+    switch = run.fallback["after_tokens"]
+    assert [s.fallback for s in steps if s.fallback] == [run.fallback] and run.stats.fallback == run.fallback
+    assert FALLBACK_MIN_STEPS < switch < 300 and "break-even" in run.fallback["reason"]
+    assert pair.server is server and server.proc.poll() is None          # the same server, not a restart
+    flags = [f for s in steps for f in s.drafted]
+    assert len(run.tokens) == len(flags) == 300 and run.stop_reason == "length"
+    assert any(flags[:switch]) and not any(flags[switch:])               # nothing drafted after the switch
+    assert run.stats.accepted == sum(flags) and run.stats.steps == 300 - 1 - run.stats.accepted
+    want = Generation(pair, ids, GenerationSettings(max_new_tokens=300), baseline=True).run().tokens
+    assert_same_up_to_rounding(run.tokens, want, ids, torch_pair(TARGET))

@@ -9,6 +9,7 @@ accepted drafts followed by the target's own token. Per-slot acceptance is not r
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -155,18 +156,60 @@ class LlamaCppPair:
         return 0, {"after_tokens": 0, "reason": choice["reason"], "tau": choice.get("tau", 0.0),
                    "speed_share": choice.get("speed_share", 0.0)}
 
+    @property
+    def plain_step_s(self) -> float | None:
+        """Seconds per plain token as calibration measured it (the loop's plain fallback starts from this)."""
+        rate = float(((self.choice or {}).get("rates") or {}).get("0") or 0)
+        return 1.0 / rate if rate > 0 else None
+
+    def stop_drafting(self) -> None:
+        """The rest of the current answer decodes plainly (the loop's fallback found its drafts not paying):
+        stream() ends the request and continues on the same server, drafting nothing (our patch lets a
+        request lower the server's drafts per step), over its cached prompt."""
+        self._plain_rest = True
+
     def stream(self, prompt: list[int], settings: GenerationSettings, baseline: bool):
         n_max, fallback = self.n_max(settings, baseline)
         server = self.server_for(n_max)
-        events = server.stream(request_body(prompt, settings))
+        self._plain_rest = False
+        body, received, accepted, earlier = request_body(prompt, settings), [], 0, None
+        while True:
+            steps = self._steps(server, body, fallback, earlier)
+            try:
+                for chunk in steps:
+                    yield chunk
+                    received += chunk.tokens
+                    accepted += sum(chunk.drafted or ())
+                    if self._plain_rest and n_max:
+                        drafted = (chunk.totals or {}).get("drafted", 0)
+                        break
+                else:
+                    return
+            finally:
+                steps.close()
+            # Tokens the server sent after the last step handed on are dropped and decoded again, plainly;
+            # the totals so far count what was handed on (every token after the first: a draft or a step).
+            earlier = {"drafted": drafted, "accepted": accepted, "steps": len(received) - 1 - accepted}
+            n_max, left = 0, settings.max_new_tokens - len(received)
+            if left <= 0:
+                return
+            body = {**request_body(prompt + received, replace(settings, max_new_tokens=left)),
+                    "speculative.n_max": 0}
+
+    def _steps(self, server: Server, body: dict, fallback: dict | None, earlier: dict | None):
+        """One request's tokens grouped into the server's steps (Chunks), with the totals of the answer so
+        far (earlier: those of the requests before it in this answer)."""
+        events = server.stream(body)
         group: list[int] = []                  # the tokens of the step being received
         key, accepted_before, totals = (0, 0), 0, {}
+        base = earlier or {"drafted": 0, "accepted": 0, "steps": 0}
+        first = 0 if earlier else 1            # the answer's first token comes from the prefill, not a step
         try:
             for event in events:
                 timings = event.get("timings") or {}
                 drafted, accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
-                totals = {"drafted": drafted, "accepted": accepted,
-                          "steps": max(int(timings.get("predicted_n", 0)) - 1 - accepted, 0)}
+                totals = {"drafted": base["drafted"] + drafted, "accepted": base["accepted"] + accepted,
+                          "steps": base["steps"] + max(int(timings.get("predicted_n", 0)) - first - accepted, 0)}
                 if (drafted, accepted) != key and group:
                     # a new step: the previous one's tokens are its accepted drafts, then the target's own
                     yield _step(group, key[1] - accepted_before, totals, fallback)
