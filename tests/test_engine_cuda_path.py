@@ -234,6 +234,9 @@ def test_only_dense_full_attention_targets_take_the_dense_decoder():
     silu_free = random_target("llama", seed=1, **SIZES)
     silu_free.model.config.hidden_act = "gelu"
     assert not fits(silu_free)
+    rescaled = random_target("llama", seed=1, **SIZES)       # dynamic NTK: angles follow the length seen
+    rescaled.decoder.rotary_emb.rope_type = "dynamic"
+    assert not fits(rescaled)
 
 
 def test_static_mask_is_block_mask_over_the_whole_buffer():

@@ -8,7 +8,8 @@ go to the StaticKV at explicit positions, and attention reads the grouped cache 
 kernel (kernels.cached_attention) on CUDA, torch's SDPA over the cache rows on a CPU.
 
 Dense full-attention Qwen3 and Llama layers only (`fits`); anything else (hybrids, sliding windows,
-quantized weights, other activations) keeps transformers' layers over the same StaticKV."""
+quantized weights, other activations, rotary angles that follow the sequence length) keeps transformers'
+layers over the same StaticKV."""
 from __future__ import annotations
 
 import torch
@@ -18,10 +19,17 @@ from .draft_runner import _rms, block_attention
 from .drafter import rope
 
 
+# Rotary kinds whose angle at a position does not depend on how long the sequence is (dynamic NTK and
+# longrope rescale with the length seen, which a table made once cannot follow)
+FIXED_ROPE = ("default", "linear", "llama3", "yarn")
+
+
 def fits(target) -> bool:
     """Whether every layer has the plain dense shape this runner computes."""
     cfg = target.model.config.get_text_config()
     if target.deltanet is not None or target.quantization or getattr(cfg, "hidden_act", "silu") != "silu":
+        return False
+    if getattr(getattr(target.decoder, "rotary_emb", None), "rope_type", None) not in FIXED_ROPE:
         return False
     if any(kind != "full_attention" for kind in getattr(cfg, "layer_types", None) or ()):
         return False
