@@ -41,6 +41,7 @@ class Chunk:
     drafted: list[bool] | None = None   # per token, when the engine can tell (None: it cannot)
     totals: dict | None = None          # drafted, accepted, steps: each a count, or None if not reported
     fallback: dict | None = None        # the engine runs plain decoding instead of DFlash, and why (as Step)
+    seconds: float | None = None        # the step's own time where the engine measures it (a server's timings)
 
 
 @dataclass
@@ -173,8 +174,8 @@ class Generation:
     def _consume(self):
         """The loop for an engine that drafts and verifies on its own (a llama-server, a remote server):
         the same stop rules, text and statistics over the tokens it streams; stopping closes its stream,
-        which cancels the request there. Each chunk is one of the server's steps; timed between arrivals,
-        they feed the same plain fallback as the step loop where the engine can stop drafting mid-answer
+        which cancels the request there. Each chunk is one of the server's steps; timed by the engine (or
+        between arrivals), they feed the same plain fallback as the step loop where the engine can stop drafting mid-answer
         (stop_drafting): plain answers' steps measure the plain cost, DFlash ones are judged against it."""
         s, baseline = self.settings, self.block_size == 1
         judging = (not baseline and hasattr(self.pair, "stop_drafting") and s.plain_fallback
@@ -198,10 +199,11 @@ class Generation:
                     decode_start = now
                     self.stats.prefill_s = self.stats.ttft_s = decode_start - start
                 elif chunk.tokens and self.fallback is None:     # a step after the prompt's first token
+                    elapsed = chunk.seconds if chunk.seconds is not None else now - arrived
                     if baseline and hasattr(self.pair, "stop_drafting"):
-                        costs.plain.append(now - arrived)
+                        costs.plain.append(elapsed)
                     elif not baseline:
-                        dflash_steps.append((len(chunk.tokens), now - arrived))
+                        dflash_steps.append((len(chunk.tokens), elapsed))
                 if chunk.tokens:
                     arrived = now
                 step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens), 0, 0)

@@ -15,7 +15,7 @@ from engine.backends.torch.cuda import CudaPair, PendingDrafts, static_mask, sup
 from engine.backends.torch.draft_runner import block_mask
 from engine.backends.torch.tiny import random_drafter, random_pair, random_target
 from engine.limits import GenerationSettings
-from engine.loop import Generation
+from engine.loop import Generation, step_costs
 from tests.oracle import OraclePair
 
 SIZES = dict(vocab=256, hidden=64, layers=4, max_positions=512)
@@ -176,15 +176,60 @@ def test_dense_decoder_computes_what_transformers_layers_do(arch):
 def test_dense_decoders_joined_weights_share_the_models_memory():
     """Q/K/V and gate/up joined into one matrix each, with the model's own parameters turned into views of
     it (a copy would cost an 8B model gigabytes), and the model still computes as before."""
+    from engine.backends.torch.cuda import StaticTarget
     eager, dense, layered = dense_and_layered("qwen3")
     attn, mlp = eager.target.layers[0].self_attn, eager.target.layers[0].mlp
     qkv, gate_up = dense.dense.layers[0].before[1], dense.dense.layers[0].after[3]
     assert attn.q_proj.weight.data_ptr() == qkv.data_ptr()
     assert attn.k_proj.weight.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
     assert mlp.up_proj.weight.untyped_storage().data_ptr() == gate_up.untyped_storage().data_ptr()
+    again = StaticTarget(eager.target, 316)                       # a second decoder joins without a copy
+    assert again.dense.layers[0].before[1].data_ptr() == qkv.data_ptr()
+    assert again.dense.layers[0].after[3].data_ptr() == gate_up.data_ptr()
     ids, fresh = torch.tensor([prompt_of(9)]), random_pair("qwen3", seed=7, **SIZES)
     with torch.inference_mode():
         torch.testing.assert_close(eager.target.forward(ids)[0], fresh.target.forward(ids)[0])
+
+
+def test_dense_decoder_keeps_the_biases_of_llama_layers_that_have_them():
+    from transformers import AutoModelForCausalLM
+
+    from engine.backends.torch.cuda import StaticTarget
+    from engine.backends.torch.target import TargetModel
+    from engine.backends.torch.tiny import target_config
+    cfg = target_config("llama", vocab=256, hidden=64, layers=2)
+    cfg.attention_bias = cfg.mlp_bias = True
+    torch.manual_seed(2)
+    model = AutoModelForCausalLM.from_config(cfg).float().eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_()                         # transformers starts biases at zero
+    target = TargetModel(model, (0, 1))
+    dense, layered = StaticTarget(target, 80), StaticTarget(target, 80, dense=False)
+    ids = torch.tensor([prompt_of(20)])
+    with torch.inference_mode():
+        ours, theirs = dense.run(ids, True, rows=80), layered.run(ids, True, rows=80)
+    assert dense.dense.layers[0].before[2] is not None
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours[1], theirs[1], atol=1e-5, rtol=1e-5)
+
+
+def test_dense_decoder_in_bfloat16_rounds_as_transformers_layers_do():
+    """Its norms round where transformers' do, so a bfloat16 target gives the same numbers either way (on
+    this CPU bit for bit), and its answers are the model's, not only equal to our own plain decoding."""
+    from engine.backends.torch.cuda import StaticTarget
+    target = random_target("qwen3", seed=7, capture_layers=(1, 2), **SIZES)
+    with torch.no_grad():
+        for name, param in target.model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)             # transformers starts them at one, which hides rounding
+    target.model.to(torch.bfloat16)
+    dense, layered = StaticTarget(target, 316), StaticTarget(target, 316, dense=False)
+    ids = torch.tensor([prompt_of(30)])
+    with torch.inference_mode():
+        (logits, feats), (want_logits, want_feats) = dense.run(ids, True, rows=64), layered.run(ids, True, rows=64)
+    assert torch.equal(logits, want_logits) and torch.equal(feats, want_feats)
 
 
 def test_compiled_dense_decoder_computes_the_same():
@@ -219,6 +264,7 @@ def test_warm_up_captures_the_usual_steps_and_changes_no_answer():
     static = static_of(eager, use_kernels=False)
     static.warm_up()
     assert {"1x64", "16x64", "draft"} <= set(static.graph_status())
+    assert step_costs(static).plain_s is None      # compiling steps are no measure for the plain fallback
     prompt = prompt_of(30, seed=8)
     plain = run(eager, prompt, baseline=True).tokens
     assert run(static, prompt, block=16).tokens == run(static, prompt, baseline=True).tokens == plain

@@ -148,6 +148,22 @@ def test_triton_cached_attention_split_across_programs_matches_block_attention(k
     torch.testing.assert_close(got.cpu(), expected, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("max_splits,end,n", [(2, 700, 1), (3, 1000, 16), (2, 700, 40)])
+def test_triton_cached_attention_with_few_splits_or_many_queries_matches_block_attention(kernels, max_splits, end, n):
+    """Past max_splits each program takes more rows (not a multiple of SPLIT_ROWS); more queries than
+    SPLIT_MAX_QUERIES (a prefill chunk) are not split at all."""
+    from engine.backends.torch.draft_runner import block_attention, block_mask
+    gen = torch.Generator().manual_seed(end + n)
+    q = torch.randn(8, n, 16, generator=gen)
+    keys = torch.randn(2, end + 30, 16, generator=gen)
+    values = torch.randn(2, end + 30, 16, generator=gen)
+    expected = block_attention(q, keys, values, end, block_mask(end, n, None, True))
+    got = kernels.cached_attention(q.to(DEVICE), keys.to(DEVICE), values.to(DEVICE),
+                                   torch.tensor([end], device=DEVICE), None, True, max_splits=max_splits)
+    tol = 2e-5 if interpreted else 2e-3
+    torch.testing.assert_close(got.cpu(), expected, atol=tol, rtol=tol)
+
+
 @pytest.mark.skipif(not on_cuda or interpreted, reason="bfloat16 Triton kernels need a GPU (never in CI)")
 def test_triton_cached_attention_in_bfloat16_on_cuda(kernels):
     from engine.backends.torch.draft_runner import block_attention, block_mask

@@ -113,6 +113,19 @@ def test_drafted_flags_follow_the_steps(pair):
     assert flags[0] is False                       # the prefill's token is the target's
 
 
+def test_each_step_carries_the_servers_own_time_for_it(pair):
+    """The plain fallback judges llama.cpp's steps by the server's decoding time (as calibration times plain
+    decoding), not by when they reach us: each chunk's seconds are its share of `predicted_ms`."""
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    start = time.perf_counter()
+    chunks = list(pair.stream(ids, GenerationSettings(max_new_tokens=96, block_size=16), baseline=False))
+    wall = time.perf_counter() - start
+    seconds = [c.seconds for c in chunks]
+    assert all(s is not None and s >= 0 for s in seconds) and 0 < sum(seconds) < wall
+    steps = [s for c, s in zip(chunks[1:], seconds[1:]) if c.tokens]
+    assert len(steps) >= 5 and min(steps) > 0        # every verify step took some decoding time
+
+
 def test_cancel_mid_answer_stops_the_request_and_the_server_serves_on(pair):
     ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
     run = Generation(pair, ids, GenerationSettings(max_new_tokens=2000, block_size=16))
@@ -386,3 +399,24 @@ def test_an_answer_whose_drafts_stop_paying_continues_plainly_on_the_same_server
     for answer, prompt in ((run, ids), (again, follow)):
         plain = Generation(pair, prompt, GenerationSettings(max_new_tokens=len(answer.tokens)), baseline=True).run()
         assert_same_up_to_rounding(answer.tokens, plain.tokens, prompt, reference)
+
+
+def test_token_ids_of_characters_split_across_tokens_all_arrive(other_pair):
+    """Our patch (patches/0003): a random target over the demo's byte-level tokenizer often emits tokens
+    that end partway through a UTF-8 character; stock llama-server never streams their ids, so answers
+    lost tokens (and ended early). Every id arrives now: the same tokens as the torch engine's."""
+    target, _ = other_pair
+    lc, reference = load_pair(target, None), torch_pair(target)
+    try:
+        settings = GenerationSettings(max_new_tokens=64)
+        split = 0
+        for text in ("import os\n", "# 你好", "def f(x):"):
+            ids = reference.tokenizer.encode_prompt(text, raw=True)
+            want = Generation(reference, ids, settings, baseline=True).run()
+            got = Generation(lc, ids, settings, baseline=True).run()
+            assert got.tokens == want.tokens and got.stop_reason == want.stop_reason
+            pieces = [reference.tokenizer.decode([t]) for t in want.tokens]
+            split += sum("\ufffd" in piece for piece in pieces)
+        assert split > 0, "the answers hold no token that ends inside a character: the test checks nothing"
+    finally:
+        lc.close()

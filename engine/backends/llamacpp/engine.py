@@ -176,10 +176,12 @@ class LlamaCppPair:
         while True:
             steps = self._steps(server, body, fallback, earlier)
             try:
-                for chunk in steps:
+                for chunk, last in steps:
                     yield chunk
                     received += chunk.tokens
                     accepted += sum(chunk.drafted or ())
+                    if last:                   # the server ended the answer: nothing to continue
+                        return
                     if self._plain_rest and n_max:
                         drafted = (chunk.totals or {}).get("drafted", 0)
                         break
@@ -197,31 +199,34 @@ class LlamaCppPair:
                     "speculative.n_max": 0}
 
     def _steps(self, server: Server, body: dict, fallback: dict | None, earlier: dict | None):
-        """One request's tokens grouped into the server's steps (Chunks), with the totals of the answer so
-        far (earlier: those of the requests before it in this answer)."""
+        """One request's tokens grouped into the server's steps: (Chunk, whether it is the request's last),
+        each with the totals of the answer up to its step (earlier: those of the requests before it)."""
         events = server.stream(body)
         group: list[int] = []                  # the tokens of the step being received
-        key, accepted_before, totals = (0, 0), 0, {}
+        key, accepted_before = (0, 0), 0
         base = earlier or {"drafted": 0, "accepted": 0, "steps": 0}
+        totals = dict(base)
+        ms = done_ms = 0.0                     # the server's decoding time: so far, and when the last step ended
         first = 0 if earlier else 1            # the answer's first token comes from the prefill, not a step
         try:
             for event in events:
                 timings = event.get("timings") or {}
                 drafted, accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
-                totals = {"drafted": base["drafted"] + drafted, "accepted": base["accepted"] + accepted,
-                          "steps": base["steps"] + max(int(timings.get("predicted_n", 0)) - first - accepted, 0)}
                 if (drafted, accepted) != key and group:
                     # a new step: the previous one's tokens are its accepted drafts, then the target's own
-                    yield _step(group, key[1] - accepted_before, totals, fallback)
-                    accepted_before, group = key[1], []
+                    yield _step(group, key[1] - accepted_before, totals, fallback, ms - done_ms), False
+                    accepted_before, group, done_ms = key[1], [], ms
+                ms = float(timings.get("predicted_ms", ms))
+                totals = {"drafted": base["drafted"] + drafted, "accepted": base["accepted"] + accepted,
+                          "steps": base["steps"] + max(int(timings.get("predicted_n", 0)) - first - accepted, 0)}
                 key = (drafted, accepted)
                 group += [int(t) for t in event.get("tokens") or []]
-                if key == (0, 0) and group:    # nothing drafted yet: the target's own tokens, sent at once
-                    yield _step(group, 0, totals, fallback)
-                    group = []
+                if key == (0, 0) and group and not event.get("stop"):
+                    yield _step(group, 0, totals, fallback, ms - done_ms), False   # nothing drafted yet: sent at once
+                    group, done_ms = [], ms
                 if event.get("stop"):
                     break
-            yield _step(group, key[1] - accepted_before, totals, fallback)
+            yield _step(group, key[1] - accepted_before, totals, fallback, ms - done_ms), True
         except ServerError:
             self.stop_server()                 # a server that broke an answer is never reused, even before it has died
             raise
@@ -243,10 +248,10 @@ class LlamaCppPair:
         self.stop_server()
 
 
-def _step(tokens: list[int], accepted: int, totals: dict, fallback: dict | None) -> Chunk:
+def _step(tokens: list[int], accepted: int, totals: dict, fallback: dict | None, ms: float) -> Chunk:
     accepted = max(0, min(accepted, len(tokens) - 1)) if tokens else 0
     flags = [True] * accepted + [False] * (len(tokens) - accepted)
-    return Chunk(tokens, flags, dict(totals), fallback)
+    return Chunk(tokens, flags, dict(totals), fallback, ms / 1000)
 
 
 def request_body(prompt: list[int], s: GenerationSettings) -> dict:

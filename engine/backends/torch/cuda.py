@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
-from ...loop import Generation
+from ...loop import Generation, step_costs
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner, _rms, block_attention
 from .dense_decoder import DenseDecoder, fits
@@ -279,6 +279,7 @@ class CudaPair(TorchPair):
             Generation(self, prompt, settings, baseline=True).run()
             if self.runner is not None:
                 Generation(self, prompt, settings).run()
+        step_costs(self).plain.clear()      # steps that compiled and captured: no measure of a plain step
 
     def _step(self, width: int, end: int) -> Graphed:
         """The target step of this width attending over the rows a step ending at `end` needs."""

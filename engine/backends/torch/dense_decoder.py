@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .draft_runner import _rms, block_attention
+from .draft_runner import block_attention
 from .drafter import rope
 
 
@@ -46,20 +46,50 @@ def fits(target) -> bool:
 
 def _joined(*linears):
     """One weight (and bias, or None) for several linear layers applied to the same input. The layers'
-    own parameters become views into it, so the joined copy costs no memory (an 8B model's would be GBs)."""
-    weight = torch.cat([m.weight.detach() for m in linears])
+    own parameters become views into it, so the joined copy costs no memory (an 8B model's would be GBs);
+    layers already joined so (a second decoder over the same model) are joined again without a copy."""
+    weight = _one_block([m.weight for m in linears])
+    if weight is None:
+        weight = torch.cat([m.weight.detach() for m in linears])
+        _view_into(weight, [m.weight for m in linears], linears)
     bias = None
     if any(m.bias is not None for m in linears):
-        bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
-                          for m in linears])
-    at = 0
-    for m in linears:
-        rows = m.out_features
-        m.weight.data = weight[at:at + rows]
-        if m.bias is not None:
-            m.bias.data = bias[at:at + rows]
-        at += rows
+        biases = [m.bias for m in linears]
+        bias = _one_block(biases) if all(b is not None for b in biases) else None
+        if bias is None:
+            bias = torch.cat([m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
+                              for m in linears])
+            _view_into(bias, biases, linears)
     return weight, bias
+
+
+def _view_into(joined: torch.Tensor, params, linears) -> None:
+    """Point each parameter (None: a layer without that bias) at its rows of the joined tensor."""
+    at = 0
+    for param, m in zip(params, linears):
+        if param is not None:
+            param.data = joined[at:at + m.out_features]
+        at += m.out_features
+
+
+def _one_block(tensors) -> torch.Tensor | None:
+    """The tensors as one, when they already lie one after another in one storage; else None."""
+    first = tensors[0]
+    at = first.storage_offset()
+    for t in tensors:
+        if (not t.is_contiguous() or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or t.storage_offset() != at or t.shape[1:] != first.shape[1:]):
+            return None
+        at += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return first.detach().new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
+                                            (rows, *first.shape[1:]))
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm rounded where transformers' Qwen3/Llama norms round (to x's dtype before the weight), so
+    bfloat16 answers match theirs, not only our own plain decoding."""
+    return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
 
 
 def _norm(module):

@@ -123,7 +123,12 @@ def verify_sampled_reference(p, q, drafts, u, u2) -> tuple[int, int]:
 
 # ---- attention over a cache ----------------------------------------------------------------------
 
-SPLIT_ROWS = 256      # cache rows per program: a long cache is read by many programs at once, then combined
+# A few queries (a decoding step, a verify, a draft block) over a long cache: the cache is split across
+# programs, SPLIT_ROWS rows each (more per program past MAX_SPLITS, which bounds the partial results), and
+# their shares combined. More queries (a prefill chunk) keep the GPU busy without splitting.
+SPLIT_ROWS = 256
+MAX_SPLITS = 32
+SPLIT_MAX_QUERIES = 16
 
 
 @triton.jit
@@ -203,15 +208,19 @@ def _combine_splits(part_ptr, m_ptr, l_ptr, o_ptr, n, D, splits, sp_h, sp_s, sp_
 
 
 def cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, end: torch.Tensor,
-                     window: int | None = None, causal: bool = False, rows: int | None = None) -> torch.Tensor:
+                     window: int | None = None, causal: bool = False, rows: int | None = None,
+                     max_splits: int = MAX_SPLITS) -> torch.Tensor:
     """q [heads, n, d] the queries of the last n positions (roped), keys/values [kv_heads, L, d] with every
     position < end (a 1-element device tensor, end <= L) and stale rows after. Returns [heads, n, d]; the
     same numbers as block_attention(q, keys, values, end, block_mask(end, n, window, causal)). rows (a
-    bound on end, L when not given) sets how many programs share the keys, SPLIT_ROWS each; those past
-    end return at once, so a captured graph stays right at any end <= rows."""
+    bound on end, L when not given) sets how many programs share the keys (SPLIT_ROWS each, at most
+    max_splits); those past end return at once, so a captured graph stays right at any end <= rows."""
     heads, n, d = q.shape
     kv_heads, length = keys.shape[0], keys.shape[1]
-    splits = triton.cdiv(min(rows or length, length), SPLIT_ROWS)
+    span = min(rows or length, length)
+    chunk = max(SPLIT_ROWS, triton.cdiv(triton.cdiv(span, max_splits), 32) * 32)
+    splits = triton.cdiv(span, chunk) if n <= SPLIT_MAX_QUERIES else 1
+    chunk = chunk if splits > 1 else length          # one program reads the whole cache
     out = torch.empty_like(q)
     block_d = max(16, triton.next_power_of_2(d))
     split = splits > 1
@@ -226,7 +235,7 @@ def cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     grid = (heads, triton.cdiv(n, 16), splits)
     _cached_attention[grid](q, keys, values, target, m, l, end, n, d, heads // kv_heads, window or 0, d ** -0.5,
                             q.stride(0), q.stride(1), keys.stride(0), keys.stride(1),
-                            values.stride(0), values.stride(1), *strides, SPLIT_ROWS,
+                            values.stride(0), values.stride(1), *strides, chunk,
                             CAUSAL=causal, WINDOWED=window is not None, SPLIT=split,
                             BLOCK_M=16, BLOCK_N=32, BLOCK_D=block_d)
     if split:
