@@ -359,6 +359,8 @@ def test_cuda_graphs_over_the_compiled_dense_decoder_give_plain_decodings_greedy
     target.model.to("cuda", torch.bfloat16)
     target.device = torch.device("cuda")
     pair = CudaPair(target, drafter.placed("cuda", torch.bfloat16), None, "random", "qwen3", context=300, compiled=True)
+    pair.warm_up()                                   # as load_pair does: compiled and captured before answers
+    assert all(captured for captured, _ in pair.graph_status().values()) and pair.static.dense.why_not is None
     prompt = prompt_of(50, seed=4)
     plain = run(pair, prompt, n=40, baseline=True).tokens
     assert run(pair, prompt, n=40, block=16).tokens == plain
