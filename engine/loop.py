@@ -79,6 +79,19 @@ def step_costs(pair) -> StepCosts:
     return _costs.setdefault(pair, StepCosts())
 
 
+class DFlashSteps:
+    """The DFlash steps of one answer, as the plain fallback reads them: running totals over the whole
+    answer and its last FALLBACK_WINDOW steps (judged after every step, so nothing is summed again)."""
+
+    def __init__(self):
+        self.count, self.tokens, self.seconds = 0, 0, 0.0
+        self.recent: deque[tuple[int, float]] = deque(maxlen=FALLBACK_WINDOW)
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.count, self.tokens, self.seconds = self.count + 1, self.tokens + tokens, self.seconds + seconds
+        self.recent.append((tokens, seconds))
+
+
 class Generation:
     """One generation; iterate it to run the loop step by step. cancel() may be called from another
     thread and takes effect before the next step."""
@@ -127,7 +140,7 @@ class Generation:
         # answer must come out the same every time, so it never falls back.
         fallback = s.plain_fallback and (s.greedy or s.seed is None)
         costs = step_costs(pair)
-        dflash_steps: list[tuple[int, float]] = []   # (tokens committed, seconds) of each DFlash step
+        dflash_steps = DFlashSteps()
         start = time.perf_counter()
 
         first = pair.prefill(self.prompt, s, drafting)
@@ -159,7 +172,7 @@ class Generation:
             if width == 1:
                 costs.plain.append(elapsed)
             else:
-                dflash_steps.append((n + 1, elapsed))
+                dflash_steps.add(n + 1, elapsed)
             committed, last = drafts[:n] + [own], own
             step = self._commit(committed, [True] * n + [False], len(drafts), n)
             if drafting and width > 1 and fallback and self.stop_reason is None:
@@ -175,15 +188,15 @@ class Generation:
         """The loop for an engine that drafts and verifies on its own (a llama-server, a remote server):
         the same stop rules, text and statistics over the tokens it streams; stopping closes its stream,
         which cancels the request there. Each chunk is one of the server's steps; timed by the engine (or
-        between arrivals), they feed the same plain fallback as the step loop where the engine can stop drafting mid-answer
-        (stop_drafting): plain answers' steps measure the plain cost, DFlash ones are judged against it."""
+        between arrivals), they feed the step loop's plain fallback where the engine can stop drafting
+        mid-answer (stop_drafting): plain answers' steps measure the plain cost, DFlash ones are judged."""
         s, baseline = self.settings, self.block_size == 1
-        judging = (not baseline and hasattr(self.pair, "stop_drafting") and s.plain_fallback
-                   and (s.greedy or s.seed is None))
+        can_stop = hasattr(self.pair, "stop_drafting")
+        judging = not baseline and can_stop and s.plain_fallback and (s.greedy or s.seed is None)
         costs = step_costs(self.pair)
         if costs.plain_s is None and getattr(self.pair, "plain_step_s", None):
             costs.plain.append(self.pair.plain_step_s)       # until this pair's own plain answers measure it
-        dflash_steps: list[tuple[int, float]] = []
+        dflash_steps = DFlashSteps()
         start = time.perf_counter()
         chunks = self.pair.stream(self.prompt, self.settings, baseline=baseline)
         decode_start = arrived = None
@@ -200,15 +213,15 @@ class Generation:
                     self.stats.prefill_s = self.stats.ttft_s = decode_start - start
                 elif chunk.tokens and self.fallback is None:     # a step after the prompt's first token
                     elapsed = chunk.seconds if chunk.seconds is not None else now - arrived
-                    if baseline and hasattr(self.pair, "stop_drafting"):
+                    if baseline and can_stop:
                         costs.plain.append(elapsed)
                     elif not baseline:
-                        dflash_steps.append((len(chunk.tokens), elapsed))
+                        dflash_steps.add(len(chunk.tokens), elapsed)
                 if chunk.tokens:
                     arrived = now
                 step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens), 0, 0)
                 step.fallback = self.fallback if switched else None
-                if judging and self.fallback is None and dflash_steps and self.stop_reason is None:
+                if judging and self.fallback is None and dflash_steps.count and self.stop_reason is None:
                     step.fallback = self._judge(dflash_steps, costs)
                     if step.fallback:
                         self.pair.stop_drafting()
@@ -228,24 +241,25 @@ class Generation:
         for name, value in cuda_memory(memory).items():
             setattr(self.stats, name, value)
 
-    def _judge(self, steps: list[tuple[int, float]], costs: StepCosts) -> dict | None:
+    def _judge(self, steps: DFlashSteps, costs: StepCosts) -> dict | None:
         """Switch to plain decoding when DFlash commits tokens at under FALLBACK_MARGIN of plain decoding's
         measured rate, over the answer so far and over its recent steps alike; or when its steps never
         commit more than one token."""
-        if len(steps) < FALLBACK_MIN_STEPS or costs.plain_s is None:
+        if steps.count < FALLBACK_MIN_STEPS or costs.plain_s is None:
             return None
-        whole, recent = steps, steps[-FALLBACK_WINDOW:]
-        tau = max(sum(n for n, _ in part) / len(part) for part in (whole, recent))
-        step_s = sum(s for _, s in whole) / len(whole)
+        recent = (sum(n for n, _ in steps.recent), sum(s for _, s in steps.recent), len(steps.recent))
+        parts = [(steps.tokens, steps.seconds, steps.count), recent]   # (tokens, seconds, steps) each
+        tau = max(tokens / count for tokens, _, count in parts)
+        step_s = steps.seconds / steps.count
         break_even = step_s / costs.plain_s          # tokens per step at which DFlash only keeps pace
-        rates = [sum(n for n, _ in part) / sum(s for _, s in part) for part in (whole, recent)]
+        rates = [tokens / seconds for tokens, seconds, _ in parts]
         if tau > 1.0 and max(rates) >= FALLBACK_MARGIN / costs.plain_s:
             return None
         share = max(rates) * costs.plain_s
         self.fallback = {"after_tokens": len(self.tokens), "tau": tau, "break_even": break_even,
                          "dflash_step_ms": step_s * 1000, "plain_step_ms": costs.plain_s * 1000,
                          "speed_share": share,
-                         "reason": (f"DFlash committed {tau:.2f} tokens per step over its first {len(steps)} steps, "
+                         "reason": (f"DFlash committed {tau:.2f} tokens per step over its first {steps.count} steps, "
                                     f"below this pair's break-even of {break_even:.2f} on this machine (it ran at "
                                     f"{share:.0%} of plain decoding's speed), so the rest of the answer used "
                                     "plain decoding.")}

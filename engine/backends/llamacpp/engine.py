@@ -185,8 +185,6 @@ class LlamaCppPair:
                     if self._plain_rest and n_max:
                         drafted = (chunk.totals or {}).get("drafted", 0)
                         break
-                else:
-                    return
             finally:
                 steps.close()
             # Tokens the server sent after the last step handed on are dropped and decoded again, plainly;

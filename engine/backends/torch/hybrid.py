@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 import sys
 from contextlib import contextmanager
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -139,4 +140,9 @@ def _helpers(layer: nn.Module):
 def reference(layer: nn.Module, name: str):
     """The modeling module's own torch function `name`, past the wrapper that swaps in
     flash-linear-attention's kernel when that package is installed."""
-    return inspect.unwrap(getattr(_helpers(layer), name))
+    return _unwrapped(type(layer).__module__, name)
+
+
+@lru_cache(maxsize=None)
+def _unwrapped(module: str, name: str):
+    return inspect.unwrap(getattr(sys.modules[module], name))
