@@ -64,6 +64,8 @@ def plan_for(pair: Pair, report: HardwareReport, engine: str | None = None) -> R
                 dtype = variant.dtype if variant else info.dtypes[device_class]
                 if device_class == "cuda" and dtype == "bfloat16" and not _native_bf16(report):
                     dtype = "float16"
+                if not info.takes(dtype, device_class):   # what the engine declares is all it is sent
+                    continue
                 return RunPlan(name, device_class, info.devices[device_class], dtype, variant)
     return None
 

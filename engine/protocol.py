@@ -9,6 +9,7 @@ import json
 import re
 from typing import Any
 
+from .backends import check_format
 from .errors import EngineError
 from .limits import GenerationSettings
 
@@ -40,8 +41,6 @@ EVENTS = TERMINAL_EVENTS | PROGRESS_EVENTS
 
 MODES = ("dflash", "baseline")
 ROLES = ("system", "user", "assistant")   # what the window and the local server send (developer becomes system)
-# the last two: the torch engine's bitsandbytes targets (engine/backends/torch/quantized.py)
-DTYPES = ("float32", "bfloat16", "float16", "int8", "nf4")
 
 # Error codes: a stable, machine-readable reason next to a plain-language message.
 ERROR_CODES = {
@@ -65,6 +64,7 @@ ERROR_CODES = {
     "internal": "An unexpected error inside the worker.",
     # raised by the client, never by the worker
     "worker_crashed": "The engine process stopped unexpectedly.",
+    "engine_crashed": "The engine's own server (llama-server) stopped; the worker lives and can load again.",
     "worker_start_failed": "The engine process could not be started.",
     "worker_stopped": "The engine was stopped on request before it answered.",
     "timeout": "The engine did not answer in time.",
@@ -165,8 +165,11 @@ def validate_command(msg: dict[str, Any]) -> dict[str, Any]:
         _validate_generate(msg)
     if cmd == "count_tokens":
         _validate_prompt(msg, ("messages", "prompt"))
-    if cmd == "load_pair" and msg.get("dtype") not in (None, *DTYPES):
-        raise ProtocolError("bad_message", f"load_pair: dtype must be one of {', '.join(DTYPES)} or null.")
+    if cmd == "load_pair":
+        try:    # the engines' own declarations (engine/backends), the same check the planner makes
+            check_format(msg.get("engine"), msg.get("dtype"))
+        except EngineError as exc:
+            raise ProtocolError("bad_message", f"load_pair: {exc}") from None
     return msg
 
 

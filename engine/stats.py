@@ -12,6 +12,20 @@ def cuda_memory(memory: dict) -> dict:
             "cuda_reserved_bytes": int(memory["reserved_bytes"]) if on_cuda else None}
 
 
+def process_peak_bytes() -> int:
+    """This process's peak resident memory. `resource` is POSIX-only (the import is guarded so the engines
+    import on Windows, where psutil reads the peak working set instead)."""
+    import sys
+    try:
+        import resource
+    except ImportError:
+        import psutil
+        info = psutil.Process().memory_info()
+        return int(getattr(info, "peak_wset", 0) or info.rss)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)   # Linux reports KiB, macOS bytes
+
+
 @dataclass
 class Stats:
     block_size: int = 1

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from engine import packs
 from engine import protocol as P
-from engine.errors import Cancelled, CheckpointError, PairMismatchError
+from engine.errors import Cancelled, CheckpointError, EngineError, PairMismatchError
 from engine.stats import cuda_memory
 
 log = logging.getLogger("engine.worker")
@@ -270,6 +270,11 @@ class Worker:
         return P.error_event(code, message, rid)
 
     def _engine_failure(self, rid, exc: BaseException) -> dict:
+        if getattr(exc, "code", None) == "engine_crashed" and self.pair_info:
+            # the engine's own server died (the worker lives): say which other engines run this pair
+            event = self._error_event(rid, "engine_crashed", str(exc))
+            event["alternatives"] = _other_engines(self.pair_info)
+            return event
         code = getattr(exc, "code", None) if isinstance(exc, Exception) else None  # not SystemExit's exit code
         if _is_oom(exc):
             gc.collect()
@@ -316,9 +321,11 @@ class Worker:
         note = None
         try:
             pair = load(engine)
-        except (CheckpointError, PairMismatchError) as exc:
-            # llama.cpp was this worker's own pick; a pair it cannot convert or run still runs in torch
-            if not (chosen_here and engine == "llamacpp"):
+        except (CheckpointError, PairMismatchError, EngineError) as exc:
+            # llama.cpp was this worker's own pick; a pair it cannot convert or run, or a llama-server that
+            # crashed on this CPU, still runs in torch when the target is a Hugging Face folder
+            if not (chosen_here and engine == "llamacpp" and _torch_can_load(target)
+                    and (isinstance(exc, (CheckpointError, PairMismatchError)) or exc.code == "engine_crashed")):
                 raise
             note = f"llama.cpp could not run this pair, so the torch engine runs it. {exc}"
             log.warning("%s", note)
@@ -425,3 +432,18 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def _torch_can_load(target: str) -> bool:
+    """A Hugging Face model folder (config.json), which the torch engine reads; a GGUF it does not."""
+    return Path(target).is_dir() and (Path(target) / "config.json").is_file()
+
+
+def _other_engines(info: dict) -> list[str]:
+    """Engines besides the crashed one that run the loaded pair's target from its files here."""
+    from engine.backends import ENGINES, missing_engines
+    if not _torch_can_load(str(info.get("target") or "")):
+        return []
+    arch, missing = str(info.get("architecture") or ""), missing_engines()
+    return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
+            and not e.runs_any_architecture and e.runs(arch, "cpu")]

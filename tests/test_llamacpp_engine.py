@@ -146,7 +146,7 @@ def test_a_killed_server_is_an_engine_error_and_the_next_answer_restarts_it(pair
         for i, _ in enumerate(run):
             if i == 2:
                 pair.server.proc.kill()
-    assert err.value.code == "worker_crashed" and "llama-server" in str(err.value)
+    assert err.value.code == "engine_crashed" and "llama.cpp engine crashed" in str(err.value)
     assert time.perf_counter() - start < 30, "a dead server must not hang the answer"
     again = Generation(pair, ids, GenerationSettings(max_new_tokens=16, block_size=16)).run()
     assert again.stop_reason == "length" and len(again.tokens) == 16

@@ -52,21 +52,24 @@ def heavy_libraries(files: list[str]) -> list[str]:
     return heavy
 
 
-def parse_timeout(argv: list[str]) -> float:
-    if not argv:
-        return 600.0
-    if len(argv) == 2 and argv[0] == "--timeout":
-        return float(argv[1])
-    raise SystemExit("usage: dflash-desktop --self-test [--timeout SECONDS]")
+def parse_args(argv: list[str]) -> tuple[float, str]:
+    """--timeout SECONDS (default 600) and --engine NAME (default auto: the plan's engine), in any order."""
+    options = {"--timeout": "600", "--engine": "auto"}
+    rest = list(argv)
+    while len(rest) >= 2 and rest[0] in options:
+        options[rest.pop(0)] = rest.pop(0)
+    if rest:
+        raise SystemExit("usage: dflash-desktop --self-test [--timeout SECONDS] [--engine auto|torch|llamacpp|mlx]")
+    return float(options["--timeout"]), options["--engine"]
 
 
 def run(argv: list[str]) -> int:
-    timeout = parse_timeout(argv)
+    timeout, engine = parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-self-test-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)   # before anything reads a path: a fresh user
     os.environ["HF_HUB_OFFLINE"] = "1"               # the demo pair is embedded; nothing is fetched
     try:
-        report = _Check(timeout).run()
+        report = _Check(timeout, engine).run()
     finally:
         os.environ.pop("DFLASH_DESKTOP_HOME")
     if report["ok"]:
@@ -78,8 +81,8 @@ def run(argv: list[str]) -> int:
 
 
 class _Check:
-    def __init__(self, timeout: float):
-        self.timeout = timeout
+    def __init__(self, timeout: float, engine: str = "auto"):
+        self.timeout, self.engine = timeout, engine
         self.report: dict = {"ok": False, "gui_pid": os.getpid(), "frozen": bool(getattr(sys, "frozen", False)),
                              "executable": sys.executable, "steps": []}
         self.t0 = time.monotonic()
@@ -101,6 +104,7 @@ class _Check:
         settings = settings_mod.load()
         settings.max_new_tokens = 64   # a short first answer: the check is that it comes, not its length
         settings.plain_fallback = False  # DFlash itself is checked, even where an engine measured plain faster
+        settings.engine = self.engine    # "auto", or the engine to check (Windows checks torch and llama.cpp)
         self.window = MainWindow(settings=settings)
         self.window.show()
         self.step("window shown", platform=self.app.platformName())
@@ -118,7 +122,10 @@ class _Check:
         return self.report
 
     def on_loaded(self, ev: dict) -> None:
-        self.step("demo pair loaded", device=ev.get("device"), dtype=ev.get("dtype"), load_s=ev.get("load_s"))
+        if self.engine != "auto" and ev.get("engine") != self.engine:
+            return self.fail(f"the demo pair loaded with {ev.get('engine')}, not the {self.engine} engine asked for")
+        self.step("demo pair loaded", engine=ev.get("engine"), device=ev.get("device"), dtype=ev.get("dtype"),
+                  load_s=ev.get("load_s"))
         self.window.controller.send(PROMPT)
 
     def on_answer(self, ev: dict) -> None:

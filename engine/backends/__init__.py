@@ -33,9 +33,44 @@ class EngineInfo:
     drafter_generations: tuple[int, ...] = (1,)   # drafter generations it decodes with (engine/config.py)
     quantized: dict[str, float] = field(default_factory=dict)   # dtypes it quantizes to while loading -> bytes/weight
     score_rows: int = 0       # queries whose float32 attention scores it holds per head over the whole context
+    formats: dict[str, tuple[str, ...]] = field(default_factory=dict)   # weight format (dtype name) -> device classes
+    runs_any_architecture: bool = False   # plain decoding of whatever its runtime loads (llama.cpp)
 
     def runs(self, model_type: str, device_class: str) -> bool:
+        """DFlash checked identical to plain decoding for this architecture on this device class."""
         return device_class in self.architectures.get(architecture(model_type), ())
+
+    def takes(self, dtype: str, device_class: str | None = None) -> bool:
+        """Whether load_pair accepts this weight format (on this device class, when named)."""
+        return dtype in self.formats and (device_class is None or device_class in self.formats[dtype])
+
+
+def device_class_of(engine: str, device: str) -> str:
+    """The device class behind an engine's own device name ("gpu" is Apple's GPU to mlx, "cuda:1" NVIDIA's
+    to torch), read from the engine's declaration; cpu when the engine or name is unknown."""
+    info = ENGINES.get(engine)
+    names = info.devices if info else {c: c for c in DEVICE_CLASSES}
+    base = device.split(":")[0]
+    return next((cls for cls, name in names.items() if name == base), "cpu")
+
+
+def check_format(engine: str | None, dtype: str | None, device_class: str | None = None) -> None:
+    """Refuse a weight format the named engine does not declare (any engine's, for "auto" or none), with the
+    formats that would work: the one check the planner, the protocol and the worker share."""
+    if dtype is None:
+        return
+    infos = [ENGINES[engine]] if engine in ENGINES else list(ENGINES.values())
+    if any(info.takes(dtype, device_class) for info in infos):
+        return
+    where = f" on the {DEVICE_LABELS.get(device_class, device_class)}" if device_class else ""
+    if engine in ENGINES:
+        names = [n for n, devices in ENGINES[engine].formats.items() if device_class is None or device_class in devices]
+        others = [i.label for i in ENGINES.values() if i.name != engine and i.takes(dtype)]
+        hint = f" {' and '.join(others)} can load {dtype!r}." if others else ""
+        raise EngineError(f"The {ENGINES[engine].label} engine does not load {dtype!r} weights{where}; it takes "
+                          f"{', '.join(names)}.{hint}", code="bad_settings")
+    raise EngineError(f"No engine loads {dtype!r} weights{where}; known formats: "
+                      f"{', '.join(sorted({n for i in infos for n in i.formats}))}.", code="bad_settings")
 
 
 def _info(package: str) -> EngineInfo:
@@ -43,7 +78,8 @@ def _info(package: str) -> EngineInfo:
     # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
     return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
                       tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))), dict(getattr(mod, "QUANTIZED", {})),
-                      int(getattr(mod, "UBATCH", 0)))
+                      int(getattr(mod, "UBATCH", 0)), dict(mod.FORMATS),
+                      bool(getattr(mod, "RUNS_ANY_ARCHITECTURE", False)))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (
@@ -72,6 +108,8 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
     import json
     from pathlib import Path
+    if _gguf_only(Path(target_dir)):
+        return "llamacpp"                    # only llama.cpp reads GGUF; its load explains what else is needed
     try:
         model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -100,6 +138,13 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
     return "llamacpp" if usable("llamacpp", "cpu") and _exports_drafter_layers(target_dir, draft_dir) else "torch"
+
+
+def _gguf_only(target) -> bool:
+    """A GGUF file, or a folder of GGUF files without a Hugging Face model beside them."""
+    if target.suffix.lower() == ".gguf":
+        return True
+    return target.is_dir() and not (target / "config.json").is_file() and any(target.glob("*.gguf"))
 
 
 def _exports_drafter_layers(target_dir, draft_dir) -> bool:

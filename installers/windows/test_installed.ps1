@@ -28,6 +28,8 @@ Write-Output "installed version $((Get-ItemProperty $key).DisplayVersion) in $ap
 
 Run-App @("--version") 60
 Run-App @("--self-test", "--timeout", "900") 960
+# the torch engine too (the plan picks llama.cpp on a CPU): an import only Windows breaks shows here
+Run-App @("--self-test", "--timeout", "900", "--engine", "torch") 960
 
 $p = Start-Process -FilePath (Join-Path $app "uninstall.exe") -ArgumentList "/S" -Wait -PassThru
 if ($p.ExitCode -ne 0) { throw "the uninstaller exited with $($p.ExitCode)" }

@@ -11,8 +11,20 @@ DEVICES = {"cuda": "cuda", "apple": "metal", "cpu": "cpu"}
 # GGUF targets come in their file's own type; safetensors targets are converted to this one
 DTYPES = {"cuda": "float16", "apple": "float16", "cpu": "float32"}
 # Target model_type -> device classes where greedy DFlash is checked identical to plain decoding
-# (tests/test_llamacpp_engine.py, on the CPU build; GPU builds never run in this project's CI).
+# (tests/test_llamacpp_engine.py, on the CPU build; GPU builds never run in this project's CI). The catalog
+# plans DFlash pairs from this; a GGUF the user brings runs whatever the built llama-server loads (plain
+# decoding of every architecture, DFlash where the server's graph hands the drafter the target's layers).
 ARCHITECTURES = {"qwen3": ("cpu",)}
+RUNS_ANY_ARCHITECTURE = True
+# GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
+GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
+              12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",
+              19: "iq2_xxs", 20: "iq2_xs", 21: "q2_k_s", 22: "iq3_xs", 23: "iq3_xxs", 24: "iq1_s", 25: "iq4_nl",
+              26: "iq3_s", 27: "iq3_m", 28: "iq2_s", 29: "iq2_m", 30: "iq4_xs", 31: "iq1_m", 32: "bf16",
+              36: "tq1_0", 37: "tq2_0", 38: "mxfp4_moe"}
+# The weight formats load_pair takes -> device classes: a GGUF's own type (it picks that file from a folder
+# of several), or a dtype a safetensors target is converted to (convert.OUTTYPES)
+FORMATS = {name: tuple(DEVICES) for name in ("float32", "float16", "bfloat16", *GGUF_TYPES.values())}
 # Tokens per llama.cpp micro-batch (its -ub). With flash attention off (the CPU's choice, engine.py) a step
 # holds float32 attention scores for this many queries over the whole context: fit.py counts that memory.
 UBATCH = 512

@@ -17,7 +17,7 @@ from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from ...loop import Chunk
 from ...tokenizer import ChatTokenizer
-from . import ARCHITECTURES, NAME, build, calibrate, convert, metadata
+from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, metadata
 from .server import Launch, Server, ServerError
 from .tokens import ServerTokenizer
 
@@ -61,6 +61,20 @@ def find_draft(draft: Path, target: Path, dtype: str, cancelled) -> Path:
     return convert.draft_gguf(draft, tokenizer_dir, dtype, cancelled)
 
 
+def sidecar_drafter(target_file: Path, tmeta: dict) -> Path | None:
+    """A DFlash (or DFlash2) GGUF drafter for this target lying beside it, as llama.cpp's own tools and other
+    apps find them (`*DFlash*.gguf`, `dflash-*.gguf`): the first whose metadata pairs with the target."""
+    for candidate in _ggufs(target_file.parent):
+        if candidate == target_file or "dflash" not in candidate.name.lower():
+            continue
+        try:
+            metadata.check_pair(tmeta, metadata.read_metadata(candidate), target_file.name, candidate.name)
+        except EngineError:
+            continue
+        return candidate
+    return None
+
+
 def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None,
               progress: Callable[[str, str], None] | None = None,
               cancelled: Callable[[], bool] = lambda: False) -> "LlamaCppPair":
@@ -80,10 +94,11 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     target_file = find_target(target, dtype, cancelled)
     tmeta = metadata.read_metadata(target_file)
     arch = metadata.architecture(tmeta)
-    if arch not in ARCHITECTURES:
-        raise CheckpointError(f"{target_file.name} is a {arch!r} model; this app runs {', '.join(ARCHITECTURES)} "
-                              "targets with llama.cpp.", code="unsupported_architecture")
     draft_file, block = None, 1
+    if draft_dir is None:
+        draft_dir = sidecar_drafter(target_file, tmeta)
+        if draft_dir is not None:
+            report("drafter", f"Found the DFlash drafter {draft_dir.name} beside {target_file.name}")
     if draft_dir is not None:
         report("drafter", f"Preparing the drafter {Path(draft_dir).name} for llama.cpp")
         draft_file = find_draft(Path(draft_dir), target, dtype, cancelled)
@@ -92,10 +107,12 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         block = int(dmeta.get("dflash.block_size") or 16)
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
     report("weights", f"Starting llama-server with {target_file.name}")
-    launch = Launch(binary, target_file, context=context)
+    launch = Launch(binary, target_file, context=context, repack=cpu.repack_safe())
     pair = LlamaCppPair(launch, draft_file, block, tmeta, target if target.is_dir() else target.parent)
     try:
         if draft_file is not None:
+            report("drafter", "Starting llama-server with the drafter")
+            pair.start_drafting(arch)
             report("tuning", "Choosing between DFlash and plain decoding for this machine")
             pair.choice = calibrate.choose(pair, cancelled)
             pair.info["speculation"] = pair.choice
@@ -131,10 +148,23 @@ class LlamaCppPair:
                      "layers": int(meta.get(f"{arch}.block_count") or 0), "gguf": str(launch.model),
                      "draft_gguf": str(draft) if draft else None}
 
+    def start_drafting(self, arch: str) -> None:
+        """Start the drafting server once while loading, so a target whose llama.cpp graph cannot hand a
+        DFlash drafter its layers is refused now, by what the server itself says, not mid-answer."""
+        try:
+            self.server_for(self.block_size - 1)
+        except ServerError as exc:
+            if "layer input tensor" in str(exc) or "not extracted" in str(exc):
+                raise CheckpointError(
+                    f"llama.cpp's DFlash cannot draft for this {arch!r} model: its graph in the llama.cpp we "
+                    "build does not hand a drafter the target's layers. Plain decoding of it works (load the "
+                    "model without its drafter), and the torch engine runs the pair from its Hugging Face "
+                    "folder.", code="unsupported_architecture") from None
+            raise
+
     def server_for(self, n_max: int | None) -> Server:
         """The running server when it matches (None: plain decoding), else a fresh one."""
-        want = Launch(self.base.binary, self.base.model, self.draft if n_max else None, n_max or 0,
-                      self.base.context, self.base.threads, self.base.gpu_layers, self.flash_attn)
+        want = replace(self.base, draft=self.draft if n_max else None, n_max=n_max or 0, flash_attn=self.flash_attn)
         if self.server is not None and self.server.launch == want and self.server.proc.poll() is None:
             return self.server
         self.stop_server()
@@ -262,8 +292,9 @@ def request_body(prompt: list[int], s: GenerationSettings) -> dict:
             "samplers": ["top_k", "top_p", "temperature"], "seed": -1 if s.seed is None else s.seed}
 
 
-_FILE_TYPES = {0: "float32", 1: "float16", 7: "q8_0", 15: "q4_k_m", 17: "q5_k_m", 18: "q6_k", 32: "bfloat16"}
+_FLOAT_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def _file_type(meta: dict) -> str:
-    return _FILE_TYPES.get(meta.get("general.file_type"), f"gguf type {meta.get('general.file_type')}")
+    name = GGUF_TYPES.get(meta.get("general.file_type"), f"gguf type {meta.get('general.file_type')}")
+    return _FLOAT_NAMES.get(name, name)

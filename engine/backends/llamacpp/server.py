@@ -1,9 +1,12 @@
 """One llama-server process on 127.0.0.1 and its streaming /completion requests.
 
 The server is started with the settings fixed at its start (model files, drafter, n_max, context,
-threads) and listens only on the loopback address, on a port that was free a moment before. Its log goes
-to a file, so a server that dies can say why. Every wait has a deadline and watches the process, so a
-crashed server becomes an EngineError, never a hang.
+threads) and listens only on the loopback address, on a port that was free a moment before. It takes
+requests only with a random key made for this start (read from a private file, so it is not on the
+command line), answers no web page (no CORS origin is allowed) and has its /slots monitor off: other
+programs and pages on this computer cannot use or watch it (docs/SECURITY.md). Its log goes to a file, so
+a server that dies can say why (kept in the cache's logs folder when it crashed). Every wait has a
+deadline and watches the process, so a crashed server becomes an EngineError, never a hang.
 """
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import ctypes
 import http.client
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,10 +31,13 @@ from . import UBATCH
 HOST = "127.0.0.1"
 START_SECONDS = 120.0       # loading a large model from a cold disk
 READ_SECONDS = 600.0        # the longest silence inside one answer (a long prompt's prefill)
+NO_ORIGIN = "null-origin.invalid"   # the only CORS origin the server allows: no web page has it
+KEPT_CRASH_LOGS = 5
 
 
 class ServerError(EngineError):
-    code = "worker_crashed"
+    """llama-server stopped or broke an answer; the worker process itself is fine."""
+    code = "engine_crashed"
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,14 @@ class Launch:
     threads: int = 0            # 0: llama.cpp's default
     gpu_layers: int = 0
     flash_attn: str = "auto"    # llama.cpp's -fa: on, off or auto (its own choice)
+    repack: bool = True         # off on CPUs with AMX, whose repacked kernels crash (cpu_features.py)
 
-    def args(self, port: int) -> list[str]:
+    def args(self, port: int, key_file: Path) -> list[str]:
         a = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(port), "-c", str(self.context),
-             "-np", "1", "-ngl", str(self.gpu_layers), "--no-webui", "-fa", self.flash_attn, "-ub", str(UBATCH)]
+             "-np", "1", "-ngl", str(self.gpu_layers), "--no-webui", "-fa", self.flash_attn, "-ub", str(UBATCH),
+             "--api-key-file", str(key_file), "--cors-origins", NO_ORIGIN, "--no-slots"]
+        if not self.repack:
+            a += ["--no-repack"]
         if self.threads:
             a += ["-t", str(self.threads)]
         if self.draft:
@@ -85,14 +97,21 @@ class Server:
     def __init__(self, launch: Launch):
         self.launch = launch
         self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(launch.args(self.port), stdin=subprocess.DEVNULL, stdout=self.log,
+        self.key = secrets.token_urlsafe(32)
+        # a private folder (0700) for the log and the key file; the key file goes once the server has read it
+        self.folder = Path(tempfile.mkdtemp(prefix="dflash-llama-server-"))
+        key_file = self.folder / "key"
+        key_file.write_text(self.key, encoding="utf-8")
+        self.log = (self.folder / "llama-server.log").open("wb")
+        self.proc = subprocess.Popen(launch.args(self.port, key_file), stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, env=clean_env(), preexec_fn=_die_with_parent())
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+        finally:
+            key_file.unlink(missing_ok=True)
 
     def _wait_ready(self) -> None:
         end = time.monotonic() + START_SECONDS
@@ -110,22 +129,41 @@ class Server:
     def check_alive(self, when: str) -> None:
         code = self.proc.poll()
         if code is not None:
-            raise ServerError(f"llama-server stopped (exit code {code}) {when}. {self.tail()}")
+            kept = self.keep_log()
+            where = f" Its whole log is kept in {kept}." if kept else ""
+            raise ServerError(f"The llama.cpp engine crashed {when} ({_exit_reason(code)}). {self.tail()}{where}")
 
     def tail(self, lines: int = 12) -> str:
         """The end of the server's log, where llama.cpp says what went wrong."""
         try:
-            text = Path(self.log.name).read_text(encoding="utf-8", errors="replace")
+            text = Path(self.log.name).read_text(encoding="utf-8", errors="replace")[-64_000:]
         except OSError:
             return ""
         kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
         return ("Its log ends with:\n" + "\n".join(kept)) if kept else ""
 
+    def keep_log(self) -> Path | None:
+        """A copy of a crashed server's log in the cache's logs folder (the newest few are kept)."""
+        from .convert import app_cache
+        try:
+            folder = app_cache() / "logs"
+            folder.mkdir(parents=True, exist_ok=True)
+            dest = folder / time.strftime(f"llama-server-crash-%Y%m%d-%H%M%S-{self.proc.pid}.log")
+            shutil.copyfile(self.log.name, dest)
+            for old in sorted(folder.glob("llama-server-crash-*.log"))[:-KEPT_CRASH_LOGS]:
+                old.unlink(missing_ok=True)
+            return dest
+        except OSError:
+            return None
+
+    @property
+    def headers(self) -> dict:
+        return {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"}
+
     def request(self, method: str, path: str, body: dict | None = None, timeout: float = 30.0):
         conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
         try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json"})
+            conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=self.headers)
             resp = conn.getresponse()
             return resp.status, json.loads(resp.read() or b"null")
         finally:
@@ -136,8 +174,7 @@ class Server:
         generator closes the connection, which makes llama-server cancel the request."""
         conn = http.client.HTTPConnection(HOST, self.port, timeout=READ_SECONDS)
         try:
-            conn.request("POST", "/completion", body=json.dumps({**body, "stream": True}),
-                         headers={"Content-Type": "application/json"})
+            conn.request("POST", "/completion", body=json.dumps({**body, "stream": True}), headers=self.headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 raise EngineError(f"llama-server refused the request ({resp.status}): {resp.read(2000).decode(errors='replace')}")
@@ -176,4 +213,14 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _exit_reason(code: int) -> str:
+    """A process's exit status in words: a signal by name (SIGSEGV is a crash inside llama.cpp)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -25,6 +25,8 @@ DRAFTER_GENERATIONS = (1,)
 # catalog dtype names of MLX target variants (assets/catalog.json) -> the dtype the unquantized parts
 # run in (None: the device's default); quantized layers keep the bits the folder's config.json names
 VARIANT_DTYPES = {"q4": None, "q8": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# The weight formats load_pair takes (dtype names, the catalog's variant names among them) -> device classes
+FORMATS = {name: _BOTH for name in ("float32", "bfloat16", "float16", *VARIANT_DTYPES)}
 INSTALL_HINT = ('Install it with: pip install "dflash-desktop[mlx]" (macOS on Apple Silicon: Metal; Linux: '
                 "the CPU build, mlx[cpu]).")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import sys
+
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +14,7 @@ import mlx.core as mx
 from ...config import DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import GenerationSettings
+from ...stats import process_peak_bytes
 from ...pairing import check_pair
 from ...tokenizer import ChatTokenizer
 from .. import architecture
@@ -240,8 +240,7 @@ class MlxPair:
     def memory(self) -> dict:
         if self.device == mx.gpu:
             return {"peak_bytes": int(mx.get_peak_memory())}
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {"peak_bytes": int(rss if sys.platform == "darwin" else rss * 1024)}  # Linux reports KiB
+        return {"peak_bytes": process_peak_bytes()}
 
     # -- helpers -------------------------------------------------------------------------------------
     def _choose(self, logits: mx.array) -> int:

@@ -22,6 +22,9 @@ ARCHITECTURES = {
 # dtypes that quantize the target while it loads (bitsandbytes, quantized.py) -> bytes per weight of a
 # quantized linear layer (NF4: 4 bits and a float32 scale per 64 weights)
 QUANTIZED = {"int8": 1.0, "nf4": 0.5625}
+# The weight formats load_pair takes (dtype names) -> device classes: the full-precision dtypes everywhere,
+# bitsandbytes' quantizations where bitsandbytes runs (not Apple's GPU)
+FORMATS = {"float32": _ALL, "bfloat16": _ALL, "float16": _ALL, "int8": ("cuda", "cpu"), "nf4": ("cuda", "cpu")}
 
 # Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py) and DFlash2 (drafter2.py)
 DRAFTER_GENERATIONS = (1, 2)

@@ -4,8 +4,7 @@ the accepted prefix after every verify."""
 from __future__ import annotations
 
 import json
-import resource
-import sys
+
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +14,7 @@ from ...config import DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...pairing import check_pair
 from ...limits import GenerationSettings
+from ...stats import process_peak_bytes
 from ...tokenizer import ChatTokenizer
 from .. import architecture
 from . import ARCHITECTURES, DEVICES, DTYPES, NAME, cpu, quantized
@@ -266,8 +266,7 @@ class TorchPair:
         if self.device.type == "cuda":
             return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device)),
                     "reserved_bytes": int(torch.cuda.memory_reserved(self.device))}
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {"peak_bytes": int(rss if sys.platform == "darwin" else rss * 1024)}  # Linux reports KiB
+        return {"peak_bytes": process_peak_bytes()}
 
     # -- helpers -------------------------------------------------------------------------------------
     def _choose(self, logits: torch.Tensor) -> int:
