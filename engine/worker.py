@@ -410,6 +410,20 @@ def lines(stdin):
                 pass
         yield raw
 
+def _torch_can_load(target: str) -> bool:
+    """A Hugging Face model folder (config.json), which the torch engine reads; a GGUF it does not."""
+    return Path(target).is_dir() and (Path(target) / "config.json").is_file()
+
+
+def _other_engines(info: dict) -> list[str]:
+    """Engines besides the crashed one that run the loaded pair's target from its files here."""
+    from engine.backends import ENGINES, missing_engines
+    if not _torch_can_load(str(info.get("target") or "")):
+        return []
+    arch, missing = str(info.get("architecture") or ""), missing_engines()
+    return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
+            and not e.runs_any_architecture and e.runs(arch, "cpu")]
+
 
 def main(argv: list[str] | None = None) -> int:
     out = claim_stdout()
@@ -433,17 +447,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     main(sys.argv[1:])
 
-
-def _torch_can_load(target: str) -> bool:
-    """A Hugging Face model folder (config.json), which the torch engine reads; a GGUF it does not."""
-    return Path(target).is_dir() and (Path(target) / "config.json").is_file()
-
-
-def _other_engines(info: dict) -> list[str]:
-    """Engines besides the crashed one that run the loaded pair's target from its files here."""
-    from engine.backends import ENGINES, missing_engines
-    if not _torch_can_load(str(info.get("target") or "")):
-        return []
-    arch, missing = str(info.get("architecture") or ""), missing_engines()
-    return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
-            and not e.runs_any_architecture and e.runs(arch, "cpu")]

@@ -3,6 +3,7 @@ converted to GGUF decodes greedily token for token like plain llama.cpp and like
 cancel and a killed server end an answer cleanly; bad files and mismatched pairs are refused before a
 server starts; conversion keeps the drafter's dflash settings."""
 import json
+import shutil
 import os
 import sys
 import time
@@ -420,3 +421,113 @@ def test_token_ids_of_characters_split_across_tokens_all_arrive(other_pair):
         assert split > 0, "the answers hold no token that ends inside a character: the test checks nothing"
     finally:
         lc.close()
+
+
+# -- the child server closed to other programs and web pages; AMX; crashes; drafters beside a model ----------
+
+def test_the_child_server_answers_only_the_app_and_no_web_page(pair):
+    """A page or program that finds the port gets nothing: every request but /health needs the key made for
+    this start, no origin is allowed, /slots is off, and the key is not on the command line."""
+    import http.client
+    port, key = pair.server.port, pair.server.key
+
+    def ask(method, path, headers, body=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
+    page = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+    body = json.dumps({"prompt": "hello", "n_predict": 4})
+    for method, path in (("POST", "/completion"), ("GET", "/props"), ("GET", "/slots"), ("POST", "/tokenize")):
+        status, headers, _ = ask(method, path, page, body if method == "POST" else None)
+        assert status == 401, (path, status)
+        assert headers.get("Access-Control-Allow-Origin") != "http://evil.example"
+    status, headers, _ = ask("OPTIONS", "/completion", {"Origin": "http://evil.example"})
+    assert headers.get("Access-Control-Allow-Origin") not in ("*", "http://evil.example")
+    keyed = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    assert ask("POST", "/completion", keyed, body)[0] == 200
+    assert ask("GET", "/slots", keyed)[0] != 200                   # the monitor is off even with the key
+    if sys.platform.startswith("linux"):
+        argv = Path(f"/proc/{pair.server.proc.pid}/cmdline").read_bytes().decode()
+        assert key not in argv and not (pair.server.folder / "key").exists()
+
+
+@pytest.mark.parametrize("flags, safe", [
+    ("fpu sse avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", False),   # Sapphire Rapids (recorded lscpu)
+    ("fpu sse avx2 avx512f avx512_bf16 avx512_vnni", True),              # AMD Zen 4
+    ("", True)])
+def test_repacking_is_off_exactly_on_cpus_with_amx(flags, safe):
+    from engine.backends.llamacpp import cpu
+    info = f"processor\t: 0\nflags\t\t: {flags}\n"
+    assert cpu.repack_safe(cpu.cpu_flags(info)) is safe
+    from engine.backends.llamacpp.server import Launch
+    args = Launch(Path("llama-server"), Path("m.gguf"), repack=safe).args(1, Path("key"))
+    assert ("--no-repack" in args) is not safe
+
+
+def test_this_machines_server_repacks_only_without_amx(pair):
+    from engine.backends.llamacpp import cpu
+    assert pair.server.launch.repack == cpu.repack_safe()
+    assert ("--no-repack" in pair.server.launch.args(1, Path("k"))) == bool(cpu.cpu_flags() & set(cpu.AMX_FLAGS))
+
+
+def test_a_server_that_crashes_while_loading_is_an_engine_crash_with_its_log_kept(tmp_path, app_home):
+    """A llama-server killed by a signal while it loads (as AMX CPUs crash) names the crash and keeps its log."""
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'loading model tensors'\nkill -SEGV $$\n")
+    fake.chmod(0o755)
+    from engine.backends.llamacpp.server import Launch, Server, ServerError
+    with pytest.raises(ServerError) as err:
+        Server(Launch(fake, TARGET / "x.gguf"))
+    assert err.value.code == "engine_crashed" and "SIGSEGV" in str(err.value)
+    assert "loading model tensors" in str(err.value)
+    kept = sorted((Path(app_home) / "cache" / "logs").glob("llama-server-crash-*.log"))
+    assert kept and "loading model tensors" in kept[-1].read_text()
+
+
+def test_auto_takes_torch_when_the_llamacpp_server_crashes_while_loading(tmp_path, monkeypatch):
+    """A llama-server that dies while loading (here: a build whose server segfaults) leaves the pair to torch
+    under "auto", and the loaded event says why; asked for by name, the crash is the answer, and a GGUF file
+    (which only llama.cpp reads) gets the crash with no other engine to offer."""
+    from dflash_desktop.worker_client import WorkerClient
+    home = tmp_path / "crashing-build"
+    real = build.find_build()
+    shutil.copytree(real, home, symlinks=True)
+    server = next(p for p in home.rglob("llama-server") if p.is_file())
+    server.unlink()
+    server.write_text("#!/bin/sh\necho 'ggml_backend_amx_mul_mat: crashed'\nkill -SEGV $$\n")
+    server.chmod(0o755)
+    monkeypatch.setenv(build.HOME_ENV, str(home))
+    client = WorkerClient()
+    try:
+        loaded = client.wait(client.load_pair(TARGET, DRAFT, engine="auto", device="auto"), 120)
+        assert loaded["event"] == "loaded" and loaded["engine"] == "torch", loaded
+        assert "crashed" in loaded["engine_note"] and "SIGSEGV" in loaded["engine_note"]
+        asked = client.wait(client.load_pair(TARGET, DRAFT, engine="llamacpp", device="cpu"), 120)
+        assert asked["event"] == "error" and asked["code"] == "engine_crashed", asked
+    finally:
+        client.shutdown(10)
+
+
+def test_a_drafter_beside_a_gguf_pairs_itself(pair, tmp_path):
+    """Open from disk with only the model: a `*DFlash*.gguf` beside it that belongs to it loads as its drafter;
+    one made for another target is passed over."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    target = folder / "demo-target-f32.gguf"
+    os.link(pair.info["gguf"], target)
+    os.link(pair.info["draft_gguf"], folder / "demo-target-DFlash-f16.gguf")
+    loaded = load_pair(target)
+    try:
+        assert loaded.info["has_drafter"] and loaded.info["draft_gguf"].endswith("demo-target-DFlash-f16.gguf")
+    finally:
+        loaded.close()
+    (folder / "demo-target-DFlash-f16.gguf").unlink()
+    alone = load_pair(target)
+    try:
+        assert not alone.info["has_drafter"]
+    finally:
+        alone.close()
