@@ -289,6 +289,8 @@ def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tu
                                                                          f"'.', '_' or '-' (got {vid!r})")
             vw = f"{w}: {vid}"
             _need(v.get("dtype") in dtypes, vw, f"unknown 'dtype' {v.get('dtype')!r}")
+            _need(ENGINES[engine].takes(v["dtype"]), vw, f"the {ENGINES[engine].label} engine does not load "
+                  f"{v['dtype']!r} weights (it declares {', '.join(ENGINES[engine].formats)})")
             devices = v.get("devices", [])
             _need(isinstance(devices, list) and set(devices) <= set(DEVICE_CLASSES), vw,
                   f"'devices' must list device classes of {DEVICE_CLASSES} (got {devices!r})")

@@ -1,16 +1,18 @@
 """A chat as a file: Markdown to read or share, JSON to keep or move to another computer (every answer with its
-stats and versions), and the JSON read back. Reading trusts nothing in the file: the schema version, every
-role, type and size is checked, and a bad file is refused with a message naming the problem before anything
-is added to the chat store. JSON only: nothing in a file is ever executed or unpickled."""
+stats and versions), and the JSON read back. Reading trusts nothing in the file: it reads regular files only,
+within a size bound; the schema version and every role, type and size are checked, down to each figure in an
+answer's stats and error, and a bad file is refused with a message naming the field before anything is added
+to the chat store. Fields this version does not know are dropped: nothing reads them. JSON only: nothing in a
+file is ever executed or unpickled."""
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
 from engine.limits import LIMITS
 
+from . import paths
 from .chat_store import ChatStore, Conversation, Message
 
 FORMAT = "dflash-desktop-chat"
@@ -19,7 +21,25 @@ MAX_FILE_BYTES = 64 * 2**20        # far above any real chat; a bigger file is n
 MAX_MESSAGES = 10_000
 MAX_TEXT_CHARS = 4 * 2**20         # one message, one title or one system prompt
 MAX_VERSIONS = 100
+MAX_ITEMS = 100_000                # one list in an answer's stats, or its spans
+TOP_COUNT = 2**53                  # tokens, steps, bytes, a process id
+TOP_NUMBER = 1e15                  # rates, seconds, shares
 ROLES = ("system", "user", "assistant")
+# What the window reads of an answer's stats (engine/stats.py Stats.to_dict, plus what the window and a remote
+# server add) and of its error (engine/protocol.py error_event, plus a crash's details): each value of its
+# kind, or null. A nested dict is an object of such fields.
+STATS_FIELDS = {
+    **dict.fromkeys(("block_size", "prompt_tokens", "generated_tokens", "drafted", "accepted", "steps",
+                     "peak_memory_bytes", "cuda_peak_bytes", "cuda_reserved_bytes"), "count"),
+    **dict.fromkeys(("acceptance_rate", "tau", "ttft_s", "prefill_s", "prefill_tok_s", "decode_s", "decode_tok_s",
+                     "end_to_end_tok_s", "cpu_other", "cpu_wall_s"), "number"),
+    "acceptance_lengths": "counts", "histogram": "counts", "position_rates": "numbers", "unknown": "texts",
+    "fallback": {"reason": "text", "after_tokens": "count",
+                 **dict.fromkeys(("tau", "break_even", "dflash_step_ms", "plain_step_ms", "speed_share"), "number")},
+    "remote": {"server": "text", "note": "text"},
+}
+ERROR_FIELDS = {"id": "text", "code": "text", "message": "text", "exit_code": "integer", "signal": "text",
+                "pid": "count", "stderr_tail": "texts", "log_path": "text"}
 
 
 class ChatImportError(ValueError):
@@ -71,14 +91,18 @@ def import_chat(store: ChatStore, path: Path | str) -> Conversation:
 def read_json(path: Path | str) -> tuple[Conversation, list[Message]]:
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ChatImportError(f"{path.name} is {path.stat().st_size / 2**20:.0f} MB, more than any chat "
-                                  f"export ({MAX_FILE_BYTES // 2**20} MB at most). Choose a chat exported as JSON.")
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        data = json.loads(paths.read_small_file(path, MAX_FILE_BYTES).decode("utf-8"),
+                          parse_constant=_refuse_constant)
+    except paths.FileTooLargeError:
+        raise ChatImportError(f"{path.name} is larger than {MAX_FILE_BYTES // 2**20} MB, more than any chat export. "
+                              "Choose a chat exported as JSON.") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ChatImportError(f"{path.name} could not be read ({exc}).") from exc
     except ChatImportError as exc:   # NaN or Infinity, which JSON does not allow
         raise ChatImportError(f"{path.name} cannot be imported: {exc}. Nothing was added.") from exc
+    except RecursionError:
+        raise ChatImportError(f"{path.name} cannot be imported: its JSON is nested too deeply to be a chat export. "
+                              "Nothing was added.") from None
     except json.JSONDecodeError as exc:
         raise ChatImportError(f"{path.name} is not JSON (line {exc.lineno}: {exc.msg}). Choose a chat exported "
                               "as JSON by DFlash Desktop (a Markdown export cannot be imported).") from exc
@@ -117,36 +141,44 @@ def _message(check: "_Checker", m, number: int) -> Message:
     check.that(isinstance(m, dict), f"has a {where} that is not an object")
     role = m.get("role")
     check.that(role in ROLES, f"has a {where} with role {role!r} (allowed: {', '.join(ROLES)})")
-    content = check.text(m.get("content"), f"{where} content")
-    spans = m.get("spans")
-    check.that(spans is None or (isinstance(spans, list) and all(
-        isinstance(s, list) and len(s) == 2 and isinstance(s[0], str) and isinstance(s[1], bool) for s in spans)),
-        f"has a {where} whose \"spans\" are not [text, drafted] pairs")
-    for key in ("stats", "error"):
-        check.that(m.get(key) is None or isinstance(m.get(key), dict),
-                   f"has a {where} whose \"{key}\" is not an object")
-    stop_reason = m.get("stop_reason")
-    check.that(stop_reason is None or (isinstance(stop_reason, str) and len(stop_reason) <= 40),
-               f"has a {where} whose \"stop_reason\" is not a short text")
-    if stop_reason == "generating":   # the app was closed while it was written: what arrived is kept
-        stop_reason = "cancelled"
+    answer = _answer(check, m, where)
     versions, version = m.get("versions"), m.get("version", 0)
     if versions is not None:
         check.that(role == "assistant" and isinstance(versions, list) and 1 <= len(versions) <= MAX_VERSIONS,
                    f"has a {where} whose \"versions\" are not a list of 1 to {MAX_VERSIONS} answers")
         for i, v in enumerate(versions):
             check.that(isinstance(v, dict), f"has a {where} whose version {i + 1} is not an object")
-            check.text(v.get("content"), f"{where} version {i + 1} content")
-            check.that(v.get("prompt") is None or isinstance(v.get("prompt"), str),
-                       f"has a {where} whose version {i + 1} prompt is not text")
+        versions = [{**_answer(check, v, f"{where} version {i + 1}"),
+                     "prompt": check.optional(v.get("prompt"), "text", f"{where} version {i + 1} prompt")}
+                    for i, v in enumerate(versions)]
     check.that(type(version) is int and 0 <= version < max(1, len(versions or ())),
                f"has a {where} whose \"version\" does not name one of its versions")
     created = check.number(m.get("created"), f"{where} created", 0.0, 1e11) or time.time()
-    return Message(0, 0, role, content, spans, m.get("stats"), stop_reason, m.get("error"), created, versions, version)
+    return Message(0, 0, role, answer["content"], answer["spans"], answer["stats"], answer["stop_reason"],
+                   answer["error"], created, versions, version)
+
+
+def _answer(check: "_Checker", m: dict, where: str) -> dict:
+    """The fields a message and each version of an answer share, checked: what the window draws from."""
+    spans = m.get("spans")
+    check.that(spans is None or (isinstance(spans, list) and len(spans) <= MAX_ITEMS and all(
+        isinstance(s, list) and len(s) == 2 and isinstance(s[1], bool) for s in spans)),
+        f"has a {where} whose \"spans\" are not [text, drafted] pairs")
+    spans = None if spans is None else [[check.text(s[0], f"{where} spans[{i}] text"), s[1]]
+                                        for i, s in enumerate(spans)]
+    stop_reason = check.optional(m.get("stop_reason"), "text", f"{where} stop_reason")
+    check.that(len(stop_reason or "") <= 40, f"has a {where} whose \"stop_reason\" is not a short text")
+    if stop_reason == "generating":   # the app was closed while it was written: what arrived is kept
+        stop_reason = "cancelled"
+    stats = check.optional(m.get("stats"), STATS_FIELDS, f"{where} stats")
+    check.that(not (stats or {}).get("fallback") or isinstance(stats["fallback"].get("reason"), str),
+               f"has a {where} whose \"stats.fallback\" gives no \"reason\" text")
+    return {"content": check.text(m.get("content"), f"{where} content"), "spans": spans, "stats": stats,
+            "stop_reason": stop_reason, "error": check.optional(m.get("error"), ERROR_FIELDS, f"{where} error")}
 
 
 class _Checker:
-    """Each check raises ChatImportError naming the file and what is wrong in it."""
+    """Each check raises ChatImportError naming the file, the field and what is wrong with it."""
 
     def __init__(self, name: str):
         self.name = name
@@ -160,9 +192,37 @@ class _Checker:
         self.that(allow_empty or value.strip(), f"has an empty \"{field}\"")
         self.that(len(value) <= MAX_TEXT_CHARS, f"has a \"{field}\" of {len(value):,} characters, more than "
                                                 f"{MAX_TEXT_CHARS:,}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.that(False, f"has a \"{field}\" holding a lone surrogate (half of a UTF-16 pair, such as "
+                             "\\ud800), which is not valid Unicode text")
         return value
 
     def number(self, value, field: str, low: float, high: float) -> float | None:
-        self.that(value is None or (type(value) in (int, float) and math.isfinite(value) and low <= value <= high),
+        # compared before anything converts it: NaN fails every comparison, and 10**400 never becomes a float
+        self.that(value is None or (type(value) in (int, float) and low <= value <= high),
                   f"has a \"{field}\" that is not a number from {low:g} to {high:g}")
         return None if value is None else float(value)
+
+    def optional(self, value, kind, field: str):
+        """``value`` checked as ``kind`` (see STATS_FIELDS), or None."""
+        return None if value is None else self.value(value, kind, field)
+
+    def value(self, value, kind, field: str):
+        if isinstance(kind, dict):   # an object: known fields checked (each may be null), unknown ones dropped
+            self.that(isinstance(value, dict), f"has a \"{field}\" that is not an object")
+            return {key: self.optional(value[key], kind[key], f"{field}.{key}") for key in kind if key in value}
+        if kind in ("counts", "numbers", "texts"):
+            self.that(isinstance(value, list) and len(value) <= MAX_ITEMS,
+                      f"has a \"{field}\" that is not a list of at most {MAX_ITEMS:,} items")
+            return [self.value(item, kind[:-1], f"{field}[{i}]") for i, item in enumerate(value)]
+        if kind == "text":
+            return self.text(value, field)
+        if kind == "number":
+            self.that(value is not None, f"has a \"{field}\" that is not a number")
+            return self.number(value, field, 0.0, TOP_NUMBER)
+        low = 0 if kind == "count" else -TOP_COUNT   # "integer": an exit status may be negative (a signal)
+        self.that(type(value) is int and low <= value <= TOP_COUNT,
+                  f"has a \"{field}\" that is not a whole number from {low:,} to {TOP_COUNT:,}")
+        return value

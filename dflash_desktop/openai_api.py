@@ -27,6 +27,8 @@ WORKER_ERRORS = {
     "no_pair": (503, "server_error", "model_not_loaded"),
     "cancelled": (503, "server_error", "cancelled"),
     "out_of_memory": (503, "server_error", "out_of_memory"),
+    "worker_crashed": (503, "server_error", "worker_crashed"),
+    "worker_start_failed": (503, "server_error", "worker_start_failed"),
 }
 
 
@@ -34,9 +36,10 @@ class ApiError(Exception):
     """An answer in OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
 
     def __init__(self, status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None):
+                 param: str | None = None, retry_after: int | None = None):
         super().__init__(message)
         self.status, self.type, self.code, self.param = status, type, code, param
+        self.retry_after = retry_after   # seconds, sent as the Retry-After header (a 503 that will pass)
 
     def body(self) -> dict:
         return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
@@ -120,12 +123,13 @@ def _refuse_unsupported(body: dict, chat: bool) -> None:
 def _settings(body: dict) -> dict:
     """Sampling fields -> the engine's settings, each held to engine/limits.py under its OpenAI name."""
     out: dict = {}
-    given = {"max_tokens": body.get("max_completion_tokens", body.get("max_tokens")),
-             "temperature": body.get("temperature"), "top_p": body.get("top_p"), "top_k": body.get("top_k"),
-             "seed": body.get("seed")}
+    # OpenAI's newer name wins when it is given; a null in it (some clients send every field) means not given
+    tokens = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    given = {tokens: body.get(tokens), "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+             "top_k": body.get("top_k"), "seed": body.get("seed")}
     if given["top_k"] == -1:   # vLLM's and SGLang's spelling of "off"
         given["top_k"] = 0
-    names = {"max_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
+    names = {tokens: "max_new_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
              "seed": "seed"}
     for public, value in given.items():
         if value is None:
@@ -196,6 +200,15 @@ def _prompt(prompt) -> dict:
                                                    for t in prompt):
         return {"prompt_ids": prompt}
     raise _bad("prompt must be a non-empty string or a list of token ids (one prompt per request).", "prompt")
+
+
+def check_token_ids(call: Call, vocab_size: int | None) -> None:
+    """Token ids the loaded model has (known only once a pair is loaded, so not in ``parse``)."""
+    ids = call.generate.get("prompt_ids") or ()
+    if vocab_size and any(t >= vocab_size for t in ids):
+        bad = next(t for t in ids if t >= vocab_size)
+        raise _bad(f"prompt holds token id {bad}, but the loaded model's vocabulary has ids 0 to {vocab_size - 1}.",
+                   "prompt", "invalid_token_id")
 
 
 # -- answers ------------------------------------------------------------------------------------------

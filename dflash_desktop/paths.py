@@ -9,6 +9,7 @@ another tool already downloaded are reused instead of fetched twice.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import platformdirs
@@ -92,3 +93,23 @@ def engine_packs_dir() -> Path:
     """Engine packs (engine/packs.py) a frozen app's engine uses: per user, beside the data and not in the
     install folder, which a .deb or a signed macOS app cannot write and an upgrade replaces."""
     return data_dir() / "engine-packs"
+
+
+class FileTooLargeError(OSError):
+    """A file longer than the most its reader takes; nothing past that bound was read."""
+
+
+def read_small_file(path: Path | str, max_bytes: int) -> bytes:
+    """A small file (settings, a chat export) read whole, with bounds: a FIFO, a device (a link to /dev/zero,
+    say) or a folder is refused before a byte is read, since reading it could block or never end, and a file
+    longer than ``max_bytes`` after ``max_bytes + 1`` bytes. Both raise OSError with a message saying why."""
+    # O_NONBLOCK: opening a FIFO does not wait for a writer (and changes nothing for a regular file)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file (it is a pipe, a device or a folder), so it was not read")
+    with open(fd, "rb") as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLargeError(f"{path} is larger than {max_bytes:,} bytes, the most read from it")
+    return data

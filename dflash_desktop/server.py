@@ -8,7 +8,12 @@ client that disconnects cancels its job. Starlette and uvicorn do the HTTP; this
 torch, so the window can host the server (`ServerThread`) as well as `dflash-desktop serve` (`main`).
 
 Safe by default: 127.0.0.1 only; any other address needs --host and an API key, which is compared in
-constant time; request bodies and every setting are bounded by engine/limits.py.
+constant time; request bodies and every setting are bounded by engine/limits.py. Web pages cannot use it
+behind the user's back (`Guard`): a POST must be application/json, which a page can send elsewhere only after
+the browser asks this server first; an Origin header must be this computer's or one the user allowed with
+--allow-origin; and the Host header must name this server, so a page whose name was pointed at 127.0.0.1
+(DNS rebinding) is refused. A connection that does not send a whole request within IDLE_TIMEOUT_S is closed.
+`serve` keeps its pair loaded: after the engine dies it loads it again (`Reloader`).
 """
 from __future__ import annotations
 
@@ -16,19 +21,22 @@ import argparse
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import signal
 import socket
 import sys
 import threading
+import time
+import urllib.parse
 from pathlib import Path
 from typing import Callable
 
 from engine.limits import MAX_REQUEST_BYTES
 
 from . import openai_api as api
-from .jobs import JobQueue
+from .jobs import Job, JobQueue
 from .remote import is_loopback
 
 log = logging.getLogger("dflash_desktop.server")
@@ -36,15 +44,25 @@ DEFAULT_PORT = 8765
 MIN_NETWORK_KEY = 16
 DISCONNECT_CHECK_S = 0.25
 LOAD_WAIT_S = 660.0   # the worker client stops a load after 600 s, so its `timeout` error comes first
+IDLE_TIMEOUT_S = 10.0  # a connection that sends no whole request's headers for this long is closed
+RETRY_AFTER_S = 5      # what a 503 says to wait while `serve` loads its pair again
+RELOAD_WAIT_S = (5.0, 300.0)   # after a failed reload, the wait before the next: first, longest (doubling)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARDS = ("0.0.0.0", "::", "")
 
 
 class ServerConfigError(ValueError):
     """A host, port or key the server will not start with; the message says what to do."""
 
 
-def check_config(host: str, port: int, api_key: str | None) -> None:
+def check_config(host: str, port: int, api_key: str | None, allow_origins: list[str] = ()) -> None:
     if not isinstance(port, int) or not 0 <= port <= 65535:
         raise ServerConfigError(f"Port {port!r} is not a port number: use 1 to 65535 (0 picks a free one).")
+    for origin in allow_origins:
+        if origin_of(origin) is None:
+            raise ServerConfigError(f"--allow-origin {origin!r} is not a web origin: give the scheme, the host and "
+                                    "the port if any, as the browser sends it (for example https://app.example.com "
+                                    "or http://192.168.1.20:3000).")
     if api_key is not None and (not api_key.isascii() or not api_key.isprintable() or " " in api_key):
         raise ServerConfigError("The API key must be printable ASCII without spaces (it travels in an HTTP header).")
     if not is_loopback(host) and len(api_key or "") < MIN_NETWORK_KEY:
@@ -56,7 +74,95 @@ def check_config(host: str, port: int, api_key: str | None) -> None:
 
 def error_response(err: api.ApiError):
     from starlette.responses import JSONResponse
-    return JSONResponse(err.body(), status_code=err.status)
+    headers = {"Retry-After": str(err.retry_after)} if err.retry_after else None
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+def origin_of(text: str) -> str | None:
+    """An Origin header or --allow-origin value as `scheme://host[:port]`, lower case; None when it is not one."""
+    try:
+        parts = urllib.parse.urlsplit(text.strip().lower())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or \
+            parts.query or parts.fragment or parts.username or parts.password:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+class Guard:
+    """What a web page in the user's browser could make this server do, refused before any route runs (a pure
+    ASGI wrapper, so every path and method is covered):
+
+    - a Host header that does not name this server: 421. A page whose domain was pointed at 127.0.0.1 (DNS
+      rebinding) reaches the port but still sends its own name. Allowed: localhost, 127.0.0.1 and [::1], the
+      --host given, and any IP address when listening on all of them (0.0.0.0 or ::, behind an API key), each
+      with this server's port.
+    - an Origin header (a browser's fetch) other than this computer's or one given with --allow-origin: 403.
+    - a POST whose Content-Type is not application/json: 415. A page may send text/plain to any site without
+      the browser asking the site first (no CORS preflight), so a generation could be started blind.
+    Pages that are allowed get CORS headers (Starlette's CORSMiddleware, inside this wrapper)."""
+
+    def __init__(self, app, host: str, port: int | None, allow_origins=()):
+        from starlette.middleware.cors import CORSMiddleware
+        self.origins = {origin_of(o) for o in allow_origins}
+        self.app = CORSMiddleware(app, allow_origins=sorted(self.origins), allow_methods=["GET", "POST"],
+                                  allow_origin_regex=r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?",
+                                  allow_headers=["Authorization", "Content-Type"], max_age=600)
+        self.host, self.port = host.strip("[]").lower(), port
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            from starlette.datastructures import Headers
+            problem = self.problem(Headers(scope=scope), scope["method"])
+            if problem is not None:
+                await error_response(problem)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def problem(self, headers, method: str) -> api.ApiError | None:
+        host = headers.get("host")
+        if host is not None and not self.host_allowed(host):
+            return api.ApiError(421, f"This server does not answer to the host name in this request ({host!r}): "
+                                "call it as 127.0.0.1, localhost or [::1] with its port, or as the address it was "
+                                "started with (--host).", code="misdirected_request", param="Host")
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_allowed(origin):
+            return api.ApiError(403, f"Requests from web pages of {origin!r} are refused: only pages served from "
+                                "this computer may call this server. To let a web app use it, start the server "
+                                "with --allow-origin and that app's origin.", code="origin_not_allowed",
+                                param="Origin")
+        media = headers.get("content-type", "").split(";")[0].strip().lower()
+        if method == "POST" and media != "application/json":
+            return api.ApiError(415, f"A POST must have Content-Type: application/json (this one has "
+                                f"{media or 'none'}); with curl, add -H \"Content-Type: application/json\".",
+                                code="unsupported_media_type", param="Content-Type")
+        return None
+
+    def host_allowed(self, host: str) -> bool:
+        try:
+            parts = urllib.parse.urlsplit(f"//{host}")
+            name, port = parts.hostname, parts.port
+        except ValueError:
+            return False
+        if not name or parts.path or parts.username is not None or (self.port is not None and port != self.port):
+            return False
+        if name in LOOPBACK_NAMES or name == self.host:
+            return True
+        if self.host in WILDCARDS:   # any address of this computer; a rebound page sends a name, never an address
+            try:
+                ipaddress.ip_address(name)
+                return True
+            except ValueError:
+                return False
+        return False
+
+    def origin_allowed(self, origin: str) -> bool:
+        normal = origin_of(origin)
+        return normal is not None and (normal in self.origins or is_loopback(
+            urllib.parse.urlsplit(normal).hostname or ""))
 
 
 class _Bridge:
@@ -81,8 +187,9 @@ def model_id_for(target: str) -> str:
 
 
 def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[[], str | None] = lambda: None,
-               owner: str = "server"):
-    """The ASGI app serving whatever pair `jobs` has loaded, as `model_name()` (default: its folder's name)."""
+               owner: str = "server", reloads: bool = False):
+    """The ASGI app serving whatever pair `jobs` has loaded, as `model_name()` (default: its folder's name).
+    reloads: a `Reloader` loads the pair again whenever it is lost, so a 503 meanwhile says when to retry."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
@@ -92,6 +199,9 @@ def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[
 
     def model_id() -> str:
         info = jobs.pair_info
+        if info is None and reloads:   # route() adds Retry-After
+            raise api.ApiError(503, "The engine stopped and the model is being loaded again: try again in a few "
+                               "seconds.", "server_error", "model_reloading")
         if info is None:
             raise api.ApiError(503, "No model is loaded yet: load one in DFlash Desktop, or wait for "
                                "`dflash-desktop serve` to finish loading.", "server_error", "model_not_loaded")
@@ -137,6 +247,8 @@ def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[
 
     async def models(request: Request):
         authorize(request)
+        if reloads and jobs.pair_info is None:
+            model_id()   # 503 with Retry-After: an empty list would say the server has no model for good
         info = jobs.pair_info or {}
         data = [] if not info else [{
             "id": model_id(), "object": "model", "created": 0, "owned_by": "dflash-desktop",
@@ -149,6 +261,7 @@ def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[
         authorize(request)
         call = api.parse(await read_json(request), chat)
         model = model_id()
+        api.check_token_ids(call, (jobs.pair_info or {}).get("vocab_size"))
         bridge = _Bridge()
         job = jobs.submit("generate", owner=owner, on_event=bridge.put, **call.generate)
         try:
@@ -207,6 +320,8 @@ def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[
             try:
                 return await handler(request)
             except api.ApiError as err:
+                if err.status == 503 and reloads and jobs.pair_info is None:   # back once the Reloader is done
+                    err.retry_after = RETRY_AFTER_S
                 return error_response(err)
         return endpoint
 
@@ -259,17 +374,48 @@ def address(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
 
+def idle_closing_protocol():
+    """uvicorn's h11 protocol, closing a connection that sends no whole request's headers within IDLE_TIMEOUT_S
+    of opening or of its last answer. uvicorn alone times out a kept-alive connection only after an answer, and
+    any byte received stops that timer, so a connection that sends nothing, or a header a minute, would hold a
+    file descriptor for ever: enough of them and the server can accept no one."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class IdleClosingH11(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._close_unless_asked()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._close_unless_asked()
+
+        def _close_unless_asked(self) -> None:
+            cycle = self.cycle   # a new request's headers, once complete, start a new cycle
+
+            def check() -> None:
+                if self.cycle is cycle and not self.transport.is_closing():
+                    self.transport.close()
+            self.loop.call_later(IDLE_TIMEOUT_S, check)
+
+    return IdleClosingH11
+
+
 class ServerThread:
     """uvicorn on a thread of its own, serving `jobs` on an already bound socket: inside the window, and for
-    `dflash-desktop serve`, whose main thread then only waits for Ctrl+C."""
+    `dflash-desktop serve`, whose main thread then only waits for Ctrl+C. host: the address it was asked to
+    listen on (default: the socket's), which clients may name in Host besides this computer's loopback names."""
 
     def __init__(self, jobs: JobQueue, sock: socket.socket, api_key: str | None = None,
-                 model_name: Callable[[], str | None] = lambda: None, console: bool = False):
+                 model_name: Callable[[], str | None] = lambda: None, console: bool = False,
+                 host: str | None = None, allow_origins: list[str] = (), reloads: bool = False):
         import uvicorn
         self.jobs, self.sock, self.url = jobs, sock, address(sock)
         quiet = {} if console else {"log_config": None, "access_log": False}
-        config = uvicorn.Config(create_app(jobs, api_key, model_name), http="h11", lifespan="off",
-                                timeout_graceful_shutdown=2, **quiet)
+        app = Guard(create_app(jobs, api_key, model_name, reloads=reloads), host or sock.getsockname()[0],
+                    sock.getsockname()[1], allow_origins)
+        config = uvicorn.Config(app, http=idle_closing_protocol(), lifespan="off", timeout_graceful_shutdown=2,
+                                **quiet)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="openai-server", daemon=True)
@@ -280,7 +426,7 @@ class ServerThread:
                model_name: Callable[[], str | None] = lambda: None) -> "ServerThread":
         """Check the configuration, bind, serve; ServerConfigError says what is wrong."""
         check_config(host, port, api_key)
-        return cls(jobs, bind(host, port), api_key, model_name)
+        return cls(jobs, bind(host, port), api_key, model_name, host=host)
 
     def stop(self, on_stopped: Callable[[], None] | None = None) -> None:
         """Stop taking requests and cancel the server's jobs; returns at once, `on_stopped` runs (on a
@@ -308,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to listen on (default 127.0.0.1: this computer only; any other needs --api-key)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--api-key", help="require Authorization: Bearer KEY on every request")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages of ORIGIN (scheme://host[:port], as browsers send it) call the server; "
+                        "repeat for more. Pages served from this computer are always allowed, others never")
     p.add_argument("--target", help="target model folder (default: the embedded demo pair)")
     p.add_argument("--draft", help="DFlash drafter folder")
     p.add_argument("--engine", default="torch", help="the engine that runs the pair (default torch)")
@@ -323,10 +472,41 @@ def demo_dirs() -> tuple[str, str]:
     return str(pair.local_path("target")), str(pair.local_path("drafter"))
 
 
+class Reloader:
+    """Keeps `serve`'s pair loaded. Once the engine has lost it (the worker crashed, was killed or ran out of
+    memory), the same pair is loaded again in a fresh worker and the console says so; requests meanwhile get
+    503 with Retry-After (create_app's `reloads`). A reload that fails is tried again later, waiting twice as
+    long each time, up to RELOAD_WAIT_S[1]."""
+
+    def __init__(self, jobs: JobQueue, name: str, pair: dict):
+        self.jobs, self.name, self.pair = jobs, name, pair
+        self.job: Job | None = None
+        self.failures, self.not_before = 0, 0.0
+
+    def check(self) -> None:
+        """Called by `serve`'s main thread twice a second."""
+        if self.job is not None and self.job.state == "finished":
+            job, self.job = self.job, None
+            if job.final.get("event") == "loaded":
+                self.failures = 0
+                print(f"Serving {self.name} again ({job.final.get('engine')} on {job.final.get('device')})",
+                      flush=True)
+            else:
+                wait = min(RELOAD_WAIT_S[0] * 2 ** self.failures, RELOAD_WAIT_S[1])
+                self.failures += 1
+                self.not_before = time.monotonic() + wait
+                print(f"engine: loading {self.name} again failed ({job.final.get('message')}); trying again in "
+                      f"{wait:.0f} s.", file=sys.stderr, flush=True)
+        if self.job is None and self.jobs.pair_info is None and time.monotonic() >= self.not_before:
+            print(f"engine: the engine stopped; loading {self.name} again (requests get 503 with Retry-After "
+                  "until it is back) ...", file=sys.stderr, flush=True)
+            self.job = self.jobs.submit("load_pair", owner="server", **self.pair)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        check_config(args.host, args.port, args.api_key)
+        check_config(args.host, args.port, args.api_key, args.allow_origin)
         if args.draft and not args.target:
             raise ServerConfigError("--draft needs --target: name the model the drafter belongs to.")
         sock = bind(args.host, args.port)
@@ -340,9 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     target, draft = (args.target, args.draft) if args.target else demo_dirs()
     name = args.model_name or ("demo" if not args.target else model_id_for(target))
     print(f"Loading {target} ...", file=sys.stderr, flush=True)
+    pair = {"target": target, "draft": draft, "engine": args.engine, "device": args.device}
     try:
-        loaded = jobs.submit("load_pair", target=target, draft=draft, engine=args.engine,
-                             device=args.device).wait(LOAD_WAIT_S)
+        loaded = jobs.submit("load_pair", **pair).wait(LOAD_WAIT_S)
     except KeyboardInterrupt:
         client.shutdown()
         return 130
@@ -353,11 +533,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    served = ServerThread(jobs, sock, args.api_key, lambda: name, console=True)
+    served = ServerThread(jobs, sock, args.api_key, lambda: name, console=True, host=args.host,
+                          allow_origins=args.allow_origin, reloads=True)
     print(f"Serving {name} ({loaded['engine']} on {loaded['device']}) at {served.url}"
           + ("  (API key required)" if args.api_key else ""), flush=True)
+    reloader = Reloader(jobs, name, pair)
     while not stop.wait(0.5):
-        pass
+        reloader.check()
     served.stop()
     served.join(10)
     client.shutdown()

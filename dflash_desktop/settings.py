@@ -2,15 +2,17 @@
 
 Values are validated on the way in so an absurd number (temperature 50, top-p 2) is refused with a
 sentence that names the field, instead of reaching the engine and failing there. Generation settings
-take their ranges from the engine's one table (engine/limits.py). A damaged file never stops the app:
-unreadable or invalid fields fall back to their defaults.
+take their ranges from the engine's one table (engine/limits.py). Every field is checked, down to the
+shape of the last pair and of each baseline, because the window uses them as they are at start. A damaged
+file never stops the app: an unreadable file (too big, nested too deeply, not a regular file) gives the
+defaults, a field of the wrong type or range its default, and ``load_checked`` says which in a notice.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from engine.backends import ENGINES
@@ -25,6 +27,10 @@ THEMES = ("system", "light", "dark")
 FONT_SIZES = (7, 32)    # points, smallest and largest
 PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
+MAX_FILE_BYTES = 4 * 2**20   # far above any settings file this app writes
+PAIR_KEYS = {"id", "name", "target_dir", "draft_dir", "plan", "planned", "thinking", "remote"}
+PLAN_KEYS = {"engine", "device", "dtype"}          # run_plan.RunPlan.request: the load_pair fields
+REMOTE_KEYS = {"base_url", "api_key", "model"}     # QtWorker.load_remote's arguments
 
 
 class SettingsError(ValueError):
@@ -74,9 +80,17 @@ class Settings:
              f"own (got {self.block_size}).")
         need(all(isinstance(v, bool) for v in (self.plain_fallback, self.offline, self.welcome_seen)),
              "Plain fallback, offline mode and the welcome's flag are on or off.")
-        need(self.engine == "auto" or self.engine in ENGINES,
+        need(isinstance(self.highlight_drafted, bool), "Highlight drafted is on or off (true or false).")
+        need(isinstance(self.show_stats, bool), "Show stats is on or off (true or false).")
+        need(_is_pair(self.last_pair), "The last model pair is not one this version can load: {id, name, "
+             "target_dir, draft_dir, plan, thinking}, or {id, name, remote: {base_url, api_key}}.")
+        need(isinstance(self.baselines, dict) and all(isinstance(k, str) and _is_baseline(v)
+                                                      for k, v in self.baselines.items()),
+             "Baselines are measurements per model pair: {tok_s, tokens, measured_at, device, method, cpu_other}.")
+        need(isinstance(self.engine, str) and (self.engine == "auto" or self.engine in ENGINES),
              f"Engine must be automatic or one of {', '.join(ENGINES)} (got {self.engine!r}).")
-        need(self.theme in THEMES, f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
+        need(isinstance(self.theme, str) and self.theme in THEMES,
+             f"Theme must be one of {', '.join(THEMES)} (got {self.theme!r}).")
         need(_is_int(self.font_size) and FONT_SIZES[0] <= self.font_size <= FONT_SIZES[1],
              f"Font size must be between {FONT_SIZES[0]} and {FONT_SIZES[1]} points (got {self.font_size}).")
         need(_is_int(self.server_port) and PORTS[0] <= self.server_port <= PORTS[1],
@@ -119,30 +133,87 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_number(value, low: float, high: float) -> bool:
+    """Compared before anything converts it: NaN fails every comparison, and 10**400 never becomes a float."""
+    return type(value) in (int, float) and low <= value <= high
+
+
+def _texts(d: dict, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> bool:
+    return all(isinstance(d.get(k), str) for k in required) and all(
+        d.get(k) is None or isinstance(d[k], str) for k in optional)
+
+
+def _is_plan(plan) -> bool:
+    return plan is None or (isinstance(plan, dict) and set(plan) <= PLAN_KEYS and
+                            _texts(plan, ("engine", "device"), ("dtype",)) and
+                            (plan["engine"] == "auto" or plan["engine"] in ENGINES))
+
+
+def _is_pair(pair) -> bool:
+    """The shapes ChatController.load_pair takes (a catalog or local pair, or a server), so the window can load
+    the last pair at start as it is."""
+    if pair is None:
+        return True
+    if not (isinstance(pair, dict) and set(pair) <= PAIR_KEYS and _texts(pair, ("id",), ("name",))):
+        return False
+    if "remote" in pair:
+        remote = pair["remote"]
+        return (isinstance(remote, dict) and set(remote) <= REMOTE_KEYS and _texts(remote, ("base_url",),
+                                                                                     ("api_key", "model")))
+    return (_texts(pair, ("target_dir",), ("draft_dir",)) and _is_plan(pair.get("plan")) and
+            _is_plan(pair.get("planned")) and pair.get("thinking") in (None, True, False))
+
+
+def _is_baseline(raw) -> bool:
+    """What session.BaselineRecord reads, with values it can show (a time.localtime it can take)."""
+    return (isinstance(raw, dict) and _texts(raw, ("device",), ("method",)) and _is_number(raw.get("tok_s"), 0, 1e9)
+            and _is_int(raw.get("tokens")) and 0 <= raw["tokens"] <= 2**31
+            and _is_number(raw.get("measured_at"), 0, 1e11)
+            and (raw.get("cpu_other") is None or _is_number(raw["cpu_other"], 0, 1)))
+
+
 def load(path: Path | None = None) -> Settings:
     """Read settings; a missing or broken file gives defaults, a bad field its default."""
-    path = path or paths.settings_file()
+    return load_checked(path)[0]
+
+
+def load_checked(path: Path | None = None) -> tuple[Settings, str | None]:
+    """The settings, and a notice for the window naming what fell back to its default (None when all is well).
+    A missing file is a first start: defaults, no notice."""
+    path = Path(path or paths.settings_file())
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = json.loads(paths.read_small_file(path, MAX_FILE_BYTES).decode("utf-8"))
     except FileNotFoundError:
-        return Settings()
-    except (OSError, ValueError) as exc:
-        log.warning("settings file %s unreadable (%s); using defaults", path, exc)
-        return Settings()
-    settings = Settings()
+        return Settings(), None
+    except RecursionError:
+        return _unreadable(path, "its JSON is nested too deeply")
+    except (OSError, ValueError) as exc:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return _unreadable(path, str(exc))
     if not isinstance(raw, dict):
-        return settings
+        return _unreadable(path, "it does not hold a JSON object")
+    settings, bad = Settings(), []
     for f in fields(Settings):
         if f.name not in raw:
             continue
-        candidate = Settings(**{**asdict(settings), f.name: raw[f.name]})
+        candidate = replace(settings, **{f.name: raw[f.name]})   # no copy: any nesting the parser took is fine
         try:
             candidate.validate()
-        except (SettingsError, TypeError):
-            log.warning("setting %s=%r ignored: out of range", f.name, raw[f.name])
+        except (SettingsError, TypeError, RecursionError) as exc:
+            log.warning("setting %s ignored: %s", f.name, exc)
+            bad.append(f"- {f.name}: {exc}")
             continue
         settings = candidate
-    return settings
+    if not bad:
+        return settings, None
+    return settings, (f"Some settings in {path} could not be used and are back to their defaults:\n"
+                      + "\n".join(bad) + "\nThe other settings were kept; the file is written again when a setting "
+                      "changes or the app closes.")
+
+
+def _unreadable(path: Path, why: str) -> tuple[Settings, str]:
+    log.warning("settings file %s unreadable (%s); using defaults", path, why)
+    return Settings(), (f"The settings file {path} could not be read ({why}), so every setting is back to its "
+                        "default. It is written again when a setting changes or the app closes.")
 
 
 def save(settings: Settings, path: Path | None = None) -> None:

@@ -178,6 +178,8 @@ def _validate_prompt(msg: dict[str, Any], kinds: tuple[str, ...]) -> None:
     cmd = msg["cmd"]
     if len([k for k in kinds if msg.get(k) is not None]) != 1:
         raise ProtocolError("bad_message", f"{cmd}: give exactly one of {', '.join(kinds[:-1])} or {kinds[-1]}.")
+    if msg.get("messages") == []:
+        raise ProtocolError("bad_message", f"{cmd}: messages is empty; send at least one message.")
     for i, m in enumerate(msg.get("messages") or []):
         if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
             raise ProtocolError("bad_message", f'{cmd}: each message needs string "role" and "content" '

@@ -376,6 +376,10 @@ class Worker:
         """The token ids a generate (or count_tokens) command stands for: its prompt_ids, or its messages or
         prompt through the pair's tokenizer and chat template."""
         if msg.get("prompt_ids") is not None:
+            vocab = int(pair.info.get("vocab_size") or 0)
+            if vocab and any(i >= vocab for i in msg["prompt_ids"]):
+                raise P.ProtocolError("bad_message", f"prompt_ids holds ids outside the model's vocabulary of {vocab} "
+                                      f"tokens (the largest is {max(msg['prompt_ids'])}).")
             return msg["prompt_ids"]
         if pair.tokenizer is None:
             raise P.ProtocolError("bad_checkpoint", "The target folder has no tokenizer files, so text prompts "

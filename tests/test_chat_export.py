@@ -4,6 +4,8 @@ adds nothing."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -64,7 +66,25 @@ def _exported(chat, tmp_path) -> dict:
     (lambda d: d["messages"][0].update(role="root"), "message 1 with role 'root'"),
     (lambda d: d["messages"][1].update(content=5), "\"message 2 content\" that is not text"),
     (lambda d: d["messages"][1].update(spans=[["a", "yes"]]), "message 2 whose \"spans\""),
-    (lambda d: d["messages"][1].update(stats=[1]), "message 2 whose \"stats\" is not an object"),
+    (lambda d: d["messages"][1].update(stats=[1]), "\"message 2 stats\" that is not an object"),
+    (lambda d: d["messages"][1].update(stats={"decode_tok_s": "fast"}),
+     "\"message 2 stats.decode_tok_s\" that is not a number"),
+    (lambda d: d["messages"][1].update(stats={"generated_tokens": 10**400}),
+     "\"message 2 stats.generated_tokens\" that is not a whole number"),
+    (lambda d: d["messages"][1].update(stats={"histogram": [1, None]}), "\"message 2 stats.histogram[1]\""),
+    (lambda d: d["messages"][1].update(stats={"fallback": {"tau": 1.0}}), "\"stats.fallback\" gives no \"reason\""),
+    (lambda d: d["messages"][1].update(stats={"remote": {"note": ["x"]}}), "\"message 2 stats.remote.note\" that is"),
+    (lambda d: d["messages"][1].update(error={"message": 5}), "\"message 2 error.message\" that is not text"),
+    (lambda d: d["messages"][1].update(error="crashed"), "\"message 2 error\" that is not an object"),
+    (lambda d: d["messages"][1]["versions"][0].update(stats={"tau": "high"}),
+     "\"message 2 version 1 stats.tau\" that is not a number"),
+    (lambda d: d["messages"][1]["versions"][0].update(error={"stderr_tail": "x"}),
+     "\"message 2 version 1 error.stderr_tail\" that is not a list"),
+    (lambda d: d["messages"][1]["versions"][1].update(spans=[["a", True], [3, False]]),
+     "\"message 2 version 2 spans[1] text\" that is not text"),
+    (lambda d: d["messages"][0].update(content="half \ud800 a pair"), "\"message 1 content\" holding a lone surrogate"),
+    (lambda d: d["messages"][1].update(stop_reason="\udfff"), "\"message 2 stop_reason\" holding a lone surrogate"),
+    (lambda d: d["messages"][0].update(created=10**400), "\"message 1 created\" that is not a number"),
     (lambda d: d["messages"][1].update(version=5), "message 2 whose \"version\" does not name"),
     (lambda d: d["messages"][0].update(versions=[{"content": "x"}]), "message 1 whose \"versions\""),
     (lambda d: d.update(title=""), "empty \"title\""),
@@ -86,9 +106,10 @@ def test_a_bad_file_is_refused_naming_the_problem_and_adds_nothing(chat, tmp_pat
 
 @pytest.mark.parametrize("content, problem", [
     (b"# Sorting\n\n## You\n", "is not JSON"),
+    (b'{"format": "dflash-desktop-chat", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
     (b'{"format": "dflash-desktop-chat", "version": 1, "temperature": NaN}', "NaN"),
     (b"\xff\xfe not text", "could not be read"),
-])
+], ids=["markdown", "deep", "nan", "not-utf8"])
 def test_a_file_that_is_not_json_is_refused(tmp_path, content, problem):
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
@@ -104,6 +125,52 @@ def test_a_file_too_big_to_be_a_chat_is_refused_before_it_is_read(tmp_path, monk
     big.write_text("{" + " " * 20 + "}", encoding="utf-8")
     with pytest.raises(ChatImportError, match="more than any chat export"):
         import_chat(ChatStore(tmp_path / "t.sqlite3"), big)
+
+
+def _import_within(store, path, seconds: float = 10.0):
+    """import_chat on a thread: a reader that blocks (a FIFO with no writer) fails the test instead of hanging it."""
+    result: dict = {}
+
+    def run():
+        try:
+            result["value"] = import_chat(store, path)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            result["error"] = exc
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"importing {path} did not end within {seconds} s"
+    return result
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and /dev/zero are POSIX")
+@pytest.mark.parametrize("make", [
+    lambda p: os.mkfifo(p),
+    lambda p: p.symlink_to("/dev/zero"),
+    lambda p: p.mkdir(),
+], ids=["fifo", "dev-zero-link", "folder"])
+def test_a_special_file_is_refused_at_once_without_reading_it(tmp_path, make):
+    special = tmp_path / "chat.json"
+    make(special)
+    target = ChatStore(tmp_path / "target.sqlite3")
+    result = _import_within(target, special)
+    assert isinstance(result.get("error"), ChatImportError), result
+    assert "not a regular file" in str(result["error"]) and "chat.json" in str(result["error"])
+    assert target.conversations() == []
+
+
+def test_fields_this_version_does_not_know_are_dropped_and_known_ones_kept(chat, tmp_path):
+    data = _exported(chat, tmp_path)
+    data["messages"][1]["stats"] = {"tau": 3.0, "decode_tok_s": 40, "fallback": {"reason": "slow", "tau": 1.1,
+                                                                                 "later": [[]]}, "new_figure": {"x": 1}}
+    data["messages"][1]["error"] = {"code": "worker_crashed", "message": "gone", "exit_code": -9, "pair": None,
+                                    "stderr_tail": ["line"], "extra": {"deep": [1]}}
+    path = tmp_path / "newer.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    target = ChatStore(tmp_path / "target.sqlite3")
+    answer = target.messages(import_chat(target, path).id)[1]
+    assert answer.stats == {"tau": 3.0, "decode_tok_s": 40, "fallback": {"reason": "slow", "tau": 1.1}}
+    assert answer.error == {"code": "worker_crashed", "message": "gone", "exit_code": -9, "stderr_tail": ["line"]}
 
 
 def test_a_failure_inside_the_store_adds_no_half_chat(chat, tmp_path):

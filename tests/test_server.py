@@ -166,9 +166,143 @@ def test_refusals_are_openai_shaped_and_the_server_keeps_serving(server, client)
     (["--host", "0.0.0.0"], "needs an API key"),
     (["--host", "0.0.0.0", "--api-key", "short"], "at least 16 characters"),
     (["--port", "70000"], "not a port number"),
+    (["--allow-origin", "*"], "is not a web origin"),
 ])
 def test_unsafe_or_impossible_starts_are_refused_before_loading(tmp_path, args, message):
     env = dict(os.environ, DFLASH_DESKTOP_HOME=str(tmp_path), PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-m", "dflash_desktop", "serve", *args], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def raw_request(url: str, method: str = "GET", path: str = "/v1/models", body: bytes | None = None,
+                headers: dict | None = None) -> tuple[int, dict, dict]:
+    """One request with exactly these headers (Host included, when given): status, JSON body, response headers."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    try:
+        conn.putrequest(method, path, skip_host="Host" in (headers or {}))
+        for name, value in {"Authorization": f"Bearer {KEY}", **(headers or {})}.items():
+            conn.putheader(name, value)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        text = resp.read()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+        return resp.status, json.loads(text) if "json" in headers.get("content-type", "") else {}, headers
+    finally:
+        conn.close()
+
+
+GENERATE = json.dumps({"prompt": PROMPT, "max_tokens": 3}).encode()
+
+
+def test_web_pages_cannot_start_a_generation_or_rebind_a_name(server):
+    """A page's blind text/plain POST (no CORS preflight), a foreign Origin and a foreign Host (DNS rebinding)
+    are refused before anything runs; this computer's own names and origins still work."""
+    port = urllib.parse.urlsplit(server).port
+    status, body, _ = raw_request(server, "POST", "/v1/completions", GENERATE, {"Content-Type": "text/plain"})
+    assert status == 415 and body["error"]["code"] == "unsupported_media_type"
+    assert "application/json" in body["error"]["message"]
+    status, body, _ = raw_request(server, "POST", "/v1/completions", GENERATE,
+                                  {"Content-Type": "text/plain", "Origin": "https://evil.example"})
+    assert status == 403 and body["error"]["code"] == "origin_not_allowed"
+    assert "--allow-origin" in body["error"]["message"]
+    status, body, _ = raw_request(server, "POST", "/v1/completions", GENERATE,
+                                  {"Content-Type": "application/json", "Origin": "null"})
+    assert status == 403
+    for host in (f"evil.example:{port}", f"localhost.evil.example:{port}", f"127.0.0.1:{port + 1}", "localhost"):
+        status, body, _ = raw_request(server, "POST", "/v1/completions", GENERATE,
+                                      {"Content-Type": "application/json", "Host": host})
+        assert status == 421 and body["error"]["code"] == "misdirected_request", host
+        assert "host name" in body["error"]["message"]
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        status, body, _ = raw_request(server, headers={"Host": host, "Origin": "http://localhost:3000"})
+        assert status == 200 and body["data"][0]["id"] == "demo", host
+    status, body, _ = raw_request(server, "POST", "/v1/completions", GENERATE, {
+        "Content-Type": "application/json; charset=utf-8", "Origin": "http://127.0.0.1:8080"})
+    assert status == 200 and body["usage"]["completion_tokens"] == 3
+
+
+def test_request_fields_the_api_got_wrong_are_answered_as_openai_would(server, client):
+    status, body = post(server + "/chat/completions", json.dumps({"messages": []}).encode())
+    assert status == 400 and body["error"]["param"] == "messages" and "non-empty" in body["error"]["message"]
+    done = client.completions.create(model="demo", prompt=PROMPT, max_tokens=3,
+                                     extra_body={"max_completion_tokens": None})
+    assert done.usage.completion_tokens == 3          # a null max_completion_tokens does not hide max_tokens
+    status, body = post(server + "/completions", json.dumps({"prompt": [1, 2, 10**6], "max_tokens": 2}).encode())
+    assert status == 400 and body["error"]["param"] == "prompt" and "token id 1000000" in body["error"]["message"]
+    assert client_answers(server)
+
+
+def test_idle_and_trickling_connections_are_closed(server):
+    """A connection that never sends a whole request, or sends it a header at a time, is closed after
+    IDLE_TIMEOUT_S instead of holding a file descriptor for ever."""
+    import socket
+    from dflash_desktop.server import IDLE_TIMEOUT_S
+    parts = urllib.parse.urlsplit(server)
+    idle = socket.create_connection((parts.hostname, parts.port), timeout=IDLE_TIMEOUT_S + 10)
+    slow = socket.create_connection((parts.hostname, parts.port), timeout=1)
+    slow.sendall(b"GET /v1/models HTTP/1.1\r\n")
+    start, closed = time.monotonic(), False
+    while time.monotonic() - start < IDLE_TIMEOUT_S + 10 and not closed:
+        try:
+            slow.sendall(b"X-Slow: 1\r\n")
+            closed = slow.recv(1) == b""
+        except socket.timeout:
+            pass
+        except OSError:
+            closed = True
+    assert closed and time.monotonic() - start >= IDLE_TIMEOUT_S - 1
+    assert idle.recv(1) == b""
+    idle.close()
+    slow.close()
+    assert client_answers(server)
+
+
+def client_answers(url: str) -> bool:
+    status, body, _ = raw_request(url)
+    return status == 200 and bool(body["data"])
+
+
+def test_serve_loads_its_pair_again_after_the_engine_is_killed(tmp_path):
+    """kill -9 of the worker: requests get 503 with Retry-After while the pair loads again, the log says so,
+    then the server answers as before. The same server lets pages of an origin given with --allow-origin in,
+    with CORS headers."""
+    import psutil
+    proc, url = start_server(tmp_path, "--api-key", KEY, "--allow-origin", "https://app.example")
+    try:
+        status, _, headers = raw_request(url, headers={"Origin": "https://app.example"})
+        assert status == 200 and headers["access-control-allow-origin"] == "https://app.example"
+        status, _, headers = raw_request(url, "OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert status == 200 and "POST" in headers["access-control-allow-methods"]
+        assert raw_request(url, headers={"Origin": "https://other.example"})[0] == 403
+
+        workers = psutil.Process(proc.pid).children()
+        assert len(workers) == 1
+        workers[0].kill()
+        workers[0].wait(10)
+        deadline = time.monotonic() + 10
+        while (status := raw_request(url)[0]) == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)    # until the server has seen its engine go
+        status, body, headers = raw_request(url, "POST", "/v1/completions", GENERATE,
+                                            {"Content-Type": "application/json"})
+        assert status == 503 and int(headers["retry-after"]) > 0 and "try again" in body["error"]["message"]
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            status, body, headers = raw_request(url, "POST", "/v1/completions", GENERATE,
+                                                {"Content-Type": "application/json"})
+            if status != 503:
+                break
+            assert int(headers["retry-after"]) > 0
+            time.sleep(1)
+        assert status == 200 and body["usage"]["completion_tokens"] == 3
+        assert client_answers(url) and len(psutil.Process(proc.pid).children()) == 1
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "Serving demo again" in out and "loading demo again" in err

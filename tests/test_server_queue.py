@@ -140,3 +140,25 @@ def _answers(url: str) -> bool:
         return True
     except openai.APIConnectionError:
         return False
+
+
+def test_a_web_pages_blind_post_or_rebound_name_starts_no_job(qtbot, window):
+    """What a page in a browser can send without the server's consent (text/plain, a foreign Origin, a name of
+    its own pointed at 127.0.0.1) is refused by the window's server before any job is queued."""
+    url = start_server(qtbot, window)
+    parts = urllib.parse.urlsplit(url)
+    earlier = server_jobs(window)            # the worker, and its queue, serve the whole module
+    body = json.dumps({"prompt": "x", "max_tokens": 2}).encode()
+    refusals = [({"Content-Type": "text/plain"}, 415),
+                ({"Content-Type": "text/plain", "Origin": "https://evil.example"}, 403),
+                ({"Content-Type": "application/json", "Host": f"rebound.evil.example:{parts.port}"}, 421)]
+    for headers, expected in refusals:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        conn.putrequest("POST", "/v1/completions", skip_host="Host" in headers)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        assert resp.status == expected and json.loads(resp.read())["error"]["message"], headers
+        conn.close()
+    assert server_jobs(window) == earlier and window.worker.queue.running is None

@@ -3,7 +3,12 @@ that falls back field by field instead of stopping the app."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +34,18 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
     ("theme", "neon", "Theme must be one of system, light, dark"),
     ("font_size", 2, "Font size must be between 7 and 32"),
     ("font_size", True, "Font size"),
+    ("show_stats", "yes", "Show stats is on or off"),
+    ("highlight_drafted", 1, "Highlight drafted is on or off"),
+    ("last_pair", [1], "The last model pair"),
+    ("last_pair", {"id": "demo", "target_dir": 5}, "The last model pair"),
+    ("last_pair", {"id": "demo", "target_dir": "/x", "plan": {"engine": "torch", "device": "cpu", "x": 1}},
+     "The last model pair"),
+    ("last_pair", {"id": "s", "remote": True}, "The last model pair"),
+    ("last_pair", {"id": "s", "remote": {"base_url": "http://h", "api_key": "k", "token": "t"}}, "The last model pair"),
+    ("baselines", {"demo|/x": {"tok_s": "fast", "tokens": 64, "measured_at": 1.0, "device": "cpu"}}, "Baselines"),
+    ("baselines", {"demo|/x": {"tok_s": 40.0, "tokens": 64, "measured_at": 1e300, "device": "cpu"}}, "Baselines"),
+    ("baselines", [], "Baselines"),
+    ("engine", ["torch"], "Engine must be"),
 ])
 def test_absurd_values_are_refused_with_a_clear_message(field, value, message):
     s = S.Settings(**{field: value})
@@ -89,3 +106,80 @@ def test_the_diagnosis_gives_the_fallbacks_reason_and_the_switch():
              "fallback": {"reason": "DFlash committed 1.10 tokens per step over its first 32 steps, below ..."}}
     text = diagnose(stats, None)
     assert text.startswith("DFlash committed 1.10 tokens per step") and "Plain fallback" in text
+
+
+def test_pairs_the_window_saves_are_valid():
+    for pair in ({"id": "demo", "name": "Demo", "target_dir": "/t", "draft_dir": None,
+                  "plan": {"engine": "torch", "device": "cpu", "dtype": None}, "planned": None, "thinking": False},
+                 {"id": "local:/t", "name": "t", "target_dir": "/t", "draft_dir": "/d",
+                  "plan": {"engine": "auto", "device": "auto", "dtype": None}, "thinking": None},
+                 {"id": "remote:http://h/v1", "name": "Server at h",
+                  "remote": {"base_url": "http://h/v1", "api_key": ""}}):
+        assert S.Settings(last_pair=pair).validate().last_pair == pair
+
+
+def write_settings(tmp_path, monkeypatch, text: str):
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
+    path = tmp_path / "config" / "settings.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_wrong_types_fall_back_to_defaults_with_a_notice_naming_each_field(tmp_path, monkeypatch):
+    nested: list = []
+    for _ in range(500):
+        nested = [nested]
+    write_settings(tmp_path, monkeypatch, json.dumps({
+        "theme": "dark", "show_stats": "yes", "highlight_drafted": "x", "last_pair": [1],
+        "baselines": {"k": {"tok_s": 1e400}}, "remote_servers": nested}))
+    settings, notice = S.load_checked()
+    assert settings.theme == "dark"                                   # the good field is kept
+    assert (settings.show_stats, settings.highlight_drafted, settings.last_pair, settings.baselines,
+            settings.remote_servers) == (True, True, None, {}, [])
+    for name in ("show_stats", "highlight_drafted", "last_pair", "baselines", "remote_servers"):
+        assert f"- {name}: " in notice
+    assert "theme" not in notice and "back to their defaults" in notice
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"last_pair": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ("[1, 2]", "does not hold a JSON object"),
+    ("{not json", "could not be read"),
+], ids=["deep", "deep-field", "list", "not-json"])
+def test_an_unreadable_file_gives_the_defaults_with_a_notice(tmp_path, monkeypatch, text, problem):
+    path = write_settings(tmp_path, monkeypatch, text)
+    settings, notice = S.load_checked()
+    assert settings == S.Settings() and problem in notice and str(path) in notice
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and /dev/zero are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link"])
+def test_a_settings_file_that_is_not_a_file_is_not_read(tmp_path, monkeypatch, kind):
+    path = write_settings(tmp_path, monkeypatch, "{}")
+    path.unlink()
+    os.mkfifo(path) if kind == "fifo" else path.symlink_to("/dev/zero")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(loaded=S.load_checked()), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "reading the settings blocked"
+    settings, notice = result["loaded"]
+    assert settings == S.Settings() and "not a regular file" in notice
+
+
+def test_the_app_starts_with_every_wrong_field(tmp_path, monkeypatch):
+    """`python -m dflash_desktop` with fields of the wrong type: it used to exit 1 with a traceback, every time."""
+    write_settings(tmp_path, monkeypatch, json.dumps({
+        "show_stats": "yes", "highlight_drafted": "no", "last_pair": {"id": "x", "remote": True},
+        "baselines": {"demo|x": {"tok_s": 1, "tokens": 1e300, "measured_at": 1, "device": "cpu"}},
+        "window_state": {"x": 1}, "last_conversation": "1"}))
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DFLASH_DESKTOP_HOME=str(tmp_path), PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen",
+               DFLASH_DESKTOP_EXIT_AFTER_MS="2500")
+    out = subprocess.run([sys.executable, "-m", "dflash_desktop"], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert S.load_checked()[1] is None          # written again at quit: the next start has nothing to say

@@ -145,3 +145,34 @@ def test_a_chat_overrides_max_tokens_shows_it_and_resets_to_global(qtbot, home, 
     dialog.accept()
     assert window.store.conversation(chat).overrides == {} and header.text() == "Chat settings"
     assert "follows the global" in window.status_label.text()
+
+
+def test_an_export_with_wrong_types_inside_is_refused_and_a_stored_one_does_not_stop_the_window(
+        qtbot, home, chat_worker, echo_pair, tmp_path):
+    """The import refuses a crafted file naming the field ("stats": {"decode_tok_s": "fast"} made the window
+    raise in the footer); a chat already stored that way (an import before this check) stays closed with a
+    notice, and the window goes on."""
+    store = filled_store(tmp_path)
+    window = make_window(qtbot, chat_worker, echo_pair, store=store, wait_ready=False)
+    sorting = next(c for c in store.conversations() if c.title == "Sorting lists")
+    window.controller.open_conversation(sorting.id)
+    data = json.loads(window.export_chat(tmp_path / "sorting.json").read_text(encoding="utf-8"))
+    data["messages"][1]["stats"] = {"decode_tok_s": "fast"}
+    crafted = tmp_path / "crafted.json"
+    crafted.write_text(json.dumps(data), encoding="utf-8")
+    assert window.import_chat(crafted) is None
+    assert any("crafted.json" in t and "stats.decode_tok_s" in t and "Nothing was added" in t
+               for t in visible_messages(window))
+    assert len(store.conversations()) == 2
+
+    broken = store.create_conversation("Stored before the check")
+    store.add_message(broken.id, "user", "hi")
+    store.add_message(broken.id, "assistant", "hello", stats={"decode_tok_s": "fast"}, stop_reason="eos")
+    window.controller.open_conversation(broken.id)
+    assert window.controller.conversation_id is None and window.chat_view.messages == []
+    status = window.status_label.text()
+    assert "Stored before the check" in status and "could not be shown" in status
+    qtbot.waitUntil(lambda: any("could not be shown" in t for t in visible_messages(window)))
+    assert broken.id in [c.id for c in store.conversations()]      # kept, to delete or export
+    window.controller.open_conversation(sorting.id)               # the others still open
+    assert [w.text for w in window.chat_view.messages if w.role == "assistant"] == ["list.sort() works in place"]

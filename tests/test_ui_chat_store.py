@@ -119,3 +119,53 @@ def test_bring_to_front_restores_a_minimized_window(home, qtbot):
     qtbot.waitUntil(window.isMinimized)
     window.bring_to_front()
     assert not window.isMinimized() and window.isVisible()
+
+
+def test_a_message_a_read_only_store_refuses_stays_in_the_box(home, qtbot, store_error_hook):
+    newer_chat_file()
+    window = open_window(qtbot)
+    store_error_hook(window)
+    qtbot.keyClicks(window.chat_view.input, "typed with care")
+    qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return)
+    assert any(t.startswith("Nothing was saved.") for t in message_boxes(window))
+    assert window.chat_view.input.toPlainText() == "typed with care"   # to send again once the store is writable
+
+
+def unreadable_last_chat() -> settings_mod.Settings:
+    """The default chat file with a chat whose stored stats the window cannot draw (an import before the
+    import checked types did that), left on screen at the last quit; returns the settings saying so."""
+    store = ChatStore(default_path())
+    conv = store.create_conversation("fast chat")
+    store.add_message(conv.id, "user", "hi")
+    store.add_message(conv.id, "assistant", "hello", stats={"decode_tok_s": "fast"}, stop_reason="eos")
+    store.close()
+    settings = settings_mod.Settings(last_conversation=conv.id)
+    settings_mod.save(settings)
+    return settings
+
+
+def test_a_last_chat_that_cannot_be_drawn_is_skipped_with_a_notice(home, qtbot):
+    from ui.main_window import MainWindow
+    settings = unreadable_last_chat()
+    window = MainWindow(worker=QtWorker(), settings=settings, autoload=False)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: any("“fast chat” could not be shown" in t for t in message_boxes(window)))
+    assert window.controller.conversation_id is None and window.chat_view.messages == []
+    assert [c.title for c in window.store.conversations()] == ["fast chat"]
+    window.close()
+    assert settings_mod.load().last_conversation is None      # the next start does not try it again
+
+
+def test_the_app_starts_and_quits_cleanly_with_that_chat_last_on_screen(home):
+    """`python -m dflash_desktop` as a user starts it: the start used to exit 1 with a traceback, every time."""
+    import subprocess
+    from pathlib import Path
+    unreadable_last_chat()
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DFLASH_DESKTOP_HOME=str(home), PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen",
+               DFLASH_DESKTOP_EXIT_AFTER_MS="2500")
+    out = subprocess.run([sys.executable, "-m", "dflash_desktop"], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "could not be shown" in out.stderr   # the log says why

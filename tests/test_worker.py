@@ -200,6 +200,10 @@ def test_engine_errors_are_clear_and_the_worker_survives(client, pair_dirs):
     assert bad["code"] == "bad_settings" and "block size" in bad["message"]
     bad = client.wait(client.generate(prompt_ids=[1] * 2100, settings={"max_new_tokens": 2}), T)
     assert bad["code"] == "prompt_too_long"
+    bad = client.wait(client.generate(prompt_ids=[1, 10**9], settings={"max_new_tokens": 2}), T)
+    assert bad["code"] == "bad_message" and "vocabulary" in bad["message"]
+    bad = client.wait(client.generate(messages=[], settings={"max_new_tokens": 2}), T)
+    assert bad["code"] == "bad_message" and "messages is empty" in bad["message"]
     missing = client.wait(client.load_pair("/no/such/model", None), T)
     assert missing["code"] == "bad_checkpoint" and "/no/such/model" in missing["message"]
     assert client.pair_info is None

@@ -6,9 +6,9 @@ status bar. DFLASH_DESKTOP_TIMING=1 prints the wall-clock time at which the firs
 bench/bench_time_to_window.py can measure from the moment it launched the process.
 
 Only one instance runs per data folder: a second launch brings the first window to the front and exits.
-The chat store never stops the start: what ``open_store`` had to do (a damaged file moved aside, a
-read-only store) is shown in a dialog once the window is up, and a refused write later on is shown
-the same way instead of a traceback.
+Neither the chat store nor the settings stop the start: what ``open_store`` had to do (a damaged file moved
+aside, a read-only store) and the settings that fell back to their defaults are shown in dialogs once the
+window is up, and a refused write later on is shown the same way instead of a traceback.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def run(argv: list[str] | None = None) -> int:
         instance = None
     if instance is not None and not instance.claim():
         return hand_over(instance)
-    settings = settings_mod.load()
+    settings, settings_notice = settings_mod.load_checked()
     theme.apply(app, settings.theme, settings.font_size)
     window = MainWindow(settings=settings)  # opens the chat store, now that this process holds the folder
     if instance is not None:
@@ -54,6 +54,8 @@ def run(argv: list[str] | None = None) -> int:
     window.show()
     if window.store_notice:
         QTimer.singleShot(0, window.show_store_notice)
+    if settings_notice:
+        QTimer.singleShot(0, lambda: window.show_notice(settings_notice))
     greet(window)
     if os.environ.get("DFLASH_DESKTOP_TIMING"):
         QTimer.singleShot(0, lambda: print(f"window-shown-at {time.time():.6f}", flush=True))

@@ -3,12 +3,14 @@ stop, regenerate, edit-and-resend, model load and baseline calibration. Every wo
 once; results come back as QtWorker signals, matched to our requests by id."""
 from __future__ import annotations
 
+import logging
 import time
 
 import psutil
 from PySide6.QtCore import QObject, Signal
 
 from dflash_desktop import run_plan, session
+from engine.backends import ENGINES
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.cpu_load import CpuMeter
@@ -20,6 +22,8 @@ from .chat_view import ChatView
 from .message_widget import MessageWidget
 from .stats_panel import StatsPanel
 
+log = logging.getLogger(__name__)
+
 
 class ChatController(QObject):
     statusMessage = Signal(str)           # one line for the status bar
@@ -30,6 +34,7 @@ class ChatController(QObject):
     answerFinished = Signal(dict)         # the done or error event that ended an answer
     pairUnloaded = Signal()               # the user unloaded the model: memory freed
     baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
+    chatUnreadable = Signal(str)          # a stored chat could not be shown: why, in a sentence for a dialog
 
     def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
                  panel: StatsPanel, parent: QObject | None = None):
@@ -63,7 +68,7 @@ class ChatController(QObject):
         # an answer queued behind someone else's generation (the speedup demo) starts when it ends
         worker.done.connect(self._run_waiting)
         worker.error.connect(self._run_waiting)
-        view.sendRequested.connect(self.send)
+        view.sendRequested.connect(self.send_typed)
         view.stopRequested.connect(self.stop)
         view.regenerateRequested.connect(self.regenerate)
         view.editSubmitted.connect(self.edit_and_resend)
@@ -114,6 +119,20 @@ class ChatController(QObject):
         if self.pair is not None:
             self.load_pair({**self.pair, "plan": {"engine": (self.pair.get("plan") or run_plan.AUTO)["engine"],
                                                   "device": "cpu", "dtype": None}})
+
+    def load_with_engine(self, engine: str) -> None:
+        """After the engine crashed on this computer: the same pair with another engine that runs it."""
+        if self.pair is not None:
+            self.load_pair({**self.pair, "plan": {"engine": engine, "device": "cpu", "dtype": None}})
+
+    def _crash_way_out(self, ev: dict):
+        """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
+        others = ev.get("alternatives") or []
+        if ev.get("code") != "engine_crashed" or not others:
+            return None
+        name = others[0]
+        return (f"Load with {ENGINES[name].label}" if name in ENGINES else f"Load with {name}",
+                lambda: self.load_with_engine(name))
 
     def baseline(self) -> BaselineRecord | None:
         return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
@@ -229,6 +248,9 @@ class ChatController(QObject):
         self.currentConversationChanged.emit(-1)
 
     def open_conversation(self, conversation_id: int) -> None:
+        """Show a stored chat. One the window cannot draw (a value of the wrong type, stored by an older version's
+        import or by another program) is left as it is, with a new chat on screen and ``chatUnreadable`` saying
+        why: the window opens the last chat at start, and a chat must never stop the app from starting."""
         if conversation_id == self.conversation_id:
             return
         if self._gen:
@@ -237,10 +259,18 @@ class ChatController(QObject):
         if conv is None:
             return
         self.conversation_id = conv.id
-        messages = self.store.messages(conv.id)
-        self.view.load(messages, conv.system_prompt, self.pair_info)
-        self.view.show_chat_settings(conv.overrides)
-        self.show_stats_of(messages)
+        try:
+            messages = self.store.messages(conv.id)
+            self.view.load(messages, conv.system_prompt, self.pair_info)
+            self.view.show_chat_settings(conv.overrides)
+            self.show_stats_of(messages)
+        except Exception as exc:  # noqa: BLE001 - whatever a damaged row makes the drawing raise
+            log.warning("chat %s could not be shown: %r", conv.id, exc)
+            self.new_chat()
+            self.chatUnreadable.emit(f"The chat “{conv.title}” could not be shown: it holds a value this version "
+                                     f"cannot draw ({type(exc).__name__}: {exc}). It was left as it is: delete it "
+                                     "from the chats list, or export it as JSON to look into it.")
+            return
         self.currentConversationChanged.emit(conv.id)
 
     def show_stats_of(self, messages) -> None:
@@ -303,7 +333,12 @@ class ChatController(QObject):
         return {**self.settings.generation((self.pair_info or {}).get("block_size")), **self.chat_overrides()}
 
     # -- answers ------------------------------------------------------------------------------------
-    def send(self, text: str) -> None:
+    def send_typed(self, text: str) -> None:
+        """Send what the message box holds; the box is emptied only once the message is stored, so a refused
+        save (read-only chats, a full disk) leaves the text there to send again."""
+        self.send(text, typed=True)
+
+    def send(self, text: str, typed: bool = False) -> None:
         if self._gen is not None or not text.strip():
             return
         if self.conversation_id is None:
@@ -314,6 +349,8 @@ class ChatController(QObject):
             self.conversation_id = conv.id
             self.currentConversationChanged.emit(conv.id)
         message = self.store.add_message(self.conversation_id, "user", text)
+        if typed:
+            self.view.input.clear()
         self.view.add_user(message.id, text)
         self.conversationsChanged.emit()
         self._start_answer()
@@ -522,7 +559,8 @@ class ChatController(QObject):
             self.statusMessage.emit(f"Could not load the model: {ev.get('message', '')}")
             device = (self.pair.get("plan") or run_plan.AUTO)["device"] if self.pair else "cpu"
             way_out = (("Load on the CPU", self.load_on_cpu)
-                       if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu" else None)
+                       if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
+                       else self._crash_way_out(ev))
             if self._gen is not None:
                 self._finish(ev)
             else:
@@ -574,7 +612,7 @@ class ChatController(QObject):
                 self.view.add_error(ev, self.pair_info, action=("Drop the oldest turns and retry",
                                                                 self.drop_oldest_and_retry))
             elif is_error:
-                self.view.add_error(ev, self.pair_info)
+                self.view.add_error(ev, self.pair_info, action=self._crash_way_out(ev))
             self.view.mark_last()
         self.view.set_busy(False)
         if is_error and ev.get("code") == "prompt_too_long":

@@ -339,10 +339,10 @@ class ChatView(QWidget):
 
     # -- composer -----------------------------------------------------------------------------------
     def submit(self) -> None:
+        """Ask for the typed text to be sent; the controller empties the box once the message is stored."""
         text = self.input.toPlainText()
         if not text.strip() or self.busy:
             return
-        self.input.clear()
         self.sendRequested.emit(text)
 
     def _send_or_stop(self) -> None:

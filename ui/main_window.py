@@ -5,7 +5,8 @@ Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `co
 actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, `stats_action`,
 `settings_action`, `server_action`, `stop_action`), `local_server` and `server_status`, and `show_stats()`,
 `toggle_demo()`, `toggle_server()`, `open_model_picker()`, `open_settings()`, `open_chat_settings()`,
-`export_chat()`, `import_chat()`, `show_error()`, `show_store_notice()`, `show_store_error()`, `bring_to_front()`.
+`export_chat()`, `import_chat()`, `show_error()`, `show_notice()`, `show_store_notice()`, `show_store_error()`,
+`bring_to_front()`.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import CatalogError, load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
 from dflash_desktop.qt_worker import QtWorker
-from engine.backends import ENGINES, missing_engines
+from engine.backends import ENGINES, device_class_of, missing_engines
 
 from . import theme
 from .chat_controller import ChatController
@@ -296,6 +297,7 @@ class MainWindow(QMainWindow):
         c.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(c.pair or {}).get('name', 'Model')}  ·  unloaded"))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
+        c.chatUnreadable.connect(self._chat_unreadable)
         self.sidebar.conversationChosen.connect(c.open_conversation)
         self.sidebar.newChatRequested.connect(c.new_chat)
         self.sidebar.deleteRequested.connect(c.delete_conversation)
@@ -581,7 +583,7 @@ class MainWindow(QMainWindow):
             return []
         current = (pair.get("plan") or {}).get("engine") or info.get("engine") or "torch"
         device = str(info.get("device") or "cpu")
-        device_class = "cuda" if device.startswith("cuda") else "apple" if device in ("mps", "metal") else "cpu"
+        device_class = device_class_of(str(info.get("engine") or ""), device)
         return run_plan.engine_choices(entry, current, device_class, missing_engines())
 
     def with_engine(self, pair: dict) -> dict:
@@ -618,6 +620,16 @@ class MainWindow(QMainWindow):
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()  # window-modal, does not block: the window keeps drawing and tests can read the box
         return box
+
+    def show_notice(self, text: str) -> QMessageBox:
+        """Something the start had to work around (settings back to their defaults, a chat left closed)."""
+        return self._message(QMessageBox.Icon.Warning, text)
+
+    def _chat_unreadable(self, text: str) -> None:
+        """A chat that cannot be drawn stayed closed: said in the status bar, and in a dialog once the window is
+        up (this happens at start too, when it was the chat on screen at the last quit)."""
+        self.status_label.setText(text)
+        QTimer.singleShot(0, lambda: self.show_notice(text))
 
     def show_store_notice(self) -> QMessageBox | None:
         """Tell the user what opening the chats needed (a damaged file moved aside, read-only chats)."""
