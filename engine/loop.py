@@ -117,13 +117,19 @@ class Generation:
         self.fallback: dict | None = None
         self.stream = TextStream(pair.tokenizer, settings.stop_strings) if pair.tokenizer else None
         self._cancel = threading.Event()
+        self._streaming = False          # inside a streaming engine's request (cancel interrupts it)
 
     @property
     def text(self) -> str:
         return self.stream.text if self.stream else ""
 
     def cancel(self) -> None:
+        """Stop after the current step; a streaming engine that can (llama.cpp) is also woken from a read
+        that waits on its server, so cancel takes effect at once even when the server has stopped sending."""
         self._cancel.set()
+        interrupt = getattr(self.pair, "interrupt", None)
+        if interrupt is not None and self._streaming:
+            interrupt()
 
     def run(self) -> "Generation":
         for _ in self:
@@ -200,6 +206,7 @@ class Generation:
         start = time.perf_counter()
         chunks = self.pair.stream(self.prompt, self.settings, baseline=baseline)
         decode_start = arrived = None
+        self._streaming = True
         try:
             for chunk in chunks:
                 now = time.perf_counter()
@@ -230,6 +237,7 @@ class Generation:
                 if self.stop_reason is not None or self._cancel.is_set():
                     break
         finally:
+            self._streaming = False
             chunks.close()
         if self.stop_reason is None:
             yield self._end("cancelled" if self._cancel.is_set() else "eos")

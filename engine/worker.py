@@ -220,6 +220,11 @@ class Worker:
         self._jobs.put(None)
         if generating:
             self._executor.join(wait_s)
+        # the worker ends with os._exit, which runs no finalizer: child servers (llama.cpp) are stopped here,
+        # so quitting the app leaves none behind (the death signal alone let one run on for minutes)
+        close = getattr(self.pair, "close", None)
+        if close is not None and not self._executor.is_alive():
+            close()
 
     # -- executor -----------------------------------------------------------------------------------
     def _run_jobs(self) -> None:

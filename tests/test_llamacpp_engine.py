@@ -531,3 +531,42 @@ def test_a_drafter_beside_a_gguf_pairs_itself(pair, tmp_path):
         assert not alone.info["has_drafter"]
     finally:
         alone.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="stops the server with SIGSTOP")
+def test_cancel_ends_an_answer_within_a_second_even_when_the_server_hangs(pair):
+    """A llama-server that stops sending (here: frozen with SIGSTOP) no longer holds a cancel for the read's
+    600 s: the answer ends as cancelled at once, the hung server is replaced, and the next answer runs."""
+    import signal
+    import threading
+    ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
+    run = Generation(pair, ids, GenerationSettings(max_new_tokens=5000, block_size=16))
+    stamps = {}
+    for i, _ in enumerate(run):
+        if i == 2:
+            hung = pair.server.proc
+            hung.send_signal(signal.SIGSTOP)
+            stamps["cancel"] = time.perf_counter()
+            threading.Timer(0.2, run.cancel).start()
+    took = time.perf_counter() - stamps["cancel"]
+    try:
+        assert run.stop_reason == "cancelled" and took < 0.2 + 1.0, took
+        assert pair.server is None or pair.server.proc is not hung
+    finally:
+        hung.send_signal(signal.SIGCONT)
+    again = Generation(pair, ids, GenerationSettings(max_new_tokens=16, block_size=16)).run()
+    assert again.stop_reason == "length" and len(again.tokens) == 16
+
+
+def test_quitting_with_a_loaded_llamacpp_pair_leaves_no_server(pair):
+    """The app's quit (the worker's shutdown, which ends with os._exit) stops the llama-server at once."""
+    from dflash_desktop.worker_client import WorkerClient
+    before = all_servers()
+    client = WorkerClient()
+    loaded = client.wait(client.load_pair(TARGET, DRAFT, engine="llamacpp", device="cpu"), 120)
+    assert loaded["event"] == "loaded", loaded
+    started = all_servers() - before
+    assert started
+    assert client.shutdown(10) == 0
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in started), "a llama-server outlived the worker's shutdown"

@@ -260,17 +260,24 @@ class LlamaCppPair:
             raise
         finally:
             events.close()
+            if server.interrupted and not server.healthy():
+                self.stop_server(grace=0)      # cancelled while it had stopped answering: hung, so replaced
+
+    def interrupt(self) -> None:
+        """The loop's cancel, from another thread: wakes a read that waits on the server."""
+        if self.server is not None:
+            self.server.interrupt()
 
     def memory(self) -> dict:
         return {"peak_bytes": self.server.memory() if self.server else 0}
 
-    def stop_server(self) -> None:
+    def stop_server(self, grace: float = 10.0) -> None:
         if self.server is not None:
-            self.server.stop()
+            self.server.stop(grace)
             self.server = None
 
     def close(self) -> None:
-        self.stop_server()
+        self.stop_server(grace=3.0)
 
     def __del__(self):
         self.stop_server()

@@ -10,6 +10,7 @@ deadline and watches the process, so a crashed server becomes an EngineError, ne
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import http.client
 import json
@@ -33,6 +34,7 @@ START_SECONDS = 120.0       # loading a large model from a cold disk
 READ_SECONDS = 600.0        # the longest silence inside one answer (a long prompt's prefill)
 NO_ORIGIN = "null-origin.invalid"   # the only CORS origin the server allows: no web page has it
 KEPT_CRASH_LOGS = 5
+HEALTH_SECONDS = 0.5        # a server that does not answer /health in this long is hung (it answers in ms while busy)
 
 
 class ServerError(EngineError):
@@ -98,6 +100,8 @@ class Server:
         self.launch = launch
         self.port = free_port()
         self.key = secrets.token_urlsafe(32)
+        self._conn: http.client.HTTPConnection | None = None    # the streaming request, for interrupt()
+        self.interrupted = False
         # a private folder (0700) for the log and the key file; the key file goes once the server has read it
         self.folder = Path(tempfile.mkdtemp(prefix="dflash-llama-server-"))
         key_file = self.folder / "key"
@@ -169,10 +173,27 @@ class Server:
         finally:
             conn.close()
 
+    def interrupt(self) -> None:
+        """Cancel from another thread: the streaming read is woken at once (its socket shut down), so a
+        cancel never waits for a server that has stopped sending (hung, or in a long prefill)."""
+        self.interrupted = True
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def healthy(self) -> bool:
+        """Whether the server still answers at once (after an interrupted read: a hung one is replaced)."""
+        try:
+            return self.proc.poll() is None and self.request("GET", "/health", timeout=HEALTH_SECONDS)[0] == 200
+        except (OSError, http.client.HTTPException, ValueError):
+            return False
+
     def stream(self, body: dict):
-        """The events of one streamed /completion (dicts), ending with the one marked stop. Closing the
-        generator closes the connection, which makes llama-server cancel the request."""
-        conn = http.client.HTTPConnection(HOST, self.port, timeout=READ_SECONDS)
+        """The events of one streamed /completion (dicts), ending with the one marked stop, or early after
+        interrupt(). Closing the generator closes the connection, which makes llama-server cancel the request."""
+        conn = self._conn = http.client.HTTPConnection(HOST, self.port, timeout=READ_SECONDS)
+        self.interrupted = False
         try:
             conn.request("POST", "/completion", body=json.dumps({**body, "stream": True}), headers=self.headers)
             resp = conn.getresponse()
@@ -187,12 +208,17 @@ class Server:
                 yield event
                 if event.get("stop"):
                     return
+            if self.interrupted:
+                return                         # the shut-down socket reads as the end of the answer
             self.check_alive("in the middle of an answer")
             raise ServerError(f"llama-server closed the answer without finishing it. {self.tail()}")
         except (OSError, http.client.HTTPException) as exc:
+            if self.interrupted:
+                return                         # cancelled: the caller checks the server before reusing it
             self.check_alive("in the middle of an answer")
             raise ServerError(f"The connection to llama-server broke ({exc}). {self.tail()}") from None
         finally:
+            self._conn = None
             conn.close()
 
     def memory(self) -> int:
@@ -204,11 +230,12 @@ class Server:
         except (psutil.Error, OSError):   # the process is gone
             return 0
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10.0) -> None:
+        """Terminate the server, killing it when it has not exited after `grace` seconds (0: a hung one)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
