@@ -45,3 +45,17 @@ def smollm2_gguf(smollm2):
 def smollm2_folder(smollm2):
     """The same weights as a Hugging Face folder (made once per machine by scripts/smollm2.py)."""
     return smollm2.hf_folder()
+
+
+@pytest.fixture(scope="session")
+def smollm2_random_drafter(smollm2_folder, tmp_path_factory):
+    """An untrained DFlash drafter for SmolLM2 (block 8, one layer; mask: the unused <empty_output> token):
+    it accepts next to nothing, which is what paths that only need a drafter to exist want."""
+    import torch
+
+    from engine.backends.torch.target import TargetModel
+    from engine.backends.torch.tiny import random_drafter
+    target = TargetModel.from_pretrained(smollm2_folder, dtype=torch.float32, device=torch.device("cpu"))
+    folder = tmp_path_factory.mktemp("smollm2-drafter")
+    random_drafter(target, seed=1, layers=1, block_size=8, mask_token_id=16).save_pretrained(folder)
+    return folder

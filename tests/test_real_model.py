@@ -158,3 +158,21 @@ def test_a_quantized_mlx_folder_loads_through_the_worker(worker, smollm2):
     done = worker.wait(worker.generate(messages=[{"role": "user", "content": QUESTIONS[0]}], mode="baseline",
                                        settings={"max_new_tokens": 24, "temperature": 0.0}), 180)
     assert done["event"] == "done" and "Paris" in done["text"], done
+
+
+def test_llamacpp_dflash_on_a_llama_target_equals_its_plain_decoding(smollm2_folder, smollm2_random_drafter):
+    """llama.cpp's DFlash reads a llama target's layers (the engine declares `llama`): on the same weights in
+    float32, greedy DFlash gives plain decoding's tokens. (On the Q4_1 GGUF the verify's batched products round
+    differently and the two part after a few tokens: docs/ENGINES.md, "Exactness on quantized GGUF".)"""
+    from engine.backends.llamacpp.engine import load_pair
+    pair = load_pair(smollm2_folder, smollm2_random_drafter, dtype="float32")
+    try:
+        assert pair.info["has_drafter"] and pair.info["architecture"] == "llama"
+        for q in QUESTIONS[:2]:
+            ids = pair.tokenizer.encode_chat([{"role": "user", "content": q}])
+            plain = Generation(pair, ids, GREEDY, baseline=True).run()
+            dflash = Generation(pair, ids, GenerationSettings(max_new_tokens=48, temperature=0.0, block_size=8,
+                                                              plain_fallback=False)).run()
+            assert dflash.stats.drafted > 0 and dflash.tokens == plain.tokens
+    finally:
+        pair.close()

@@ -550,14 +550,15 @@ class MainWindow(QMainWindow):
             self.controller.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
                                                                      cpu_other))
 
-    def open_model_picker(self):
-        """Open the model picker; a chosen pair is loaded and remembered. Returns the dialog (or None)."""
+    def open_model_picker(self, catalog=None, hardware=None):
+        """Open the model picker; a chosen pair is loaded and remembered. Returns the dialog (or None).
+        catalog, hardware: given instead of the picker reading them (tests, screenshots)."""
         try:
             from .model_picker import ModelPicker
         except ImportError as exc:
             self.status_label.setText(f"The model picker is not available in this build ({exc}).")
             return None
-        picker = ModelPicker(self, servers=self.settings.remote_servers)
+        picker = ModelPicker(self, catalog=catalog, hardware=hardware, servers=self.settings.remote_servers)
         picker.pairChosen.connect(lambda pair: self.controller.load_pair(self.with_engine(pair)))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()

@@ -16,6 +16,9 @@ from . import theme
 from .pair_list_model import memory
 
 
+NO_DRAFTER = "Plain decoding: no drafter is loaded, so there is no acceptance or DFlash speedup to show."
+
+
 class BarChart(QWidget):
     """Vertical bars with labels under them; values are drawn relative to `maximum` (or their max)."""
 
@@ -344,6 +347,8 @@ class StatsPanel(QDockWidget):
             text += f"\n{loaded['speculation']['reason']}"
         if loaded.get("engine_note"):        # the worker's own engine pick could not run the pair
             text += f"\n{loaded['engine_note']}"
+        if not self.remote and not loaded.get("has_drafter", True):
+            text += f"\n{NO_DRAFTER}"
         self.runtime.setText(text)
         self.values["runtime"] = text
         self._show_memory(loaded, "after loading")
@@ -462,7 +467,12 @@ class StatsPanel(QDockWidget):
                                         f"= {ratio:.2f}×. {TIPS['speedup']}")
         if keep:
             return
-        if plain and self.has_drafter:     # nothing drafted: no rate to show, and tau is trivially 1
+        if not self.has_drafter:           # plain decoding by design: say so instead of empty figures
+            acceptance, tau, missing = None, None, "no drafter"
+            for metric in (self.acceptance_metric, self.tau_metric, self.speedup_metric):
+                metric.set_tip(f"{NO_DRAFTER} Load a pair with a DFlash drafter to see how many drafted tokens "
+                               "the target accepts.")
+        elif plain:                        # nothing drafted: no rate to show, and tau is trivially 1
             acceptance, tau, missing = None, None, "—"
             for metric in (self.acceptance_metric, self.tau_metric):
                 metric.set_tip(f"This answer drafted nothing, so there is nothing to accept. "
