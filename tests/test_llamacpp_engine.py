@@ -196,6 +196,13 @@ def test_calibration_is_remembered_and_says_why(pair):
         pair.flash_attn = saved
 
 
+def test_drafts_that_were_never_accepted_are_never_chosen_however_fast_they_measured():
+    """Seen on SmolLM2 with an untrained drafter under load: tau 1.00 measured 30 tok/s against plain's 22."""
+    decided = calibrate.decide({0: {"tok_s": 22.0, "tau": 1.0}, 3: {"tok_s": 30.0, "tau": 1.0},
+                                7: {"tok_s": 4.0, "tau": 1.0}})
+    assert decided["n_max"] == 0 and "plain decoding" in decided["reason"]
+
+
 def test_a_calibrated_plain_choice_runs_plain_decoding_and_says_why(pair):
     decided = calibrate.decide({0: {"tok_s": 1000.0, "tau": 1.0}, 3: {"tok_s": 700.0, "tau": 3.1},
                                 7: {"tok_s": 800.0, "tau": 4.0}})

@@ -118,7 +118,8 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
 def decide(best: dict[int, dict]) -> dict:
     """The fastest of plain decoding (n_max 0) and each DFlash n_max, with the reason in words."""
     plain = best[0]["tok_s"]
-    n_max = max(best, key=lambda n: best[n]["tok_s"])
+    # a setting whose drafts were never accepted (tau 1) cannot gain: only noise could make it look faster
+    n_max = max((n for n in best if not n or best[n]["tau"] > 1.0), key=lambda n: best[n]["tok_s"])
     top = max((n for n in best if n), key=lambda n: best[n]["tok_s"])
     rates = {str(n): round(r["tok_s"], 1) for n, r in best.items()}
     taus = {str(n): round(r["tau"], 2) for n, r in best.items() if n}
