@@ -279,14 +279,14 @@ class Worker:
             # the engine's own server died (the worker lives): say which other engines run this pair
             event = self._error_event(rid, "engine_crashed", str(exc))
             event["alternatives"] = _other_engines(self.pair_info)
-            return event
+            return {**event, **_server_log(exc)}
         code = getattr(exc, "code", None) if isinstance(exc, Exception) else None  # not SystemExit's exit code
         if _is_oom(exc):
             gc.collect()
             return self._error_event(rid, "out_of_memory", f"Out of memory: {exc}. Try a smaller model, a shorter "
                                      "prompt, or fewer new tokens.")
         if isinstance(code, str) and code in P.ERROR_CODES:  # engine.errors.EngineError and friends
-            return self._error_event(rid, code, str(exc))
+            return {**self._error_event(rid, code, str(exc)), **_server_log(exc)}
         log.error("unexpected failure in %s:\n%s", rid, traceback.format_exc())
         return self._error_event(rid, "internal", f"Unexpected {type(exc).__name__}: {exc}. "
                                  "Details are in the worker log.")
@@ -418,6 +418,12 @@ def lines(stdin):
             while (rest := stdin.readline(1 << 20)) and not rest.endswith(b"\n"):
                 pass
         yield raw
+
+def _server_log(exc: BaseException) -> dict:
+    """An engine server's last log lines and kept log (llama.cpp's ServerError), for the diagnostics."""
+    lines, path = getattr(exc, "log_lines", None), getattr(exc, "log_path", None)
+    return {**({"stderr_tail": list(lines)} if lines else {}), **({"log_path": str(path)} if path else {})}
+
 
 def _torch_can_load(target: str) -> bool:
     """A Hugging Face model folder (config.json), which the torch engine reads; a GGUF it does not."""

@@ -92,10 +92,56 @@ def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
     picker.reject()
 
 
+def shoot_real_model(app, window, shots: Shooter) -> None:
+    """18-19: SmolLM2-135M-Instruct, a real chat model (scripts/smollm2.py). 18: its GGUF opened from disk,
+    no drafter, answering in English with the stats panel; 19: the same weights as a Hugging Face folder in
+    llama.cpp, whose server is killed mid-answer: the chat names the crash and offers PyTorch."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import smollm2
+    try:
+        gguf, folder = smollm2.gguf_path(), smollm2.hf_folder()
+    except smollm2.Missing as exc:
+        print(f"skipping 18-19: {exc}", flush=True)
+        return
+    import psutil
+    c = window.controller
+    finished: list[dict] = []
+    c.answerFinished.connect(finished.append)
+    window.settings.max_new_tokens = 160
+    c.new_chat()
+    c.load_pair({"id": f"local:{gguf}", "name": "SmolLM2-135M-Instruct.Q4_1", "target_dir": str(gguf),
+                 "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": None}})
+    wait_until(app, lambda: c.ready, 240, "SmolLM2's GGUF to load")
+    window.chat_view.input.setPlainText("Name the largest planet in the solar system.")
+    window.chat_view.submit()
+    wait_until(app, lambda: bool(finished), 240, "SmolLM2's answer")
+    window.show_stats(True)
+    shots.shoot("18-real-model-gguf-no-drafter")
+
+    c.new_chat()
+    finished.clear()
+    c.load_pair({"id": f"local:{folder}", "name": "SmolLM2-135M-Instruct", "target_dir": str(folder),
+                 "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": "float32"}})
+    wait_until(app, lambda: c.ready, 240, "SmolLM2's folder to load in llama.cpp")
+    window.settings.max_new_tokens = 2000
+    window.chat_view.input.setPlainText("Write a long story about a lighthouse keeper.")
+    window.chat_view.submit()
+    chunks: list[dict] = []
+    window.worker.tokens.connect(chunks.append)
+    wait_until(app, lambda: len(chunks) >= 3, 120, "the answer to start")
+    for child in psutil.Process(window.worker.client.pid).children(recursive=True):
+        if child.name() == "llama-server":
+            child.kill()
+    wait_until(app, lambda: bool(finished), 60, "the crash report")
+    window.show_stats(False)
+    shots.shoot("19-llamacpp-crashed-offers-torch")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
+    parser.add_argument("--only-real", action="store_true", help="only 18-19, the real chat model")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -121,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     shots = Shooter(app, window, args.out)
     c = window.controller
     try:
+        if args.only_real:
+            wait_until(app, lambda: c.ready, 240, "the model to load")
+            shoot_real_model(app, window, shots)
+            return 0
         # 1. first run: model loaded (and the baseline calibrated), empty chat ready for a prompt
         window.show_stats(False)
         wait_until(app, lambda: c.ready, 240, "the model to load and calibrate")
@@ -262,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         window.apply_settings(window.settings)
         window.resize(1400, 860)
         shots.shoot("13-large-font")
+        window.settings.font_size = settings_mod.Settings().font_size
+        window.apply_settings(window.settings)
+        shoot_real_model(app, window, shots)
 
     finally:
         window.close()

@@ -6,6 +6,7 @@ here. The hostile packs are real folders too: deep or huge pack.json, modules th
 ctypes), links out of the pack and world-writable files."""
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from dflash_desktop.worker_client import WorkerClient, worker_env
 from engine import packs
 
 T = 120
+EXT = importlib.machinery.EXTENSION_SUFFIXES[0]  # .cpython-311-x86_64-linux-gnu.so, .cp311-win_amd64.pyd...
 
 
 def make_pack(root: Path, name: str = "cuda", provides=("torch",), **overrides) -> Path:
@@ -94,7 +96,7 @@ def test_two_packs_for_the_same_module_the_first_by_name_wins(tmp_path):
 
 @pytest.mark.parametrize("content, says", [
     ("[" * 50_000, "nested too deeply"),
-    ('{"format": 1, "pad": "' + "x" * (packs.MAX_MANIFEST_BYTES + 1) + '"}', "larger than 65,536 bytes"),
+    ('{"format": 1, "pad": "' + "x" * 70_000 + '"}', "larger than 65,536 bytes"),
     (b"\xff\xfe{}", "unreadable"),
 ], ids=["deep", "huge", "not utf-8"])
 def test_a_deep_or_huge_pack_json_is_left_out_naming_the_pack(tmp_path, content, says):
@@ -118,10 +120,10 @@ def test_the_packs_after_a_broken_one_are_still_chosen(tmp_path):
 @pytest.mark.parametrize("extra, names", [
     (("numpy/__init__.py", "ctypes/__init__.py"), "ctypes/ (part of Python), numpy/"),
     (("json.py",), "json.py (part of Python)"),
-    (("yaml.cpython-311-x86_64-linux-gnu.so",), "yaml.cpython-311-x86_64-linux-gnu.so"),
+    (("yaml" + EXT,), "yaml" + EXT),
     (("sitecustomize.pyc",), "sitecustomize.pyc"),
     (("nvidia/cublas/__init__.py",), "nvidia/"),   # a namespace package counts too
-])
+], ids=["numpy and ctypes", "json.py", "extension module", "bytecode", "namespace package"])
 def test_a_pack_that_ships_modules_it_does_not_declare_is_left_out(tmp_path, extra, names):
     """A test pack that provides torch also replaced numpy and ctypes, and was used."""
     folder = make_pack(tmp_path)
@@ -131,7 +133,8 @@ def test_a_pack_that_ships_modules_it_does_not_declare_is_left_out(tmp_path, ext
     left_out(tmp_path, folder, f"also holds {names}, which its pack.json does not declare")
 
 
-@pytest.mark.parametrize("provides", [("torch", "ctypes"), ("os",), ("engine",), ("dflash_desktop",)])
+@pytest.mark.parametrize("provides", [("torch", "ctypes"), ("os",), ("engine",), ("dflash_desktop",)],
+                         ids=["torch and ctypes", "os", "engine", "dflash_desktop"])
 def test_a_pack_may_not_provide_python_or_the_app_even_when_declared(tmp_path, provides):
     folder = make_pack(tmp_path, provides=provides)
     left_out(tmp_path, folder, "part of Python or of the app itself")
@@ -233,8 +236,7 @@ def test_worker_prefers_the_packs_torch(tmp_path):
     folder = tmp_path / "packs" / "cuda"
     (folder / "site-packages").mkdir(parents=True)
     # the pack's own files (a link out of the pack is refused): hard links where the file system allows them
-    shutil.copytree(real_torch, folder / "site-packages" / "torch", symlinks=True, copy_function=link_or_copy,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(real_torch, folder / "site-packages" / "torch", symlinks=True, copy_function=link_or_copy)
     (folder / packs.MANIFEST).write_text(json.dumps({
         "format": packs.FORMAT, "name": "cuda", "provides": ["torch"], "python": packs.this_python(),
         "platform": packs.this_platform(), "api": packs.API}))

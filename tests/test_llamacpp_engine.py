@@ -515,6 +515,8 @@ def test_auto_takes_torch_when_the_llamacpp_server_crashes_while_loading(tmp_pat
         assert "crashed" in loaded["engine_note"] and "SIGSEGV" in loaded["engine_note"]
         asked = client.wait(client.load_pair(TARGET, DRAFT, engine="llamacpp", device="cpu"), 120)
         assert asked["event"] == "error" and asked["code"] == "engine_crashed", asked
+        assert "SIGSEGV" in asked["message"] and "amx_mul_mat: crashed" in asked["stderr_tail"][-1]
+        assert "AMX kernels crash on this CPU" in asked["message"] and Path(asked["log_path"]).is_file()
     finally:
         client.shutdown(10)
 

@@ -467,6 +467,7 @@ class StatsPanel(QDockWidget):
                                         f"= {ratio:.2f}×. {TIPS['speedup']}")
         if keep:
             return
+        self.dflash_metric.caption.setText("DFlash tok/s" if self.has_drafter else "tok/s, plain decoding")
         if not self.has_drafter:           # plain decoding by design: say so instead of empty figures
             acceptance, tau, missing = None, None, "no drafter"
             for metric in (self.acceptance_metric, self.tau_metric, self.speedup_metric):

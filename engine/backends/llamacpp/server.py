@@ -38,8 +38,14 @@ HEALTH_SECONDS = 0.5        # a server that does not answer /health in this long
 
 
 class ServerError(EngineError):
-    """llama-server stopped or broke an answer; the worker process itself is fine."""
+    """llama-server stopped or broke an answer; the worker process itself is fine. The message says what
+    happened in a sentence or two; the server's last log lines and its kept log travel beside it (the
+    window puts them in the diagnostics, not in the chat)."""
     code = "engine_crashed"
+
+    def __init__(self, message: str, log_lines: list[str] | None = None, log_path: Path | None = None):
+        super().__init__(message)
+        self.log_lines, self.log_path = log_lines or [], log_path
 
 
 @dataclass(frozen=True)
@@ -128,23 +134,28 @@ class Server:
             except OSError:
                 pass
             time.sleep(0.05)
-        raise ServerError(f"llama-server did not become ready in {START_SECONDS:.0f} s. {self.tail()}")
+        raise self.failed(f"llama-server did not become ready in {START_SECONDS:.0f} s.")
 
     def check_alive(self, when: str) -> None:
         code = self.proc.poll()
         if code is not None:
-            kept = self.keep_log()
-            where = f" Its whole log is kept in {kept}." if kept else ""
-            raise ServerError(f"The llama.cpp engine crashed {when} ({_exit_reason(code)}). {self.tail()}{where}")
+            lines, kept = self.tail_lines(), self.keep_log()
+            where = f" Its log is kept in {kept}." if kept else ""
+            raise ServerError(f"The llama.cpp engine crashed {when} ({_exit_reason(code)}). "
+                              f"{likely_cause(code, lines)}{_last_words(lines)}{where}", lines, kept)
 
-    def tail(self, lines: int = 12) -> str:
+    def failed(self, what: str) -> ServerError:
+        """A ServerError for a server that still runs but broke its request."""
+        lines = self.tail_lines()
+        return ServerError(f"{what}{_last_words(lines)}", lines)
+
+    def tail_lines(self, lines: int = 40) -> list[str]:
         """The end of the server's log, where llama.cpp says what went wrong."""
         try:
             text = Path(self.log.name).read_text(encoding="utf-8", errors="replace")[-64_000:]
         except OSError:
-            return ""
-        kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
-        return ("Its log ends with:\n" + "\n".join(kept)) if kept else ""
+            return []
+        return [ln for ln in text.splitlines() if ln.strip()][-lines:]
 
     def keep_log(self) -> Path | None:
         """A copy of a crashed server's log in the cache's logs folder (the newest few are kept)."""
@@ -211,12 +222,12 @@ class Server:
             if self.interrupted:
                 return                         # the shut-down socket reads as the end of the answer
             self.check_alive("in the middle of an answer")
-            raise ServerError(f"llama-server closed the answer without finishing it. {self.tail()}")
+            raise self.failed("llama-server closed the answer without finishing it.")
         except (OSError, http.client.HTTPException) as exc:
             if self.interrupted:
                 return                         # cancelled: the caller checks the server before reusing it
             self.check_alive("in the middle of an answer")
-            raise ServerError(f"The connection to llama-server broke ({exc}). {self.tail()}") from None
+            raise self.failed(f"The connection to llama-server broke ({exc}).") from None
         finally:
             self._conn = None
             conn.close()
@@ -241,6 +252,28 @@ class Server:
                 self.proc.wait()
         self.log.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def likely_cause(code: int, lines: list[str]) -> str:
+    """What most likely stopped the server, in a sentence a user can act on ("" when nothing is known)."""
+    text = "\n".join(lines).lower()
+    if "amx" in text and code == -signal.SIGSEGV:
+        return ("llama.cpp's AMX kernels crash on this CPU (an upstream bug); start the app again so that the "
+                "server runs without weight repacking, or load the model with another engine. ")
+    if code == -signal.SIGKILL:
+        return ("Something stopped it from outside: the system when memory ran out, or another program. ")
+    if "failed to load model" in text or "error loading model" in text:
+        return "It could not load the model file: it may be damaged, or made for a newer llama.cpp. "
+    if "out of memory" in text or "failed to allocate" in text:
+        return "It ran out of memory: try a smaller model or a shorter context. "
+    if code == -signal.SIGSEGV:
+        return "It crashed inside llama.cpp (a bug there, or a file it reads wrongly). "
+    return ""
+
+
+def _last_words(lines: list[str]) -> str:
+    """The server's last log line, which usually names the failure."""
+    return f" Its log ends with: «{lines[-1].strip()[:300]}»." if lines else ""
 
 
 def _exit_reason(code: int) -> str:
