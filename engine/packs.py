@@ -30,6 +30,8 @@ import importlib.machinery
 import json
 import os
 import platform
+import reprlib
+import shlex
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -101,25 +103,34 @@ def check(folder: Path, root: Path | None = None) -> dict:
     expected = {"name": folder.name, "python": this_python(), "platform": this_platform(), "api": API}
     for key, want in expected.items():
         if manifest.get(key) != want:
-            raise PackError(f"it was made for {key} {manifest.get(key)!r}, and this app needs {want!r}")
+            raise PackError(f"it was made for {key} {_short.repr(manifest.get(key))}, and this app needs {want!r}")
     provides = manifest.get("provides")
     if not (isinstance(provides, list) and provides and all(isinstance(p, str) and p.isidentifier() for p in provides)):
         raise PackError(f"its {MANIFEST} does not list the modules it provides")
     python_own = sorted(set(provides) & (PYTHON_MODULES | APP_PACKAGES))
     if python_own:
-        raise PackError(f"it would replace {', '.join(python_own)}, part of Python or of the app itself, which no "
+        raise PackError(f"it would replace {_names(python_own)}, part of Python or of the app itself, which no "
                         "pack may provide")
     site = real / "site-packages"
     shipped = _top_level_modules(site)
     missing = [p for p in provides if p not in shipped]
     if missing:
-        raise PackError(f"it lacks {', '.join(missing)} in {site}")
+        raise PackError(f"it lacks {_names(missing)} in {site}")
     undeclared = sorted(set(shipped) - set(provides))
     if undeclared:
-        names = ", ".join(f"{shipped[m]} (part of Python)" if m in PYTHON_MODULES else shipped[m] for m in undeclared)
+        names = _names([f"{shipped[m]} (part of Python)" if m in PYTHON_MODULES else shipped[m] for m in undeclared])
         raise PackError(f"its site-packages also holds {names}, which its {MANIFEST} does not declare; a pack may "
                         "only add the modules it lists in \"provides\", never replace others the engine imports")
     return {**manifest, "path": str(site)}
+
+
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 60  # a hostile pack.json's values go into notes and logs: keep them short
+
+
+def _names(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(_short.repr(n)[1:-1] for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _read_manifest(path: Path) -> object:
@@ -154,14 +165,15 @@ def _check_files(real: Path) -> None:
     Walked with a stack (no recursion: the folder may be nested arbitrarily deep) and at most MAX_ENTRIES."""
     if _world_writable(real):
         raise PackError(f"every user of this computer can change its folder (it is world-writable), so the engine "
-                        f"could run code they put there; run  chmod -R o-w '{real}'  to fix it")
+                        f"could run code they put there; run  chmod -R o-w {shlex.quote(str(real))}  to fix it")
     stack, seen = [real], 0
     while stack:
         with os.scandir(stack.pop()) as entries:
             for entry in entries:
                 seen += 1
                 if seen > MAX_ENTRIES:
-                    raise PackError(f"it holds more than {MAX_ENTRIES:,} files and folders, far more than an engine needs")
+                    raise PackError(f"it holds more than {MAX_ENTRIES:,} files and folders, far more than an "
+                                    "engine needs")
                 if entry.is_symlink() or getattr(entry, "is_junction", lambda: False)():
                     target = Path(os.path.realpath(entry.path))
                     if not target.is_relative_to(real):
@@ -170,7 +182,8 @@ def _check_files(real: Path) -> None:
                     continue  # its target is inside the pack, and checked there
                 if _world_writable(entry.path, entry.stat(follow_symlinks=False)):
                     raise PackError(f"every user of this computer can change {entry.path} (it is world-writable), so "
-                                    f"the engine could run code they put there; run  chmod -R o-w '{real}'  to fix it")
+                                    "the engine could run code they put there; run  "
+                                    f"chmod -R o-w {shlex.quote(str(real))}  to fix it")
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
 
@@ -204,8 +217,9 @@ def choose(root: Path | None) -> Choice:
             return choice
         if _world_writable(os.path.realpath(root)):
             choice.notes.append(f"No engine pack in {root} is used: every user of this computer can change that "
-                                f"folder (it is world-writable), so the engine could run code they put there. Run  "
-                                f"chmod o-w '{root}'  to fix it. The app's built-in engine runs instead.")
+                                "folder (it is world-writable), so the engine could run code they put there. Run  "
+                                f"chmod o-w {shlex.quote(str(root))}  to fix it. The app's built-in engine runs "
+                                "instead.")
             return choice
         folders = sorted(p for p in root.iterdir() if p.is_dir())
     except (OSError, ValueError) as exc:

@@ -179,7 +179,8 @@ def test_a_link_out_of_the_pack_is_refused(tmp_path, link):
     if link == "pack.json":
         target, path = real / packs.MANIFEST, folder / packs.MANIFEST
     elif link == "module file":
-        target, path = real / "site-packages" / "torch" / "__init__.py", folder / "site-packages" / "torch" / "__init__.py"
+        target = real / "site-packages" / "torch" / "__init__.py"
+        path = folder / "site-packages" / "torch" / "__init__.py"
     else:
         target, path = real / "site-packages" / "torch", folder / "site-packages" / "torch"
     shutil.rmtree(path) if path.is_dir() else path.unlink()

@@ -275,11 +275,16 @@ def test_a_worker_runs_the_demo_pair_with_llamacpp_and_its_server_dies_with_it(p
         assert done["event"] == "done" and done["stats"]["generated_tokens"] == 32, done
         assert done["stats"]["unknown"] == []
         assert all_servers() - before, "the worker's llama-server runs"
+        folders = Path(os.environ["DFLASH_DESKTOP_HOME"]) / "cache" / "llama-server"
+        left = [f for f in folders.iterdir() if f.name.startswith(f"{client.pid}-")]
+        assert left and all((f / "llama-server.log").is_file() for f in left)
         os.kill(client.pid, 9)
         deadline = time.monotonic() + 10
         while all_servers() - before and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not all_servers() - before, "a killed worker's llama-server must end with it"
+        load_pair(TARGET).close()      # the next server start clears what the killed worker left
+        assert not any(f.exists() for f in left), left
     finally:
         client.shutdown(10)
 

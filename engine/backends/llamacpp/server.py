@@ -109,7 +109,7 @@ class Server:
         self._conn: http.client.HTTPConnection | None = None    # the streaming request, for interrupt()
         self.interrupted = False
         # a private folder (0700) for the log and the key file; the key file goes once the server has read it
-        self.folder = Path(tempfile.mkdtemp(prefix="dflash-llama-server-"))
+        self.folder = _run_folder()
         key_file = self.folder / "key"
         key_file.write_text(self.key, encoding="utf-8")
         self.log = (self.folder / "llama-server.log").open("wb")
@@ -252,6 +252,21 @@ class Server:
                 self.proc.wait()
         self.log.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _run_folder() -> Path:
+    """A private folder for one server under the cache's `llama-server/`, named for this process, after
+    removing those of processes that are gone (a worker killed with its server leaves its folder behind)."""
+    import psutil
+
+    from .convert import app_cache
+    root = app_cache() / "llama-server"
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        pid = old.name.split("-")[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
 
 
 def likely_cause(code: int, lines: list[str]) -> str:
