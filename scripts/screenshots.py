@@ -52,6 +52,16 @@ def pick_pair(home: Path) -> dict:
     return {"id": "random", "name": "Random test pair", "target_dir": target, "draft_dir": draft_dir}
 
 
+def start_long_answer(app, window, prompt: str) -> None:
+    """Send a prompt that runs long and return once its first tokens arrived (to break the engine mid-answer)."""
+    window.settings.max_new_tokens = 2000
+    window.chat_view.input.setPlainText(prompt)
+    window.chat_view.submit()
+    chunks: list[dict] = []
+    window.worker.tokens.connect(chunks.append)
+    wait_until(app, lambda: len(chunks) >= 3, 120, "the answer to start")
+
+
 class Shooter:
     def __init__(self, app, window, out: Path):
         self.app, self.window, self.out = app, window, out
@@ -123,12 +133,7 @@ def shoot_real_model(app, window, shots: Shooter) -> None:
     c.load_pair({"id": f"local:{folder}", "name": "SmolLM2-135M-Instruct", "target_dir": str(folder),
                  "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": "float32"}})
     wait_until(app, lambda: c.ready, 240, "SmolLM2's folder to load in llama.cpp")
-    window.settings.max_new_tokens = 2000
-    window.chat_view.input.setPlainText("Write a long story about a lighthouse keeper.")
-    window.chat_view.submit()
-    chunks: list[dict] = []
-    window.worker.tokens.connect(chunks.append)
-    wait_until(app, lambda: len(chunks) >= 3, 120, "the answer to start")
+    start_long_answer(app, window, "Write a long story about a lighthouse keeper.")
     for child in psutil.Process(window.worker.client.pid).children(recursive=True):
         if child.name() == "llama-server":
             child.kill()
@@ -257,12 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         # 6. an error: the engine killed in the middle of an answer
         c.new_chat()
         finished.clear()
-        window.settings.max_new_tokens = 2000
-        window.chat_view.input.setPlainText("class Stack:\n")
-        window.chat_view.submit()
-        chunks: list[dict] = []
-        window.worker.tokens.connect(chunks.append)
-        wait_until(app, lambda: len(chunks) >= 3, 120, "the answer to start")
+        start_long_answer(app, window, "class Stack:\n")
         os.kill(window.worker.client.pid, signal.SIGKILL)
         wait_until(app, lambda: bool(finished), 60, "the crash report")
         shots.shoot("06-error-worker-killed")

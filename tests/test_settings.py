@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
 from dflash_desktop import settings as S
+from tests.ui_fixtures import run_app_briefly
 from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedup, title_from
 
 
@@ -175,11 +173,7 @@ def test_the_app_starts_with_every_wrong_field(tmp_path, monkeypatch):
         "show_stats": "yes", "highlight_drafted": "no", "last_pair": {"id": "x", "remote": True},
         "baselines": {"demo|x": {"tok_s": 1, "tokens": 1e300, "measured_at": 1, "device": "cpu"}},
         "window_state": {"x": 1}, "last_conversation": "1"}))
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, DFLASH_DESKTOP_HOME=str(tmp_path), PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen",
-               DFLASH_DESKTOP_EXIT_AFTER_MS="2500")
-    out = subprocess.run([sys.executable, "-m", "dflash_desktop"], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = run_app_briefly(tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     assert S.load_checked()[1] is None          # written again at quit: the next start has nothing to say

@@ -159,13 +159,8 @@ def test_a_last_chat_that_cannot_be_drawn_is_skipped_with_a_notice(home, qtbot):
 
 def test_the_app_starts_and_quits_cleanly_with_that_chat_last_on_screen(home):
     """`python -m dflash_desktop` as a user starts it: the start used to exit 1 with a traceback, every time."""
-    import subprocess
-    from pathlib import Path
+    from tests.ui_fixtures import run_app_briefly
     unreadable_last_chat()
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, DFLASH_DESKTOP_HOME=str(home), PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen",
-               DFLASH_DESKTOP_EXIT_AFTER_MS="2500")
-    out = subprocess.run([sys.executable, "-m", "dflash_desktop"], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = run_app_briefly(home)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "could not be shown" in out.stderr   # the log says why

@@ -12,6 +12,20 @@ from dflash_desktop.qt_worker import QtWorker
 LOAD_TIMEOUT_S = 120
 
 
+def run_app_briefly(home, exit_after_ms: int = 2500):
+    """`python -m dflash_desktop` as a user starts it, on the profile in `home`, quitting by itself after
+    `exit_after_ms`: the finished process (exit code, stdout, stderr)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DFLASH_DESKTOP_HOME=str(home), PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen",
+               DFLASH_DESKTOP_EXIT_AFTER_MS=str(exit_after_ms))
+    return subprocess.run([sys.executable, "-m", "dflash_desktop"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
 @pytest.fixture(scope="session")
 def random_pair(tmp_path_factory):
     from engine.backends.torch.tiny import save_random_pair
