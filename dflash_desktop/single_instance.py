@@ -5,6 +5,12 @@ A QLockFile in the data folder says who holds the folder; Qt removes a lock left
 (its PID is gone), so a crash never blocks the next start. The holder listens on a QLocalServer (a
 Unix socket or a named pipe, only for this user) named after the folder; a second instance sends
 "activate" there and waits for "ok". No network port is opened. Qt Core and Network only, no widgets.
+
+Two launches at the same moment (a double click) are the usual case, not a rare one: the second finds the
+lock taken a few milliseconds before the first listens, and the first answers only once its event loop
+runs, after its window is built (seconds on a busy computer). So the second keeps trying to connect for a
+while, and once connected waits for the answer much longer; it gives up early only when the folder is no
+longer locked (the first has quit).
 """
 from __future__ import annotations
 
@@ -13,13 +19,16 @@ import logging
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QLockFile, QObject, Signal
+from PySide6.QtCore import QDeadlineTimer, QLockFile, QObject, QThread, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "dflash-desktop.lock"
 ACTIVATE, ACK = b"activate\n", b"ok\n"
+CONNECT_MS = 3_000   # a first instance listens a few milliseconds after it took the lock; longer means it never will
+ANSWER_MS = 20_000   # a first instance answers once its window is up; longer means it hangs
+RETRY_MS = 50
 
 
 def server_name(folder: Path) -> str:
@@ -65,6 +74,7 @@ class SingleInstance(QObject):
             sock = self._server.nextPendingConnection()
             sock.readyRead.connect(lambda sock=sock: self._read(sock))
             sock.disconnected.connect(sock.deleteLater)
+            self._read(sock)  # what arrived while this process was still starting
 
     def _read(self, sock: QLocalSocket) -> None:
         while sock.canReadLine():
@@ -73,17 +83,48 @@ class SingleInstance(QObject):
                 sock.write(ACK)
                 sock.flush()
 
-    def activate_first(self, timeout_ms: int = 2000) -> bool:
-        """Ask the running instance to come to the front; True once it confirmed."""
+    def activate_first(self, timeout_ms: int = ANSWER_MS, connect_ms: int = CONNECT_MS) -> bool:
+        """Ask the running instance to come to the front; True once it confirmed.
+
+        The first instance may hold the lock but not listen yet (tried again for connect_ms), or listen but
+        answer only once its window is up (waited for up to timeout_ms in all). Gives up early once the
+        folder is free: the first instance has quit, and nobody is left to answer.
+        """
+        deadline, connect_deadline = QDeadlineTimer(timeout_ms), QDeadlineTimer(connect_ms)
+        reached = False
+        while True:
+            connected, answer = self._ask(deadline)
+            if answer is not None:
+                return answer
+            reached = reached or connected
+            if deadline.hasExpired() or (connect_deadline.hasExpired() and not reached) or not self._held_elsewhere():
+                return False
+            QThread.msleep(RETRY_MS)
+
+    def _ask(self, deadline: QDeadlineTimer) -> tuple[bool, bool | None]:
+        """One try: (whether it connected, the answer: None when there was none before the connection ended)."""
         sock = QLocalSocket()
-        sock.connectToServer(self.name)
-        if not sock.waitForConnected(timeout_ms):
+        try:
+            sock.connectToServer(self.name)
+            if not sock.waitForConnected(_ms_left(deadline)):
+                return False, None
+            sock.write(ACTIVATE)
+            if not sock.waitForBytesWritten(_ms_left(deadline)):
+                return True, None
+            while not sock.canReadLine() and not deadline.hasExpired():
+                if not sock.waitForReadyRead(_ms_left(deadline)) \
+                        and sock.state() != QLocalSocket.LocalSocketState.ConnectedState:
+                    break  # the first instance closed the connection unanswered (it is quitting)
+            return True, (bytes(sock.readLine()) == ACK if sock.canReadLine() else None)
+        finally:
+            sock.abort()
+
+    def _held_elsewhere(self) -> bool:
+        """Whether another process still holds the data folder; Qt takes over a lock whose process is gone."""
+        if self._lock.tryLock(0):
+            self._lock.unlock()
             return False
-        sock.write(ACTIVATE)
-        answered = sock.waitForBytesWritten(timeout_ms) and sock.waitForReadyRead(timeout_ms)
-        confirmed = answered and bytes(sock.readLine()) == ACK
-        sock.disconnectFromServer()
-        return confirmed
+        return True
 
     def release(self) -> None:
         """Stop listening and remove the lock file (also done by Qt when the process ends)."""
@@ -91,3 +132,7 @@ class SingleInstance(QObject):
             self._server.close()
         if self._lock.isLocked():
             self._lock.unlock()
+
+
+def _ms_left(deadline: QDeadlineTimer) -> int:
+    return max(1, deadline.remainingTime())
