@@ -10,19 +10,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ui.self_test import heavy_libraries, mapped_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_self_test_passes_from_source(tmp_path):
+@pytest.mark.parametrize("engine", ["auto", "torch"])
+def test_self_test_passes_from_source(tmp_path, engine):
+    """The plan's engine (llama.cpp on a CPU where it is built), and torch as Windows' installer check asks
+    (`--engine torch`: the engine Settings > Engine prefers is used from the first load)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
-    run = subprocess.run([sys.executable, "-m", "dflash_desktop", "--self-test", "--timeout", "280"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "dflash_desktop", "--self-test", "--timeout", "280",
+                          "--engine", engine], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     report = json.loads(run.stdout[run.stdout.index("{"):])
     assert report["ok"] and not report["frozen"] and report["worker_command"][1:] == ["-m", "engine.worker"]
     steps = {s["step"]: s for s in report["steps"]}
+    assert engine == "auto" or steps["demo pair loaded"]["engine"] == engine
     assert steps["chat answered"]["accepted"] > 0 and steps["greedy DFlash vs plain decoding"]["identical"]
     assert steps["window process checked"]["heavy_libraries"] == []
 

@@ -149,8 +149,8 @@ class MainWindow(QMainWindow):
         if last and self.store.conversation(last) is not None:
             self.controller.open_conversation(last)
         pair = pair or startup_pair(self.settings)
-        if autoload and pair:
-            QTimer.singleShot(0, lambda: self.controller.load_pair(pair))
+        if autoload and pair:   # with the engine Settings > Engine prefers, as every later load
+            QTimer.singleShot(0, lambda: self.controller.load_pair(self.with_engine(pair)))
         elif autoload:
             QTimer.singleShot(0, lambda: self.status_label.setText(
                 "No model yet: the demo pair is not installed. Choose one with Models… (Ctrl+M)."))

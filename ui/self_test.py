@@ -57,7 +57,8 @@ def parse_args(argv: list[str]) -> tuple[float, str]:
     options = {"--timeout": "600", "--engine": "auto"}
     rest = list(argv)
     while len(rest) >= 2 and rest[0] in options:
-        options[rest.pop(0)] = rest.pop(0)
+        key = rest.pop(0)
+        options[key] = rest.pop(0)
     if rest:
         raise SystemExit("usage: dflash-desktop --self-test [--timeout SECONDS] [--engine auto|torch|llamacpp|mlx]")
     return float(options["--timeout"]), options["--engine"]
