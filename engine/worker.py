@@ -218,10 +218,10 @@ class Worker:
                 if self._generation is not None:
                     self._generation.cancel()
         self._jobs.put(None)
-        if generating:
-            self._executor.join(wait_s)
+        # an idle executor ends at once on the None; a generation was cancelled above; a load is not waited for
+        self._executor.join(wait_s if generating else 1.0)
         # the worker ends with os._exit, which runs no finalizer: child servers (llama.cpp) are stopped here,
-        # so quitting the app leaves none behind (the death signal alone let one run on for minutes)
+        # so quitting the app leaves none behind (the death signal alone left one running after a self-test)
         close = getattr(self.pair, "close", None)
         if close is not None and not self._executor.is_alive():
             close()

@@ -29,6 +29,10 @@ def test_self_test_passes_from_source(tmp_path, engine):
     assert report["ok"] and not report["frozen"] and report["worker_command"][1:] == ["-m", "engine.worker"]
     steps = {s["step"]: s for s in report["steps"]}
     assert engine == "auto" or steps["demo pair loaded"]["engine"] == engine
+    import psutil
+    left = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "llama-server"
+            and any(str(tmp_path) in a or "dflash-self-test" in a for a in p.info["cmdline"] or ())]
+    assert not left, "the self-test left a llama-server running"
     assert steps["chat answered"]["accepted"] > 0 and steps["greedy DFlash vs plain decoding"]["identical"]
     assert steps["window process checked"]["heavy_libraries"] == []
 

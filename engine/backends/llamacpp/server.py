@@ -90,14 +90,15 @@ def clean_env() -> dict:
 
 
 def _die_with_parent():
-    """Linux: the server gets SIGTERM when the worker that started it dies, even by SIGKILL, so a killed
+    """Linux: the server gets SIGKILL when the worker that started it dies, even by SIGKILL, so a killed
     worker leaves no server holding the model's memory. The signal follows the starting thread, which in
-    the worker is its one long-lived executor thread. (Elsewhere the worker's normal exit stops it.)"""
+    the worker is its one long-lived executor thread. SIGKILL, not SIGTERM: a llama-server was seen to ignore
+    SIGTERM and run on for minutes after its worker had gone. (Elsewhere the worker's normal exit stops it.)"""
     if not sys.platform.startswith("linux"):
         return None
 
     def set_pdeathsig():
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     return set_pdeathsig
 
 
