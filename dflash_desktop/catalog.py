@@ -289,8 +289,6 @@ def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tu
                                                                          f"'.', '_' or '-' (got {vid!r})")
             vw = f"{w}: {vid}"
             _need(v.get("dtype") in dtypes, vw, f"unknown 'dtype' {v.get('dtype')!r}")
-            _need(ENGINES[engine].takes(v["dtype"]), vw, f"the {ENGINES[engine].label} engine does not load "
-                  f"{v['dtype']!r} weights (it declares {', '.join(ENGINES[engine].formats)})")
             devices = v.get("devices", [])
             _need(isinstance(devices, list) and set(devices) <= set(DEVICE_CLASSES), vw,
                   f"'devices' must list device classes of {DEVICE_CLASSES} (got {devices!r})")
@@ -301,6 +299,8 @@ def _variants(raw: Any, engines: dict, where: str, dtypes: dict) -> dict[str, tu
                 found.append(Variant(engine, vid, str(v.get("label") or vid), v["dtype"], "", "", (), 0,
                                      tuple(devices)))
                 continue
+            _need(ENGINES[engine].takes(v["dtype"]), vw, f"the {ENGINES[engine].label} engine does not load "
+                  f"{v['dtype']!r} weights (it declares {', '.join(ENGINES[engine].formats)})")
             t = v["target"]
             _need(isinstance(t, dict), vw, "'target' must be an object")
             repo, rev, files = t.get("repo_id"), str(t.get("revision") or "main"), t.get("files")

@@ -71,6 +71,8 @@ def test_bundled_catalog_has_every_design_pair_and_the_demo():
     (lambda d: d["pairs"][2]["variants"]["torch"][0].update(dtype="q4_k_m"),
      "a variant without 'target' is quantized by the engine while loading: 'dtype' must be one of"),
     (lambda d: d["pairs"][2]["variants"]["torch"][0].update(devices=["tpu"]), "'devices' must list device classes"),
+    (lambda d: d["pairs"][2]["variants"]["llamacpp"][0].update(dtype="q4"),
+     "the llama.cpp engine does not load 'q4' weights"),
 ])
 def test_validation_errors_name_the_problem(mutate, expected):
     data = raw()
@@ -184,3 +186,17 @@ def test_quantizing_variants_are_never_a_default_and_apply_to_their_devices():
     assert pair.variant("torch") is None and pair.variant("llamacpp").files      # defaults: files of their own
     assert pair.repos("torch") == [(pair.target.repo_id, pair.target.revision),
                                    (pair.drafter.repo_id, pair.drafter.revision)]
+
+
+def test_every_variant_of_the_bundled_catalog_passes_the_protocol_its_plan_goes_through():
+    """The planner sends a variant's dtype to the worker as it is: each must be one its engine declares (the
+    worker refused every GGUF and MLX variant before the engines declared their formats)."""
+    from engine.protocol import validate_command
+    from dflash_desktop.catalog import bundled_path, load_file
+    seen = set()
+    for pair in load_file(bundled_path()).pairs:
+        for engine, variants in pair.variants.items():
+            for v in variants:
+                validate_command({"cmd": "load_pair", "target": "x", "engine": engine, "dtype": v.dtype})
+                seen.add((engine, v.dtype))
+    assert {("llamacpp", "q4_k_m"), ("mlx", "q4"), ("torch", "nf4")} <= seen

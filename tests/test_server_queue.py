@@ -162,3 +162,18 @@ def test_a_web_pages_blind_post_or_rebound_name_starts_no_job(qtbot, window):
         assert resp.status == expected and json.loads(resp.read())["error"]["message"], headers
         conn.close()
     assert server_jobs(window) == earlier and window.worker.queue.running is None
+
+
+def test_the_window_loads_its_pair_again_when_the_engine_dies_while_the_server_is_on(qtbot, window):
+    """Runs last in this module: it kills the shared worker. With the local server on, other programs must not
+    wait for a chat message to bring the model back: the window loads it again by itself."""
+    import os
+    import signal
+    url = start_server(qtbot, window)
+    pid = window.worker.client.pid
+    with qtbot.waitSignal(window.controller.pairLoaded, timeout=120_000):
+        os.kill(pid, signal.SIGKILL)
+    assert window.worker.client.pid != pid
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    done = client.completions.create(model="echo", prompt="abc", max_tokens=4)
+    assert done.usage.completion_tokens == 4

@@ -392,7 +392,13 @@ class MainWindow(QMainWindow):
             self.status_label.setText(text)
 
     def _worker_error(self, ev: dict) -> None:
-        if ev.get("code") in ("worker_crashed", "worker_start_failed"):
+        if ev.get("code") == "worker_crashed" and self.local_server.url and self.controller.pair:
+            # other programs use the model through the local server: it must not wait for a chat message
+            self.statusBar().showMessage("The engine stopped; the local server is on, so the model is loading "
+                                         "again.", 10_000)
+            pair = self.controller.pair
+            QTimer.singleShot(0, lambda: self.controller.load_pair(pair))
+        elif ev.get("code") in ("worker_crashed", "worker_start_failed"):
             self.statusBar().showMessage("The engine stopped; your next message restarts it.", 10_000)
 
     def _set_highlight(self, on: bool) -> None:
