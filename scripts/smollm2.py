@@ -78,8 +78,9 @@ def hf_folder() -> Path:
     def make(dest: Path) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                      trust_remote_code=False)
         config = loaded.config.to_dict()
         config.pop("quantization_config", None)
         config.pop("_model_name_or_path", None)

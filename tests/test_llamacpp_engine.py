@@ -168,7 +168,7 @@ def test_the_cpu_server_runs_without_flash_attention(pair):
 def test_a_block_size_change_restarts_the_server_with_its_n_max(pair):
     ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
     Generation(pair, ids, GenerationSettings(max_new_tokens=8, block_size=4)).run()
-    assert pair.server.launch.n_max == 3 and "--spec-draft-n-max" in pair.server.launch.args(1)
+    assert pair.server.launch.n_max == 3 and "--spec-draft-n-max" in pair.server.launch.args(1, Path("k"))
     first = pair.server.proc.pid
     Generation(pair, ids, GenerationSettings(max_new_tokens=8, block_size=4)).run()
     assert pair.server.proc.pid == first, "the same start-time settings keep the server"
@@ -584,3 +584,31 @@ def test_quitting_with_a_loaded_llamacpp_pair_leaves_no_server(pair):
     assert client.shutdown(10) == 0
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                    for pid in started), "a llama-server outlived the worker's shutdown"
+
+
+def test_a_server_killed_mid_answer_offers_the_engines_that_run_the_pair(pair):
+    """Through the worker, as the window sees it: the answer ends with `engine_crashed`, the likely cause, the
+    server's last log lines for the diagnostics, and the other engines that run this pair here."""
+    from dflash_desktop.worker_client import WorkerClient
+    client = WorkerClient()
+    try:
+        loaded = client.wait(client.load_pair(TARGET, DRAFT, engine="llamacpp", device="cpu"), 120)
+        assert loaded["event"] == "loaded", loaded
+        rid = client.generate(prompt="import os\n\n\ndef main():", raw=True, settings={"max_new_tokens": 3000})
+        deadline = time.monotonic() + 60
+        while not servers_of(client.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        for server in servers_of(client.pid):
+            server.kill()
+        failed = client.wait(rid, 60)
+        assert failed["event"] == "error" and failed["code"] == "engine_crashed", failed
+        assert "SIGKILL" in failed["message"] and "from outside" in failed["message"]
+        assert failed["alternatives"][0] == "torch" and "llamacpp" not in failed["alternatives"]
+        assert failed["stderr_tail"] and Path(failed["log_path"]).is_file()
+    finally:
+        client.shutdown(10)
+
+
+def servers_of(pid: int) -> list[psutil.Process]:
+    return [c for c in psutil.Process(pid).children(recursive=True) if c.name() == "llama-server"]

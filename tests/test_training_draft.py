@@ -187,3 +187,49 @@ def test_cli_trains_in_the_precision_asked_for(tmp_path, target_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["bf16"] is True
     assert load_pair(target_dir, tmp_path / "o").block_size == 4
+
+
+def test_the_mask_token_is_chosen_from_what_the_chat_never_uses(smollm2_folder):
+    """SmolLM2 has no <|mask|>: the trainer takes its last special token that is no BOS/EOS/pad/unk and that
+    the chat template never writes (<empty_output>), where it used to stop and ask the user to add one."""
+    from transformers import AutoTokenizer
+
+    from engine.backends.torch.tiny import byte_tokenizer
+    from engine.training.draft_trainer import choose_mask_token
+    smol = AutoTokenizer.from_pretrained(str(smollm2_folder))
+    chosen = choose_mask_token(smol, eos_ids=(2,))
+    assert smol.convert_ids_to_tokens(chosen) == "<empty_output>"
+    assert choose_mask_token(smol, vocab_rows=12) == 11          # within the embedding's rows
+    byte = byte_tokenizer()
+    assert choose_mask_token(byte) == byte.convert_tokens_to_ids("<|mask|>")
+    plain = byte_tokenizer()
+    plain.chat_template = "{{ '<|endoftext|>' }}"
+    with pytest.raises(TrainingError, match="no special token the chat does not use"):
+        choose_mask_token(plain, vocab_rows=257)                  # <|mask|> (257) lies outside the rows
+
+
+def test_a_drafter_for_a_real_chat_model_trains_on_a_tiny_budget_and_loads_everywhere(
+        tmp_path, smollm2_folder, no_unpickling):
+    """`train-draft` on SmolLM2's own folder, a few steps: the drafter records the chosen mask token, loads in
+    torch, and llama.cpp's converter carries the token into the DFlash GGUF."""
+    out = tmp_path / "draft"
+    trainer = DraftTrainer(smollm2_folder, out, tmp_path / "work",
+                           tiny_settings(sequences=2, response_length=12, prompt_lengths=(8, 12), steps=2,
+                                         eval_every=2, checkpoint_every=2, block_size=8))
+    prompts = [trainer.pair.tokenizer.encode_chat([{"role": "user", "content": q}])
+               for q in ("Say hello.", "Name a colour.")]
+    result = trainer.train(["Hello there. " * 40, "Colours are red, green and blue. " * 30], prompts)
+    assert result["steps"] == 2
+    config = json.loads((out / "config.json").read_text())
+    assert config["dflash_config"]["mask_token_id"] == 16 and config["block_size"] == 8
+    pair = load_pair(smollm2_folder, out)
+    assert pair.block_size == 8 and pair.drafter.config.mask_token_id == 16
+    from engine.backends.llamacpp import build, metadata
+    try:
+        build.find_build()
+    except build.BuildMissing:
+        return
+    from engine.backends.llamacpp import convert
+    gguf = convert.draft_gguf(out, smollm2_folder, "float32")
+    meta = metadata.read_metadata(gguf)
+    assert metadata.architecture(meta) == "dflash" and meta.get("tokenizer.ggml.mask_token_id") == 16

@@ -138,6 +138,28 @@ def target_features(pair: TorchPair, seqs: list[tuple[int, list[int]]], batch: i
 
 # ---- stage 2: the training step -------------------------------------------------------------------
 
+def choose_mask_token(tok, eos_ids: Sequence[int] = (), vocab_rows: int | None = None) -> int:
+    """The token that fills a draft block's slots: `<|mask|>` where the tokenizer has one, else a special token
+    the model never uses in a chat (not its BOS, EOS, padding or unknown token, not named by its chat template,
+    within the embedding's rows), the last such one. Recorded in dflash_config.mask_token_id, which every
+    engine and conversion reads; the drafter learns what that row of the target's embedding means in a block."""
+    vocab = tok.get_vocab()
+    if "<|mask|>" in vocab and (vocab_rows is None or vocab["<|mask|>"] < vocab_rows):
+        return int(vocab["<|mask|>"])
+    template = str(getattr(tok, "chat_template", None) or "")
+    roles = {getattr(tok, f"{name}_token_id", None) for name in ("bos", "eos", "pad", "unk")} | set(eos_ids)
+    specials = getattr(tok, "added_tokens_decoder", {}) or {}
+    unused = [int(i) for i, added in specials.items()
+              if getattr(added, "special", True) and int(i) not in roles and str(added) not in template
+              and (vocab_rows is None or int(i) < vocab_rows)]
+    named = [i for i in unused if "mask" in str(specials[i]).lower()]
+    if named or unused:
+        return max(named or unused)
+    raise TrainingError("The tokenizer has no special token the chat does not use, to stand for the masked "
+                        "slots of a draft block: add one (for example <|mask|>) to the tokenizer and the "
+                        "target's embedding, then train again.")
+
+
 def block_sparse_mask(anchors: torch.Tensor, ctx_len: int, block: int) -> torch.Tensor:
     """anchors [b, A] -> bool mask [b, 1, A*B, ctx_len + A*B]: own block fully, context before the anchor."""
     b, a = anchors.shape
@@ -257,10 +279,7 @@ class DraftTrainer:
 
     def make_drafter(self) -> DFlashDrafter:
         t = self.pair.target
-        tok = self.pair.tokenizer.tokenizer
-        mask_id = tok.convert_tokens_to_ids("<|mask|>") if "<|mask|>" in tok.get_vocab() else None
-        if mask_id is None:
-            raise TrainingError("The tokenizer has no <|mask|> token; add one before training a drafter.")
+        mask_id = choose_mask_token(self.pair.tokenizer.tokenizer, self.pair.eos_ids, t.vocab_rows)
         tcfg = t.model.config
         heads = tcfg.num_attention_heads
         layer_ids = self.s.target_layer_ids or default_layer_ids(t.num_layers)
