@@ -273,16 +273,17 @@ def _run_folder() -> Path:
 def likely_cause(code: int, lines: list[str]) -> str:
     """What most likely stopped the server, in a sentence a user can act on ("" when nothing is known)."""
     text = "\n".join(lines).lower()
-    if "amx" in text and code == -signal.SIGSEGV:
+    segv, killed = -signal.SIGSEGV, -getattr(signal, "SIGKILL", 9)   # Windows has no SIGKILL
+    if "amx" in text and code == segv:
         return ("llama.cpp's AMX kernels crash on this CPU (an upstream bug); start the app again so that the "
                 "server runs without weight repacking, or load the model with another engine. ")
-    if code == -signal.SIGKILL:
+    if code == killed:
         return ("Something stopped it from outside: the system when memory ran out, or another program. ")
     if "failed to load model" in text or "error loading model" in text:
         return "It could not load the model file: it may be damaged, or made for a newer llama.cpp. "
     if "out of memory" in text or "failed to allocate" in text:
         return "It ran out of memory: try a smaller model or a shorter context. "
-    if code == -signal.SIGSEGV:
+    if code == segv:
         return "It crashed inside llama.cpp (a bug there, or a file it reads wrongly). "
     return ""
 
