@@ -129,7 +129,10 @@ class Generation:
         self._cancel.set()
         interrupt = getattr(self.pair, "interrupt", None)
         if interrupt is not None and self._streaming:
-            interrupt()
+            try:
+                interrupt()
+            except Exception:   # noqa: BLE001 - the flag above still stops the answer after its next step
+                pass
 
     def run(self) -> "Generation":
         for _ in self:
@@ -204,9 +207,11 @@ class Generation:
             costs.plain.append(self.pair.plain_step_s)       # until this pair's own plain answers measure it
         dflash_steps = DFlashSteps()
         start = time.perf_counter()
+        self._streaming = True
+        if hasattr(self.pair, "interrupt"):    # the engine asks it while it starts a server or connects
+            self.pair.cancelled = self._cancel.is_set
         chunks = self.pair.stream(self.prompt, self.settings, baseline=baseline)
         decode_start = arrived = None
-        self._streaming = True
         try:
             for chunk in chunks:
                 now = time.perf_counter()
@@ -239,6 +244,8 @@ class Generation:
         finally:
             self._streaming = False
             chunks.close()
+            if hasattr(self.pair, "interrupt"):   # a later server start (a count, the next load) is not this cancel
+                self.pair.cancelled = _never
         if self.stop_reason is None:
             yield self._end("cancelled" if self._cancel.is_set() else "eos")
         self.stats.decode_s = time.perf_counter() - (decode_start or start)
@@ -303,3 +310,7 @@ class Generation:
 
     def _take(self, final: bool):
         return self.stream.take(final) if self.stream else []
+
+
+def _never() -> bool:
+    return False

@@ -123,7 +123,7 @@ class ChatController(QObject):
     def load_with_engine(self, engine: str) -> None:
         """After the engine crashed on this computer: the same pair with another engine that runs it."""
         if self.pair is not None:
-            self.load_pair({**self.pair, "plan": {"engine": engine, "device": "cpu", "dtype": None}})
+            self.load_pair({**self.pair, "plan": {"engine": engine, "device": "auto", "dtype": None}})
 
     def _crash_way_out(self, ev: dict):
         """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""

@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
 
         self.controller = ChatController(self.worker, self.store, self.settings, self.chat_view, self.stats_panel, self)
         self.local_server = LocalServer(self.worker, self._served_name, self)
+        self._reloading_after_crash = False   # set by _worker_error, cleared by the next successful load
         self._build_actions()
         self._build_status_bar()
         self._wire()
@@ -294,6 +295,7 @@ class MainWindow(QMainWindow):
         c.statusMessage.connect(self.status_label.setText)
         c.loadingChanged.connect(self._loading)
         c.pairLoaded.connect(self._show_pair)
+        c.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
         c.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(c.pair or {}).get('name', 'Model')}  ·  unloaded"))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
@@ -392,8 +394,11 @@ class MainWindow(QMainWindow):
             self.status_label.setText(text)
 
     def _worker_error(self, ev: dict) -> None:
-        if ev.get("code") == "worker_crashed" and self.local_server.url and self.controller.pair:
-            # other programs use the model through the local server: it must not wait for a chat message
+        if ev.get("code") == "worker_crashed" and self.local_server.url and self.controller.pair \
+                and not self._reloading_after_crash:
+            # other programs use the model through the local server: it must not wait for a chat message. Once
+            # per successful load: an engine that dies while loading is not started again and again.
+            self._reloading_after_crash = True
             self.statusBar().showMessage("The engine stopped; the local server is on, so the model is loading "
                                          "again.", 10_000)
             pair = self.controller.pair

@@ -108,7 +108,7 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
     import json
     from pathlib import Path
-    if _gguf_only(Path(target_dir)):
+    if _gguf_only(Path(target_dir)) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
         return "llamacpp"                    # only llama.cpp reads GGUF; its load explains what else is needed
     try:
         model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])

@@ -9,6 +9,7 @@ accepted drafts followed by the target's own token. Per-slot acceptance is not r
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -18,7 +19,7 @@ from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from ...loop import Chunk
 from ...tokenizer import ChatTokenizer
 from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, metadata
-from .server import Launch, Server, ServerError
+from .server import Launch, Server, ServerError, StartCancelled
 from .tokens import ServerTokenizer
 
 
@@ -28,7 +29,7 @@ def _ggufs(folder: Path) -> list[Path]:
 
 def find_target(target: Path, dtype: str, cancelled) -> Path:
     """A .gguf file, a folder holding one (several: the one named for dtype), or safetensors to convert."""
-    if target.suffix == ".gguf":
+    if target.suffix.lower() == ".gguf":
         return target
     files = [p for p in _ggufs(target) if metadata.architecture(metadata.read_metadata(p)) != "dflash"]
     if len(files) > 1:
@@ -46,7 +47,7 @@ def find_target(target: Path, dtype: str, cancelled) -> Path:
 
 def find_draft(draft: Path, target: Path, dtype: str, cancelled) -> Path:
     """A DFlash .gguf file or a folder holding one, or a z-lab drafter folder to convert for the target."""
-    if draft.suffix == ".gguf":
+    if draft.suffix.lower() == ".gguf":
         return draft
     files = [p for p in _ggufs(draft) if metadata.architecture(metadata.read_metadata(p)) == "dflash"]
     if files:
@@ -94,10 +95,12 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     target_file = find_target(target, dtype, cancelled)
     tmeta = metadata.read_metadata(target_file)
     arch = metadata.architecture(tmeta)
-    draft_file, block = None, 1
-    if draft_dir is None:
+    draft_file, block, beside = None, 1, False
+    if draft_dir is None and (target.suffix.lower() == ".gguf" or target_file.parent == target):
+        # only beside a GGUF the user brought, never in our cache of conversions (drafters live there too)
         draft_dir = sidecar_drafter(target_file, tmeta)
-        if draft_dir is not None:
+        beside = draft_dir is not None
+        if beside:
             report("drafter", f"Found the DFlash drafter {draft_dir.name} beside {target_file.name}")
     if draft_dir is not None:
         report("drafter", f"Preparing the drafter {Path(draft_dir).name} for llama.cpp")
@@ -112,7 +115,8 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     try:
         if draft_file is not None:
             report("drafter", "Starting llama-server with the drafter")
-            pair.start_drafting(arch)
+            if not pair.start_drafting(arch, optional=beside):
+                report("drafter", f"llama.cpp's DFlash cannot draft for this {arch!r} model: plain decoding")
             report("tuning", "Choosing between DFlash and plain decoding for this machine")
             pair.choice = calibrate.choose(pair, cancelled)
             pair.info["speculation"] = pair.choice
@@ -133,6 +137,9 @@ class LlamaCppPair:
         self.flash_attn = "off" if launch.gpu_layers == 0 else "auto"
         self.server: Server | None = None
         self.choice: dict | None = None
+        self.cancelled: Callable[[], bool] = lambda: False   # the running generation's cancel (engine/loop.py)
+        self._suspect = False              # the last request was interrupted: is the server still answering?
+        self._owner = threading.current_thread()
         self.max_positions = launch.context
         # the target's Hugging Face tokenizer when it is beside the GGUF, else the server's own
         self.tokenizer = ChatTokenizer.from_folder(tokenizer_dir) or ServerTokenizer(self, meta)
@@ -148,28 +155,51 @@ class LlamaCppPair:
                      "layers": int(meta.get(f"{arch}.block_count") or 0), "gguf": str(launch.model),
                      "draft_gguf": str(draft) if draft else None}
 
-    def start_drafting(self, arch: str) -> None:
+    def start_drafting(self, arch: str, optional: bool = False) -> bool:
         """Start the drafting server once while loading, so a target whose llama.cpp graph cannot hand a
-        DFlash drafter its layers is refused now, by what the server itself says, not mid-answer."""
+        DFlash drafter its layers is refused now, by what the server itself says, not mid-answer. optional (a
+        drafter found beside the model, not asked for): such a target decodes plainly instead; False then."""
         try:
             self.server_for(self.block_size - 1)
+            return True
         except ServerError as exc:
-            if "layer input tensor" in str(exc) or "not extracted" in str(exc):
-                raise CheckpointError(
+            said = "\n".join(exc.log_lines) + str(exc)
+            if not ("layer input tensor" in said or "not extracted" in said):
+                raise
+            if optional:
+                self.draft, self.block_size = None, 1
+                self.info.update(block_size=1, has_drafter=False, draft_gguf=None)
+                self.server_for(None)
+                return False
+            raise CheckpointError(
                     f"llama.cpp's DFlash cannot draft for this {arch!r} model: its graph in the llama.cpp we "
                     "build does not hand a drafter the target's layers. Plain decoding of it works (load the "
                     "model without its drafter), and the torch engine runs the pair from its Hugging Face "
                     "folder.", code="unsupported_architecture") from None
-            raise
 
     def server_for(self, n_max: int | None) -> Server:
         """The running server when it matches (None: plain decoding), else a fresh one."""
         want = replace(self.base, draft=self.draft if n_max else None, n_max=n_max or 0, flash_attn=self.flash_attn)
+        if self._suspect and self.server is not None:
+            self._suspect = False
+            if not self.server.healthy():
+                self.stop_server(grace=0)      # cancelled while it had stopped answering: hung, so replaced
         if self.server is not None and self.server.launch == want and self.server.proc.poll() is None:
             return self.server
         self.stop_server()
-        self.server = Server(want)
+        self.server = Server(want, cancelled=lambda: self.cancelled())
         return self.server
+
+    def tokenizer_server(self) -> Server:
+        """The server the GGUF's own tokenizer asks: the running one, else a plain one started now, but only on
+        the thread that loaded the pair (a server's death signal follows the thread that started it)."""
+        server = self.server
+        if server is not None and server.proc.poll() is None:
+            return server
+        if threading.current_thread() is self._owner:
+            return self.server_for(None)
+        raise EngineError("The llama.cpp engine is starting again after a failure; try again in a moment.",
+                          code="engine_crashed")
 
     def n_max(self, settings: GenerationSettings, baseline: bool) -> tuple[int, dict | None]:
         """Drafts per step for this answer, and why plain decoding runs when DFlash was asked for."""
@@ -200,7 +230,12 @@ class LlamaCppPair:
 
     def stream(self, prompt: list[int], settings: GenerationSettings, baseline: bool):
         n_max, fallback = self.n_max(settings, baseline)
-        server = self.server_for(n_max)
+        try:
+            server = self.server_for(n_max)
+        except StartCancelled:
+            return
+        if self.cancelled():
+            return
         self._plain_rest = False
         body, received, accepted, earlier = request_body(prompt, settings), [], 0, None
         while True:
@@ -229,7 +264,7 @@ class LlamaCppPair:
     def _steps(self, server: Server, body: dict, fallback: dict | None, earlier: dict | None):
         """One request's tokens grouped into the server's steps: (Chunk, whether it is the request's last),
         each with the totals of the answer up to its step (earlier: those of the requests before it)."""
-        events = server.stream(body)
+        events = server.stream(body, self.cancelled)
         group: list[int] = []                  # the tokens of the step being received
         key, accepted_before = (0, 0), 0
         base = earlier or {"drafted": 0, "accepted": 0, "steps": 0}
@@ -260,13 +295,13 @@ class LlamaCppPair:
             raise
         finally:
             events.close()
-            if server.interrupted and not server.healthy():
-                self.stop_server(grace=0)      # cancelled while it had stopped answering: hung, so replaced
+            self._suspect = server.interrupted   # checked before the server's next request (server_for)
 
     def interrupt(self) -> None:
         """The loop's cancel, from another thread: wakes a read that waits on the server."""
-        if self.server is not None:
-            self.server.interrupt()
+        server = self.server
+        if server is not None:
+            server.interrupt()
 
     def memory(self) -> dict:
         return {"peak_bytes": self.server.memory() if self.server else 0}

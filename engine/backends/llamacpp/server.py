@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ...errors import EngineError
 from . import UBATCH
@@ -46,6 +47,10 @@ class ServerError(EngineError):
     def __init__(self, message: str, log_lines: list[str] | None = None, log_path: Path | None = None):
         super().__init__(message)
         self.log_lines, self.log_path = log_lines or [], log_path
+
+
+class StartCancelled(ServerError):
+    """A cancel came while the server was starting (it has been stopped)."""
 
 
 @dataclass(frozen=True)
@@ -97,36 +102,50 @@ def _die_with_parent():
     if not sys.platform.startswith("linux"):
         return None
 
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl   # looked up here: the forked child must not dlopen
+    except (OSError, AttributeError):
+        return None
+
     def set_pdeathsig():
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     return set_pdeathsig
 
 
 class Server:
-    def __init__(self, launch: Launch):
+    def __init__(self, launch: Launch, cancelled: Callable[[], bool] = lambda: False):
+        """Start the server and wait until it answers; cancelled() true meanwhile stops it (StartCancelled)."""
         self.launch = launch
         self.port = free_port()
         self.key = secrets.token_urlsafe(32)
-        self._conn: http.client.HTTPConnection | None = None    # the streaming request, for interrupt()
+        self._sock: socket.socket | None = None    # the streaming request's socket, for interrupt()
         self.interrupted = False
+        self.proc: subprocess.Popen | None = None
         # a private folder (0700) for the log and the key file; the key file goes once the server has read it
         self.folder = _run_folder()
         key_file = self.folder / "key"
-        key_file.write_text(self.key, encoding="utf-8")
         self.log = (self.folder / "llama-server.log").open("wb")
-        self.proc = subprocess.Popen(launch.args(self.port, key_file), stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=clean_env(), preexec_fn=_die_with_parent())
         try:
-            self._wait_ready()
+            key_file.write_text(self.key, encoding="utf-8")
+            try:
+                self.proc = subprocess.Popen(launch.args(self.port, key_file), stdin=subprocess.DEVNULL,
+                                             stdout=self.log, stderr=subprocess.STDOUT, env=clean_env(),
+                                             preexec_fn=_die_with_parent())
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise ServerError(f"llama-server could not be started ({exc}). Build it again with "
+                                  "`python -m engine.backends.llamacpp.build`.") from None
+            self._wait_ready(cancelled)
         except BaseException:
             self.stop()
             raise
         finally:
             key_file.unlink(missing_ok=True)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, cancelled: Callable[[], bool]) -> None:
         end = time.monotonic() + START_SECONDS
         while time.monotonic() < end:
+            if cancelled():
+                raise StartCancelled("Cancelled while llama-server was starting.")
             self.check_alive("while loading the model")
             try:
                 status, _ = self.request("GET", "/health", timeout=2.0)
@@ -189,34 +208,46 @@ class Server:
         """Cancel from another thread: the streaming read is woken at once (its socket shut down), so a
         cancel never waits for a server that has stopped sending (hung, or in a long prefill)."""
         self.interrupted = True
-        conn = self._conn
-        if conn is not None and conn.sock is not None:
+        sock = self._sock
+        if sock is not None:
             with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
 
     def healthy(self) -> bool:
-        """Whether the server still answers at once (after an interrupted read: a hung one is replaced)."""
-        try:
-            return self.proc.poll() is None and self.request("GET", "/health", timeout=HEALTH_SECONDS)[0] == 200
-        except (OSError, http.client.HTTPException, ValueError):
-            return False
+        """Whether the server still answers (after an interrupted read: a hung one is replaced). Two tries, so
+        a server only slowed by the cancelled prefill on a busy CPU is kept."""
+        for _ in range(2):
+            try:
+                if self.proc.poll() is None and self.request("GET", "/health", timeout=HEALTH_SECONDS)[0] == 200:
+                    return True
+            except (OSError, http.client.HTTPException, ValueError):
+                pass
+        return False
 
-    def stream(self, body: dict):
-        """The events of one streamed /completion (dicts), ending with the one marked stop, or early after
-        interrupt(). Closing the generator closes the connection, which makes llama-server cancel the request."""
-        conn = self._conn = http.client.HTTPConnection(HOST, self.port, timeout=READ_SECONDS)
+    def stream(self, body: dict, cancelled: Callable[[], bool] = lambda: False):
+        """The events of one streamed /completion (dicts), ending with the one marked stop, or early once
+        cancelled() is true or interrupt() woke the read. Closing the generator closes the connection, which
+        makes llama-server cancel the request."""
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=READ_SECONDS)
         self.interrupted = False
         try:
+            conn.connect()
+            self._sock = conn.sock
+            if cancelled():                    # a cancel that came before there was a socket to shut down
+                return
             conn.request("POST", "/completion", body=json.dumps({**body, "stream": True}), headers=self.headers)
             resp = conn.getresponse()
             if resp.status != 200:
-                raise EngineError(f"llama-server refused the request ({resp.status}): {resp.read(2000).decode(errors='replace')}")
+                raise EngineError(f"llama-server refused the request ({resp.status}): "
+                                  f"{resp.read(2000).decode(errors='replace')}",
+                                  code="bad_settings" if resp.status == 400 else "engine_crashed")
             for line in resp:
                 if not line.startswith(b"data: "):
                     continue
                 event = json.loads(line[6:])
                 if "error" in event:
-                    raise EngineError(f"llama-server: {event['error'].get('message', event['error'])}")
+                    raise EngineError(f"llama-server: {event['error'].get('message', event['error'])}",
+                                      code="engine_crashed")
                 yield event
                 if event.get("stop"):
                     return
@@ -230,7 +261,7 @@ class Server:
             self.check_alive("in the middle of an answer")
             raise self.failed(f"The connection to llama-server broke ({exc}).") from None
         finally:
-            self._conn = None
+            self._sock = None
             conn.close()
 
     def memory(self) -> int:
@@ -244,7 +275,7 @@ class Server:
 
     def stop(self, grace: float = 10.0) -> None:
         """Terminate the server, killing it when it has not exited after `grace` seconds (0: a hung one)."""
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=grace)

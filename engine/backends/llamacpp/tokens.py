@@ -15,9 +15,9 @@ class ServerTokenizer:
         self.supports_thinking = "enable_thinking" in template
 
     def _post(self, path: str, body: dict) -> dict:
-        status, reply = self.pair.server.request("POST", path, body)
+        status, reply = self.pair.tokenizer_server().request("POST", path, body)
         if status != 200:
-            raise EngineError(f"llama-server's {path} failed ({status}): {reply}")
+            raise EngineError(f"llama-server's {path} failed ({status}): {reply}", code="engine_crashed")
         return reply
 
     def encode_chat(self, messages: list[dict], raw: bool = False, enable_thinking: bool | None = None,
