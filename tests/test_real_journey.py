@@ -24,7 +24,12 @@ from tests.test_server import start_server
 from ui.main_window import MainWindow
 from ui.pair_list_model import Roles
 
-pytest.importorskip("engine.backends.llamacpp.build").find_build()
+from engine.backends.llamacpp import build  # noqa: E402
+
+try:
+    build.find_build()
+except build.BuildMissing as exc:
+    pytest.skip(f"no llama.cpp build here ({exc})", allow_module_level=True)
 FIXTURES = Path(__file__).parent / "fixtures" / "hardware"
 LOAD_MS = 300_000
 GGUF_REPO, TARGET_REPO, DRAFT_REPO = "org/SmolLM2-135M-Instruct-GGUF", "HuggingFaceTB/SmolLM2-135M-Instruct", \
