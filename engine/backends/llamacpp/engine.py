@@ -115,11 +115,12 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     try:
         if draft_file is not None:
             report("drafter", "Starting llama-server with the drafter")
-            if not pair.start_drafting(arch, optional=beside):
+            if pair.start_drafting(arch, optional=beside):
+                report("tuning", "Choosing between DFlash and plain decoding for this machine")
+                pair.choice = calibrate.choose(pair, cancelled)
+                pair.info["speculation"] = pair.choice
+            else:
                 report("drafter", f"llama.cpp's DFlash cannot draft for this {arch!r} model: plain decoding")
-            report("tuning", "Choosing between DFlash and plain decoding for this machine")
-            pair.choice = calibrate.choose(pair, cancelled)
-            pair.info["speculation"] = pair.choice
     except BaseException:
         pair.close()
         raise
