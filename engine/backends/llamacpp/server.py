@@ -253,16 +253,26 @@ class Server:
                     return
             if self.interrupted:
                 return                         # the shut-down socket reads as the end of the answer
+            self._settle()
             self.check_alive("in the middle of an answer")
             raise self.failed("llama-server closed the answer without finishing it.")
         except (OSError, http.client.HTTPException) as exc:
             if self.interrupted:
                 return                         # cancelled: the caller checks the server before reusing it
+            self._settle()
             self.check_alive("in the middle of an answer")
             raise self.failed(f"The connection to llama-server broke ({exc}).") from None
         finally:
             self._sock = None
             conn.close()
+
+    def _settle(self, seconds: float = 1.0) -> None:
+        """A connection that broke is often a server that died: wait a moment for its exit to be seen, so it is
+        reported as the crash it is (signal, cause, kept log) rather than as a cut answer."""
+        try:
+            self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            pass
 
     def memory(self) -> int:
         """The server process's resident bytes (its peak where the OS reports it)."""
