@@ -275,18 +275,16 @@ class Worker:
         return P.error_event(code, message, rid)
 
     def _engine_failure(self, rid, exc: BaseException) -> dict:
-        if getattr(exc, "code", None) == "engine_crashed" and self.pair_info:
-            # the engine's own server died (the worker lives): say which other engines run this pair
-            event = self._error_event(rid, "engine_crashed", str(exc))
-            event["alternatives"] = _other_engines(self.pair_info)
-            return {**event, **_server_log(exc)}
         code = getattr(exc, "code", None) if isinstance(exc, Exception) else None  # not SystemExit's exit code
         if _is_oom(exc):
             gc.collect()
             return self._error_event(rid, "out_of_memory", f"Out of memory: {exc}. Try a smaller model, a shorter "
                                      "prompt, or fewer new tokens.")
         if isinstance(code, str) and code in P.ERROR_CODES:  # engine.errors.EngineError and friends
-            return {**self._error_event(rid, code, str(exc)), **_server_log(exc)}
+            event = {**self._error_event(rid, code, str(exc)), **_server_log(exc)}
+            if code == "engine_crashed" and self.pair_info:   # the engine's own server died, the worker lives
+                event["alternatives"] = _other_engines(self.pair_info)
+            return event
         log.error("unexpected failure in %s:\n%s", rid, traceback.format_exc())
         return self._error_event(rid, "internal", f"Unexpected {type(exc).__name__}: {exc}. "
                                  "Details are in the worker log.")
@@ -326,7 +324,7 @@ class Worker:
         note = None
         try:
             pair = load(engine)
-        except (CheckpointError, PairMismatchError, EngineError) as exc:
+        except EngineError as exc:
             # llama.cpp was this worker's own pick; a pair it cannot convert or run, or a llama-server that
             # crashed on this CPU, still runs in torch when the target is a Hugging Face folder
             if not (chosen_here and engine == "llamacpp" and _torch_can_load(target)
@@ -419,6 +417,7 @@ def lines(stdin):
                 pass
         yield raw
 
+
 def _server_log(exc: BaseException) -> dict:
     """An engine server's last log lines and kept log (llama.cpp's ServerError), for the diagnostics."""
     lines, path = getattr(exc, "log_lines", None), getattr(exc, "log_path", None)
@@ -437,7 +436,7 @@ def _other_engines(info: dict) -> list[str]:
         return []
     arch, missing = str(info.get("architecture") or ""), missing_engines()
     return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
-            and not e.runs_any_architecture and e.runs(arch, "cpu")]
+            and e.runs(arch, "cpu")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,6 @@ class EngineInfo:
     quantized: dict[str, float] = field(default_factory=dict)   # dtypes it quantizes to while loading -> bytes/weight
     score_rows: int = 0       # queries whose float32 attention scores it holds per head over the whole context
     formats: dict[str, tuple[str, ...]] = field(default_factory=dict)   # weight format (dtype name) -> device classes
-    runs_any_architecture: bool = False   # plain decoding of whatever its runtime loads (llama.cpp)
 
     def runs(self, model_type: str, device_class: str) -> bool:
         """DFlash checked identical to plain decoding for this architecture on this device class."""
@@ -78,8 +77,7 @@ def _info(package: str) -> EngineInfo:
     # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
     return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
                       tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))), dict(getattr(mod, "QUANTIZED", {})),
-                      int(getattr(mod, "UBATCH", 0)), dict(mod.FORMATS),
-                      bool(getattr(mod, "RUNS_ANY_ARCHITECTURE", False)))
+                      int(getattr(mod, "UBATCH", 0)), dict(mod.FORMATS))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (

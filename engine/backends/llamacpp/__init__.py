@@ -15,7 +15,6 @@ DTYPES = {"cuda": "float16", "apple": "float16", "cpu": "float32"}
 # plans DFlash pairs from this; a GGUF the user brings runs whatever the built llama-server loads (plain
 # decoding of every architecture, DFlash where the server's graph hands the drafter the target's layers).
 ARCHITECTURES = {"qwen3": ("cpu",), "llama": ("cpu",)}
-RUNS_ANY_ARCHITECTURE = True
 # GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
 GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",

@@ -64,7 +64,7 @@ class Launch:
     threads: int = 0            # 0: llama.cpp's default
     gpu_layers: int = 0
     flash_attn: str = "auto"    # llama.cpp's -fa: on, off or auto (its own choice)
-    repack: bool = True         # off on CPUs with AMX, whose repacked kernels crash (cpu_features.py)
+    repack: bool = True         # off on CPUs with AMX, whose repacked kernels crash (cpu.py)
 
     def args(self, port: int, key_file: Path) -> list[str]:
         a = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(port), "-c", str(self.context),
@@ -251,20 +251,17 @@ class Server:
                 yield event
                 if event.get("stop"):
                     return
-            if self.interrupted:
-                return                         # the shut-down socket reads as the end of the answer
-            self._settle()
-            self.check_alive("in the middle of an answer")
-            raise self.failed("llama-server closed the answer without finishing it.")
+            broke = "llama-server closed the answer without finishing it."
         except (OSError, http.client.HTTPException) as exc:
-            if self.interrupted:
-                return                         # cancelled: the caller checks the server before reusing it
-            self._settle()
-            self.check_alive("in the middle of an answer")
-            raise self.failed(f"The connection to llama-server broke ({exc}).") from None
+            broke = f"The connection to llama-server broke ({exc})."
         finally:
             self._sock = None
             conn.close()
+        if self.interrupted:
+            return          # cancelled (a shut-down socket reads as an early end): the caller checks the server
+        self._settle()
+        self.check_alive("in the middle of an answer")
+        raise self.failed(broke)
 
     def _settle(self, seconds: float = 1.0) -> None:
         """A connection that broke is often a server that died: wait a moment for its exit to be seen, so it is
