@@ -117,13 +117,15 @@ class ChatController(QObject):
     def load_on_cpu(self) -> None:
         """After the chosen device failed: the same pair with the engine's CPU defaults."""
         if self.pair is not None:
-            self.load_pair({**self.pair, "plan": {"engine": (self.pair.get("plan") or run_plan.AUTO)["engine"],
-                                                  "device": "cpu", "dtype": None}})
+            self._load_again((self.pair.get("plan") or run_plan.AUTO)["engine"], "cpu")
 
     def load_with_engine(self, engine: str) -> None:
         """After the engine crashed on this computer: the same pair with another engine that runs it."""
+        self._load_again(engine, "auto")
+
+    def _load_again(self, engine: str, device: str) -> None:
         if self.pair is not None:
-            self.load_pair({**self.pair, "plan": {"engine": engine, "device": "auto", "dtype": None}})
+            self.load_pair({**self.pair, "plan": {"engine": engine, "device": device, "dtype": None}})
 
     def _crash_way_out(self, ev: dict):
         """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
@@ -131,8 +133,7 @@ class ChatController(QObject):
         if ev.get("code") != "engine_crashed" or not others:
             return None
         name = others[0]
-        return (f"Load with {ENGINES[name].label}" if name in ENGINES else f"Load with {name}",
-                lambda: self.load_with_engine(name))
+        return f"Load with {ENGINES[name].label if name in ENGINES else name}", lambda: self.load_with_engine(name)
 
     def baseline(self) -> BaselineRecord | None:
         return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
