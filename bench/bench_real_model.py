@@ -16,8 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-import smollm2  # noqa: E402
+from engine import chat_pair as smollm2  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402

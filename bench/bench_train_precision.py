@@ -29,11 +29,11 @@ SCORE_BATCHES = 8    # of 8 held-out sequences each
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "work-data" / "demo" / "drafter_run" / "draft_data.safetensors"
 
 
-def batches(seqs, feats, count, size, anchors, block, seed):
-    """`count` training-style batches (equal-length sequences, random anchors in the responses)."""
+def batches(seqs, feats, count, size, anchors, seed):
+    """`count` training-style batches (sequences of similar length, random anchors in the responses)."""
     rng, groups = torch.Generator().manual_seed(seed), length_groups(seqs)
     for _ in range(count):
-        yield sample_batch(seqs, feats, groups, rng, size, anchors, block)
+        yield sample_batch(seqs, feats, groups, rng, size, anchors)
 
 
 def main() -> int:
@@ -57,8 +57,8 @@ def main() -> int:
     train_feats, held_feats = target_features(trainer.pair, train), target_features(trainer.pair, held)
     opts = {k: torch.optim.AdamW(d.parameters(), lr=settings.lr, weight_decay=0.01) for k, d in drafters.items()}
     seconds = dict.fromkeys(drafters, 0.0)
-    gamma, block = settings.resolved_gamma(), settings.block_size
-    for step, batch in enumerate(batches(train, train_feats, args.steps, 16, 16, block, 1)):
+    gamma = settings.resolved_gamma()
+    for step, batch in enumerate(batches(train, train_feats, args.steps, 16, 16, 1)):
         lr = lr_at(step, args.steps, settings.lr, settings.warmup)
         for name, drafter in drafters.items():
             start = time.perf_counter()
@@ -70,7 +70,7 @@ def main() -> int:
         drafter.eval()
         totals = torch.zeros(3)
         with torch.no_grad():
-            for tokens, f, anchors in batches(held, held_feats, SCORE_BATCHES, 8, 16, block, 2):
+            for tokens, f, anchors in batches(held, held_feats, SCORE_BATCHES, 8, 16, 2):
                 loss, acc, accepted = draft_loss(drafter, trainer.pair, tokens, f, anchors, gamma, accepted=True)
                 totals += torch.tensor([loss.item(), acc[0].item(), accepted])
         loss, top1, tau = (totals / SCORE_BATCHES).tolist()

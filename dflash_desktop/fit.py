@@ -227,7 +227,8 @@ def _sentence(pair: Pair, e: FitEstimate) -> str:
 def choose_default_pair(catalog: Catalog, budget: Budget, context_tokens: int = DEFAULT_CONTEXT) -> Pair:
     """The largest downloadable pair that fits (prefer comfortable over tight, ungated over gated).
 
-    Never returns a pair that won't fit or would run without DFlash; falls back to the embedded demo.
+    Never returns a pair that won't fit or would run without DFlash; falls back to the built-in pair a
+    first start opens (the chat pair where its model is installed, else the code pair).
     """
     rank = {"fits": 2, "tight": 1}
     best, best_key = None, None
@@ -240,4 +241,4 @@ def choose_default_pair(catalog: Catalog, budget: Budget, context_tokens: int = 
         key = (rank[est.verdict], not pair.target.gated, pair.target.params)
         if best_key is None or key > best_key:
             best, best_key = pair, key
-    return best or catalog.demo
+    return best or catalog.starter()

@@ -457,19 +457,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages of ORIGIN (scheme://host[:port], as browsers send it) call the server; "
                         "repeat for more. Pages served from this computer are always allowed, others never")
-    p.add_argument("--target", help="target model folder (default: the embedded demo pair)")
+    p.add_argument("--target", help="target model folder or GGUF file (default: the built-in chat pair where "
+                                    "its model is installed, else the code pair)")
     p.add_argument("--draft", help="DFlash drafter folder")
-    p.add_argument("--engine", default="torch", help="the engine that runs the pair (default torch)")
+    p.add_argument("--pair", choices=["chat", "demo"], help="a built-in pair: chat (SmolLM2-135M-Instruct) or "
+                                                            "demo (the code pair)")
+    p.add_argument("--engine", default="auto", help="the engine that runs the pair: auto (the default: llama.cpp "
+                                                    "on a CPU where it is built), torch, llamacpp, mlx")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    p.add_argument("--model-name", help="the model's name in /v1/models (default: demo, the hub repo of a "
-                                         "Hugging Face cache folder, else the target folder's name)")
+    p.add_argument("--model-name", help="the model's name in /v1/models (default: the built-in pair's id, the "
+                                         "hub repo of a Hugging Face cache folder, else the target folder's name)")
     return p
 
 
-def demo_dirs() -> tuple[str, str]:
+def builtin_pair(pair_id: str | None) -> tuple[str, str, str]:
+    """(target, drafter, id) of a built-in pair: the one named, else what a first start opens."""
     from .catalog import load_catalog
-    pair = load_catalog().demo
-    return str(pair.local_path("target")), str(pair.local_path("drafter"))
+    catalog = load_catalog()
+    pair = catalog.get(pair_id) if pair_id else catalog.starter()
+    if not pair.installed():
+        raise SystemExit(f"error: the built-in pair {pair.id!r} is not installed here. {pair.install_hint}")
+    return str(pair.local_path("target")), str(pair.local_path("drafter")), pair.id
 
 
 class Reloader:
@@ -517,8 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     jobs = JobQueue(on_event=_report)
     client = WorkerClient(on_event=jobs.intake)
     jobs.backend = client
-    target, draft = (args.target, args.draft) if args.target else demo_dirs()
-    name = args.model_name or ("demo" if not args.target else model_id_for(target))
+    if args.target and args.pair:
+        print("error: --pair names a built-in pair; leave out --target (or --pair).", file=sys.stderr)
+        return 2
+    target, draft, builtin = (args.target, args.draft, None) if args.target else builtin_pair(args.pair)
+    name = args.model_name or builtin or model_id_for(target)
     print(f"Loading {target} ...", file=sys.stderr, flush=True)
     pair = {"target": target, "draft": draft, "engine": args.engine, "device": args.device}
     try:

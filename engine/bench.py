@@ -40,6 +40,15 @@ def file_opening(text: str, chars: int = 1200) -> str:
     return cut[: cut.rindex("\n")] if "\n" in cut else cut
 
 
+def chat_prompts(limit: int | None = None) -> list[tuple[str, str]]:
+    """(name, text) prompts: the one-message questions of the chat pair's held-out set, which its drafter never
+    saw (assets/chat/held_out.jsonl, from scripts/chat_prompts.py)."""
+    lines = assets.path("chat", "held_out.jsonl").read_text(encoding="utf-8").splitlines()
+    chats = [json.loads(line) for line in lines if line.strip()]
+    out = [(f"held-out {i}", c[0]["content"]) for i, c in enumerate(chats) if len(c) == 1]
+    return out[:limit] if limit else out
+
+
 def load_prompts(path: Path) -> list[tuple[str, str]]:
     """A JSON list of strings (or of {"name", "prompt"}), or a text file with one prompt per line."""
     text = Path(path).read_text(encoding="utf-8")

@@ -15,8 +15,10 @@ DRAFT_COLOUR, RESET = "\033[32m", "\033[0m"
 
 
 def add_pair_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", choices=["demo"], help="use the embedded demo pair (the default without --target)")
-    p.add_argument("--target", type=Path, help="target model folder (config.json, *.safetensors, tokenizer)")
+    p.add_argument("--pair", choices=["chat", "demo"],
+                   help="a built-in pair: chat (SmolLM2-135M-Instruct and our drafter; the default without --target "
+                        "where its model is installed) or demo (the code pair)")
+    p.add_argument("--target", type=Path, help="target model folder (config.json, *.safetensors, tokenizer) or GGUF")
     p.add_argument("--draft", type=Path, help="DFlash drafter folder (config.json, *.safetensors)")
     p.add_argument("--engine", choices=sorted(ENGINES), default="torch", help="the engine that runs the pair")
     p.add_argument("--device", default="auto",
@@ -52,20 +54,29 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, help="use only the first N prompts")
     b.add_argument("--peers", action="store_true",
                    help="also time transformers generate() and prompt-lookup decoding on the same target")
-    t = sub.add_parser("train-draft", help="train a DFlash drafter for a target on your own text")
+    t = sub.add_parser("train-draft", help="train a DFlash drafter for a target on its own answers")
     t.add_argument("--target", type=Path, required=True, help="target model folder (with tokenizer)")
-    t.add_argument("--corpus", type=Path, required=True, help="a text file or a folder of text files")
+    data = t.add_mutually_exclusive_group(required=True)
+    data.add_argument("--corpus", type=Path, help="a text file or a folder of text files: the target continues "
+                                                  "passages of them")
+    data.add_argument("--chats", type=Path, help="a JSONL file, one conversation per line (a list of "
+                                                 '{"role", "content"} messages ending with a user turn): the '
+                                                 "target answers each through its chat template")
     t.add_argument("--glob", default="**/*", help="files to take from a corpus folder (default: all)")
     t.add_argument("--out", type=Path, required=True, help="folder for the drafter (must not hold one)")
     t.add_argument("--work-dir", type=Path, help="intermediate data and checkpoints (default OUT/../OUT.work)")
     t.add_argument("--block-size", type=int, default=16)
     t.add_argument("--layers", type=int, default=2)
     t.add_argument("--sequences", type=int, default=1200, help="responses the target regenerates")
-    t.add_argument("--response-length", type=int, default=256)
+    t.add_argument("--response-length", type=int, default=256, help="tokens per continuation; with --chats, "
+                                                                    "the most an answer may take")
     t.add_argument("--minutes", type=float, default=40.0, help="training wall-clock budget")
     t.add_argument("--steps", type=int, help="a fixed number of steps instead of --minutes")
     t.add_argument("--precision", choices=("auto", "float32", "bfloat16"), default="auto",
                    help="matrix products while training (auto: bfloat16 where the CPU has it natively)")
+    t.add_argument("--answer-vocab", action="store_true",
+                   help="train the softmax over only the tokens the target's answers use (several times fewer "
+                        "LM-head rows per step on a CPU; generation still uses the whole head)")
     t.add_argument("--overwrite", action="store_true")
     return parser
 
@@ -75,22 +86,51 @@ def read_corpus(path: Path, pattern: str) -> list[str]:
     return [f.read_text(encoding="utf-8", errors="replace") for f in files]
 
 
+def read_chats(path: Path) -> list[list[dict]]:
+    """Conversations from a JSONL file, each checked: a list of role/content messages ending with a user turn."""
+    from .training.draft_trainer import TrainingError
+    chats = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            chat = json.loads(line)
+        except ValueError as exc:
+            raise TrainingError(f"{path} line {number} is not JSON ({exc}); write one conversation per line.") from None
+        if not (isinstance(chat, list) and chat and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                                        and m.get("role") in ("system", "user", "assistant")
+                                                        for m in chat) and chat[-1]["role"] == "user"):
+            raise TrainingError(f"{path} line {number} is not a conversation: give a list of "
+                                '{"role": "system"|"user"|"assistant", "content": text} messages ending with a '
+                                "user message.")
+        chats.append(chat)
+    if not chats:
+        raise TrainingError(f"{path} holds no conversation.")
+    return chats
+
+
 def cmd_train_draft(args) -> int:
     from .training.draft_trainer import DraftTrainer, DraftTrainSettings, TrainingError
-    if not args.corpus.exists():
-        raise TrainingError(f"Corpus {args.corpus} does not exist.")
-    docs = [d for d in read_corpus(args.corpus, args.glob) if d.strip()]
-    held = docs[-max(1, len(docs) // 20):] if len(docs) > 1 else []
-    train = docs[: len(docs) - len(held)] or docs
+    source = args.corpus or args.chats
+    if not source.exists():
+        raise TrainingError(f"{'Corpus' if args.corpus else 'Chats file'} {source} does not exist.")
+    items = read_chats(args.chats) if args.chats else [d for d in read_corpus(args.corpus, args.glob) if d.strip()]
+    held = items[-max(1, len(items) // 20):] if len(items) > 1 else []
+    train = items[: len(items) - len(held)] or items
     settings = DraftTrainSettings(block_size=args.block_size, layers=args.layers, sequences=args.sequences,
                                   response_length=args.response_length, minutes=None if args.steps else args.minutes,
-                                  steps=args.steps,
+                                  steps=args.steps, answer_vocab=args.answer_vocab,
                                   bf16={"auto": None, "float32": False, "bfloat16": True}[args.precision])
     work = args.work_dir or args.out.with_name(args.out.name + ".work")
     trainer = DraftTrainer(args.target, args.out, work, settings, overwrite=args.overwrite,
                            log=lambda line: print(line, file=sys.stderr, flush=True))
-    eval_prompts = [trainer.pair.tokenizer.encode_prompt(d[:600], raw=True) for d in held[:3]]
-    result = trainer.train(train, eval_prompts)
+    tok = trainer.pair.tokenizer
+    if args.chats:
+        eval_prompts = [tok.encode_chat(c) for c in held[:3]]
+        result = trainer.train(eval_prompts=eval_prompts, chats=train)
+    else:
+        eval_prompts = [tok.encode_prompt(d[:600], raw=True) for d in held[:3]]
+        result = trainer.train(train, eval_prompts)
     print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
     return 0
 
@@ -112,21 +152,36 @@ def settings_of(args, **sampling) -> GenerationSettings:
                               draft_cutoff=args.draft_cutoff, plain_fallback=not args.no_fallback, **sampling)
 
 
+def builtin_pair(name: str | None) -> tuple[str, Path, Path]:
+    """(name, target, drafter) of a built-in pair: the one named, else the chat pair where its model is
+    installed, else the code pair."""
+    from . import chat_pair
+    from .bench import DEMO_DIR
+    if name != "demo":
+        try:
+            return "chat", chat_pair.gguf_path(), chat_pair.DRAFT_DIR
+        except chat_pair.Missing as exc:
+            if name == "chat":
+                raise EngineError(str(exc)) from None
+    if not (DEMO_DIR / "target" / "config.json").is_file():
+        raise EngineError(f"The embedded demo pair is missing from {DEMO_DIR}; reinstall the app "
+                          "or pass --target and --draft.")
+    return "demo", DEMO_DIR / "target", DEMO_DIR / "draft"
+
+
 def resolve_pair(args):
     from .backends import load_pair
-    from .bench import DEMO_DIR
     if args.target is None:
         if args.draft is not None:
             raise EngineError("--draft needs --target: name the model the drafter belongs to.")
-        target, draft = DEMO_DIR / "target", DEMO_DIR / "draft"
-        if not (target / "config.json").is_file():
-            raise EngineError(f"The embedded demo pair is missing from {DEMO_DIR}; reinstall the app "
-                              "or pass --target and --draft.")
+        name, target, draft = builtin_pair(args.pair)
+    elif args.pair:
+        raise EngineError("--pair names a built-in pair; leave out --target (or --pair).")
     else:
-        target, draft = args.target, args.draft
+        name, target, draft = None, args.target, args.draft
     pair = load_pair(args.engine, target, draft, device=args.device)
-    if args.target is None:
-        pair.name = "demo"
+    if name:
+        pair.name = name
     if pair.tokenizer is None:
         raise EngineError(f"The target folder {target} has no tokenizer files; text prompts need tokenizer.json.")
     return pair
@@ -166,7 +221,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import demo_prompts, format_table, load_prompts, run_bench
+    from .bench import chat_prompts, demo_prompts, format_table, load_prompts, run_bench
     settings = settings_of(args)   # refuse bad settings before loading
     pair = resolve_pair(args)
     if pair.block_size == 1:
@@ -175,6 +230,8 @@ def cmd_bench(args) -> int:
         prompts = load_prompts(args.prompts)
     elif pair.name == "demo":
         prompts = demo_prompts()
+    elif pair.name == "chat":
+        prompts = chat_prompts()
     else:
         raise EngineError("Pass --prompts FILE (a JSON list or one prompt per line) for this pair.")
     prompts = prompts[: args.limit] if args.limit else prompts

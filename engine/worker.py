@@ -311,10 +311,12 @@ class Worker:
         for what, path in (("target", target), ("drafter", draft)):
             if path is None or Path(path).is_dir():
                 continue
-            if engine == "llamacpp" and Path(path).suffix.lower() == ".gguf" and Path(path).is_file():
-                continue                         # llama.cpp takes a GGUF file itself
-            raise P.ProtocolError("bad_checkpoint", f"The {what} folder {path} does not exist." if not Path(path).exists()
-                                  else f"The {what} {path} is a file; give its folder (a GGUF file only runs "
+            if Path(path).suffix.lower() == ".gguf" and Path(path).is_file() and (engine == "llamacpp"
+                                                                                  or what == "target"):
+                continue                         # llama.cpp takes a GGUF itself; other engines unpack a target
+            raise P.ProtocolError("bad_checkpoint",
+                                  f"The {what} folder {path} does not exist." if not Path(path).exists()
+                                  else f"The {what} {path} is a file; give its folder (a GGUF drafter only runs "
                                   "with the llama.cpp engine).")
 
         def load(name: str):
@@ -425,7 +427,11 @@ def _server_log(exc: BaseException) -> dict:
 
 
 def _torch_can_load(target: str) -> bool:
-    """A Hugging Face model folder (config.json), which the torch engine reads; a GGUF it does not."""
+    """A Hugging Face model folder (config.json), which the torch engine reads, or a GGUF whose architecture
+    transformers can unpack into one (engine/gguf_folder.py)."""
+    if Path(target).suffix.lower() == ".gguf" and Path(target).is_file():
+        from engine.gguf_folder import can_unpack
+        return can_unpack(Path(target))
     return Path(target).is_dir() and (Path(target) / "config.json").is_file()
 
 

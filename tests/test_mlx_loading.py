@@ -186,12 +186,12 @@ def test_the_cli_generates_and_benches_the_demo_pair_on_mlx(tmp_path, capsys):
     """The demo pair is a Hugging Face folder, converted by mlx-lm at load time."""
     from engine.cli import main
     out = tmp_path / "gen.json"
-    assert main(["generate", "--engine", "mlx", "--device", "cpu", "--prompt", "import os\n", "--raw",
-                 "--max-new-tokens", "12", "--json", str(out)]) == 0
+    assert main(["generate", "--pair", "demo", "--engine", "mlx", "--device", "cpu", "--prompt", "import os\n",
+                 "--raw", "--max-new-tokens", "12", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["mode"] == "dflash" and len(result["token_ids"]) == 12
-    assert main(["generate", "--engine", "mlx", "--device", "cpu", "--prompt", "import os\n", "--raw",
-                 "--max-new-tokens", "12", "--baseline", "--json", str(out)]) == 0
+    assert main(["generate", "--pair", "demo", "--engine", "mlx", "--device", "cpu", "--prompt", "import os\n",
+                 "--raw", "--max-new-tokens", "12", "--baseline", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["token_ids"] == result["token_ids"]
     assert "mlx engine on cpu" in capsys.readouterr().err
     bench = tmp_path / "bench.json"

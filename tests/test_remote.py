@@ -171,13 +171,13 @@ def test_refusals_and_unreachable_servers_are_explained(remote):
 def own_server(tmp_path_factory):
     """A real DFlash Desktop server on the demo pair, in this process (its worker is a subprocess)."""
     import os
-    from dflash_desktop.server import ServerThread, demo_dirs
+    from dflash_desktop.server import ServerThread, builtin_pair
     from dflash_desktop.worker_client import WorkerClient
     os.environ.setdefault("DFLASH_DESKTOP_HOME", str(tmp_path_factory.mktemp("home")))
     jobs = JobQueue()
     client = WorkerClient(on_event=jobs.intake)
     jobs.backend = client
-    target, draft = demo_dirs()
+    target, draft, _ = builtin_pair("demo")
     assert jobs.submit("load_pair", target=target, draft=draft, device="cpu").wait(120)["event"] == "loaded"
     server = ServerThread.listen(jobs, port=0, model_name=lambda: "demo")
     yield jobs, server.url

@@ -23,7 +23,11 @@ PROMPT = "def read_config(path):\n"
 N = 24
 
 
-def start_server(home, *args: str) -> tuple[subprocess.Popen, str]:
+def start_server(home, *args: str, pair: tuple[str, ...] = ("--pair", "demo", "--engine", "torch")
+                 ) -> tuple[subprocess.Popen, str]:
+    """`serve` with args; without --target, on `pair` (default: the code pair in the torch engine, whose
+    answers the reference fixture computes; () leaves the choice to serve)."""
+    args = args if "--target" in args else (*pair, *args)
     env = dict(os.environ, DFLASH_DESKTOP_HOME=str(home), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "dflash_desktop", "serve", "--port", "0", *args], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -183,9 +183,10 @@ def test_cli_trains_in_the_precision_asked_for(tmp_path, target_dir):
     proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "train-draft", "--target", str(target_dir),
                            "--corpus", str(corpus), "--out", str(tmp_path / "o"), "--block-size", "4",
                            "--layers", "1", "--sequences", "4", "--response-length", "16", "--steps", "2",
-                           "--precision", "bfloat16"], capture_output=True, text=True, timeout=300)
+                           "--precision", "bfloat16", "--answer-vocab"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout)["bf16"] is True
+    result = json.loads(proc.stdout)
+    assert result["bf16"] is True and 0 < result["loss_vocab"] < load_pair(target_dir).target.vocab_rows
     assert load_pair(target_dir, tmp_path / "o").block_size == 4
 
 
@@ -208,22 +209,77 @@ def test_the_mask_token_is_chosen_from_what_the_chat_never_uses(smollm2_folder):
         choose_mask_token(plain, vocab_rows=257)                  # <|mask|> (257) lies outside the rows
 
 
+def untrained(target_dir, work: str, shape: tuple[int, int], high: int):
+    """A trainer, its untrained drafter, random tokens below `high` of `shape` and the target's features of them."""
+    trainer = DraftTrainer(target_dir, target_dir.parent / "unused", target_dir.parent / work, tiny_settings())
+    drafter = trainer.make_drafter().eval()                # it also sets which target layers are captured
+    tokens = torch.randint(3, high, shape, generator=torch.Generator().manual_seed(3))
+    trainer.pair.target.decoder(input_ids=tokens, use_cache=False)
+    return trainer, drafter, tokens, trainer.pair.target.captured_features()
+
+
+def test_padding_after_a_sequence_changes_nothing(target_dir):
+    """Chat answers differ in length, so batches are padded on the right: the padded slots have no label and
+    the padded context is never attended, so a sequence's loss is the same alone and padded."""
+    trainer, drafter, tokens, feats = untrained(target_dir, "w-pad", (1, 20), 200)
+    anchors = torch.tensor([[5, 12, 17, 18]])                          # the last blocks run past the end
+    padded_tokens = torch.cat([tokens, torch.full((1, 7), -1)], dim=1)
+    padded_feats = torch.cat([feats, torch.zeros(1, 7, feats.shape[-1])], dim=1)
+    with torch.no_grad():
+        alone, acc_alone = draft_loss(drafter, trainer.pair, tokens, feats, anchors, 4.0)
+        padded, acc_padded = draft_loss(drafter, trainer.pair, padded_tokens, padded_feats, anchors, 4.0)
+    assert padded.item() == pytest.approx(alone.item(), rel=1e-5)
+    assert torch.allclose(acc_alone, acc_padded)
+
+
+def test_the_answer_vocabulary_softmax_is_the_full_one_restricted(target_dir):
+    """With every token in it, the restricted softmax is the full one; with fewer, the labels map to their rows."""
+    trainer, drafter, tokens, feats = untrained(target_dir, "w-vocab", (2, 20), 60)
+    anchors = torch.tensor([[4, 9], [6, 12]])
+    rows = trainer.pair.target.vocab_rows
+    with torch.no_grad():
+        full, _ = draft_loss(drafter, trainer.pair, tokens, feats, anchors, 4.0)
+        same, _ = draft_loss(drafter, trainer.pair, tokens, feats, anchors, 4.0, vocab=torch.arange(rows))
+        fewer, _ = draft_loss(drafter, trainer.pair, tokens, feats, anchors, 4.0, vocab=torch.arange(60))
+    assert same.item() == pytest.approx(full.item(), rel=1e-5)
+    assert fewer.item() < full.item()           # the same logits, normalised over fewer tokens
+
+
+def test_chat_answers_end_with_the_turn_and_do_not_depend_on_the_batch(smollm2_folder):
+    """Answers to chat prompts stop at <|im_end|> (kept: the drafter learns to end a turn), and prompts of
+    different lengths padded together get the answers each gets alone."""
+    from engine.training.draft_trainer import regenerate_chats
+    pair = load_pair(smollm2_folder)
+    prompts = [pair.tokenizer.encode_chat([{"role": "user", "content": q}])
+               for q in ("What is the capital of France?", "Name three colours of the rainbow, please.")]
+    together = regenerate_chats(pair, prompts, 40, batch=2, log=lambda _: None)
+    alone = [regenerate_chats(pair, [p], 40, batch=1, log=lambda _: None)[0] for p in sorted(prompts, key=len)]
+    assert together == alone
+    first = next(toks for length, toks in together if toks[:length] == prompts[0])
+    answer = first[len(prompts[0]):]
+    assert answer[-1] == 2 and 2 not in answer[:-1]
+    assert pair.tokenizer.decode(answer).strip() == "The capital of France is Paris."
+
+
 def test_a_drafter_for_a_real_chat_model_trains_on_a_tiny_budget_and_loads_everywhere(
         tmp_path, smollm2_folder, no_unpickling):
-    """`train-draft` on SmolLM2's own folder, a few steps: the drafter records the chosen mask token, loads in
-    torch, and llama.cpp's converter carries the token into the DFlash GGUF."""
-    out = tmp_path / "draft"
-    trainer = DraftTrainer(smollm2_folder, out, tmp_path / "work",
-                           tiny_settings(sequences=2, response_length=12, prompt_lengths=(8, 12), steps=2,
-                                         eval_every=2, checkpoint_every=2, block_size=8))
-    prompts = [trainer.pair.tokenizer.encode_chat([{"role": "user", "content": q}])
-               for q in ("Say hello.", "Name a colour.")]
-    result = trainer.train(["Hello there. " * 40, "Colours are red, green and blue. " * 30], prompts)
-    assert result["steps"] == 2
+    """The chat pair's recipe on a tiny budget (scripts/build_chat_pair.py --tiny: the target answers a few of
+    the project's prompts, a few steps): the drafter records the chosen mask token, loads in torch, and
+    llama.cpp's converter carries the token into the DFlash GGUF."""
+    out = tmp_path / "chat" / "draft"
+    proc = subprocess.run([sys.executable, "scripts/build_chat_pair.py", "--tiny", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recipe = json.loads((out.parent / "RECIPE.json").read_text())
+    result = recipe["result"]
+    assert result["steps"] == 3 and result["sequences"] >= 5 and result["final_tau"] >= 1.0
+    assert recipe["prompts"]["train"] == 6 and "answered 6/6 chat prompts" in proc.stderr
     config = json.loads((out / "config.json").read_text())
-    assert config["dflash_config"]["mask_token_id"] == 16 and config["block_size"] == 8
+    assert config["dflash_config"]["target_layer_ids"][-1] < 29
+    config = json.loads((out / "config.json").read_text())
+    assert config["dflash_config"]["mask_token_id"] == 16 and config["block_size"] == 16
     pair = load_pair(smollm2_folder, out)
-    assert pair.block_size == 8 and pair.drafter.config.mask_token_id == 16
+    assert pair.block_size == 16 and pair.drafter.config.mask_token_id == 16
     from engine.backends.llamacpp import build, metadata
     try:
         build.find_build()
@@ -233,3 +289,19 @@ def test_a_drafter_for_a_real_chat_model_trains_on_a_tiny_budget_and_loads_every
     gguf = convert.draft_gguf(out, smollm2_folder, "float32")
     meta = metadata.read_metadata(gguf)
     assert metadata.architecture(meta) == "dflash" and meta.get("tokenizer.ggml.mask_token_id") == 16
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['[{"role": "user", "content": "Hi"}]', "not json"], "line 2 is not JSON"),
+    (['[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi!"}]'], "line 1 is not a conversation"),
+    (['{"role": "user", "content": "Hi"}'], "line 1 is not a conversation"),
+    (['[{"role": "user", "content": "Hi"}]'], "has no chat template"),      # the random pair's tokenizer has none
+])
+def test_cli_checks_a_chats_file_before_training(tmp_path, target_dir, lines, message):
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "train-draft", "--target", str(target_dir),
+                           "--chats", str(chats), "--out", str(tmp_path / "o"), "--steps", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-800:]
+    assert not (tmp_path / "o").exists()

@@ -29,7 +29,7 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
         target, draft = save_random_pair(tmp_path / "pair", block_size=8)
         pair = {"id": "random", "name": "Random pair", "target_dir": str(target), "draft_dir": str(draft)}
     window = MainWindow(worker=worker, store=ChatStore(), settings=settings_mod.Settings(max_new_tokens=48),
-                        pair=None if pair["id"] == "demo" else pair)
+                        pair=pair)      # the code pair by name: a first start opens the chat pair (test_chat_pair.py)
     qtbot.addWidget(window)
     window.show()
     qtbot.waitUntil(lambda: window.progress.isVisibleTo(window), timeout=5000)   # loading shows in the status bar

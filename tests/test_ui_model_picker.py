@@ -70,7 +70,7 @@ def test_rows_badges_and_demo_first(picker):
     verdicts = {pid: picker.model.index(i).data(Roles.Verdict) for pid, i in rows(picker).items()}
     assert verdicts == {"demo": "fits", "qwen3-4b": "tight", "qwen3-8b": "wont_fit", "qwen3.5-4b": "target_only"}
     demo = picker.model.index(0)
-    assert demo.data(Roles.DownloadText) == "Embedded · ready" and demo.data(Roles.CanLoad)
+    assert demo.data(Roles.DownloadText) == "Built in · ready" and demo.data(Roles.CanLoad)
     q4 = picker.model.index(rows(picker)["qwen3-4b"])
     assert q4.data(Roles.DownloadState) == "not_downloaded" and q4.data(Roles.Reason) == "Download it first."
     assert "GB" in q4.data(Roles.SizeText) and q4.data(Roles.License) == "apache-2.0/mit"

@@ -45,7 +45,9 @@ def test_a_new_profile_is_welcomed_once(qtbot, make):
     greet(first)
     qtbot.waitUntil(lambda: bool(welcomes(first)), timeout=5000)
     dialog = welcomes(first)[0]
-    assert "Python" in dialog.text() and "Models…" in dialog.text() and "Open from disk" in dialog.text()
+    from ui.welcome import chat_installed      # it speaks of the pair the first start opens
+    assert ("SmolLM2-135M-Instruct" if chat_installed() else "Python") in dialog.text()
+    assert "Models…" in dialog.text() and "Open from disk" in dialog.text()
     for label in dialog.paragraphs:        # every paragraph whole: its height fits its wrapped text
         assert label.height() >= label.heightForWidth(label.width()), label.text()[:40]
     assert settings_mod.load().welcome_seen            # saved, so the next start does not ask again

@@ -16,8 +16,8 @@ from .message_widget import MessageWidget
 CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
                  'def read_config(path):\n    """Read a configuration file and return a dict."""',
                  'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):')
-CHAT_EXAMPLES = ("Explain speculative decoding in two sentences.", "Write a Python function that reverses a "
-                 "linked list.", "What is the difference between a list and a tuple in Python?")
+CHAT_EXAMPLES = ("Explain the water cycle in a few sentences.", "Write a short thank-you note to a friend who "
+                 "helped me move.", "Write a Python function that reverses a string.")   # what small models do well
 MAX_COLUMN = 920
 CHARS_PER_TOKEN = 3.5   # the estimate (≈) until the engine has counted, or where it cannot (no model, a server)
 COUNT_DELAY_MS = 300    # the engine counts the chat this long after typing stops

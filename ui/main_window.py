@@ -72,25 +72,36 @@ class ElidedLabel(QLabel):
         self._elide()
 
 
+def embedded_request(pair) -> dict | None:
+    """A built-in pair as a load request, or None when its files are not here."""
+    if not pair.installed():
+        return None
+    draft = pair.local_path("drafter")
+    return {"id": pair.id, "name": pair.name, "target_dir": str(pair.local_path("target")), "draft_dir": str(draft)}
+
+
 def demo_pair() -> dict | None:
-    """The embedded demo pair as a load request, or None when its folders are not there."""
+    """The code pair, whose files ship inside the app, as a load request (None when they are missing)."""
     try:
-        pair = load_catalog().demo
+        return embedded_request(load_catalog().demo)
     except Exception:
         return None
-    target, draft = pair.local_path("target"), pair.local_path("drafter")
-    if not (target and (target / "config.json").is_file()):
+
+
+def starter_pair() -> dict | None:
+    """What a first start opens: the chat pair where its model is installed, else the code pair."""
+    try:
+        return embedded_request(load_catalog().starter())
+    except Exception:
         return None
-    return {"id": pair.id, "name": pair.name, "target_dir": str(target),
-            "draft_dir": str(draft) if draft and (draft / "config.json").is_file() else None}
 
 
 def startup_pair(settings: settings_mod.Settings) -> dict | None:
-    """The last pair if its folders still exist (or it is on a server), else the demo pair."""
+    """The last pair if its files still exist (or it is on a server), else the starter pair."""
     last = settings.last_pair
-    if last and (last.get("remote") or Path(last.get("target_dir", "")).is_dir()):
+    if last and (last.get("remote") or Path(last.get("target_dir", "")).exists()):
         return last
-    return demo_pair()
+    return starter_pair()
 
 
 class MainWindow(QMainWindow):
@@ -154,7 +165,7 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, lambda: self.controller.load_pair(self.with_engine(pair)))
         elif autoload:
             QTimer.singleShot(0, lambda: self.status_label.setText(
-                "No model yet: the demo pair is not installed. Choose one with Models… (Ctrl+M)."))
+                "No model yet: the built-in models are not installed. Choose one with Models… (Ctrl+M)."))
 
     # -- construction -------------------------------------------------------------------------------
     def _action(self, text: str, shortcut, slot, tip: str, checkable: bool = False) -> QAction:

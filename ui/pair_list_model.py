@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from pathlib import Path
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
@@ -149,7 +148,8 @@ def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict
             row.download_state, row.dirs = "ready", local_dirs[pair.id]
         elif not pair.needs_download:
             row.download_state = "error"
-            row.error = f"The built-in model files are missing ({pair.local_path('drafter')}). Reinstall the app."
+            where = pair.local_path("target") or pair.target.get("package_file")
+            row.error = f"The built-in model's files are missing ({where}). {pair.install_hint}"
         rows.append(row)
     return rows
 
@@ -229,7 +229,7 @@ class PairListModel(QAbstractListModel):
     @staticmethod
     def _download_text(r: PairRow) -> str:
         if r.pair.kind == "embedded":
-            return "Embedded · ready" if r.download_state == "ready" else "Embedded · missing"
+            return "Built in · ready" if r.download_state == "ready" else "Built in · not installed"
         return {"ready": "Downloaded · ready", "not_downloaded": "Not downloaded",
                 "downloading": r.download_text or "Downloading…",
                 "error": f"Download failed: {r.error}"}[r.download_state]
@@ -256,9 +256,8 @@ def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None 
                 found[pair.id] = {"target": target, "drafter": draft}
             continue
         if pair.kind == "embedded":
-            t, d = pair.local_path("target"), pair.local_path("drafter")
-            if (t / "config.json").is_file() and (d / "config.json").is_file() and any(Path(d).glob("*.safetensors")):
-                found[pair.id] = {"target": t, "drafter": d}
+            if pair.installed():
+                found[pair.id] = {"target": pair.local_path("target"), "drafter": pair.local_path("drafter")}
             continue
         dirs = {spec.role: find_cached(spec.repo_id, spec.revision) for spec in (pair.target, pair.drafter)}
         if all(dirs.values()):  # a half-downloaded pair is not ready; Download resumes it

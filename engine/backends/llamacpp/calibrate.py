@@ -40,7 +40,8 @@ def _file_id(path: Path | None) -> str:
 def key(pair) -> str:
     parts = [build.key(), _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
              platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads),
-             f"-fa {pair.flash_attn}"]      # the servers' flags: a choice measured with others is measured again
+             f"-fa {pair.flash_attn}",      # the servers' flags: a choice measured with others is measured again
+             "plain -fa auto measured"]     # choices from before plain decoding was timed both ways
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
@@ -95,7 +96,12 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
         return saved[k]
     prompt = prompt_ids(pair)
     best: dict[int, dict] = {}
-    for n_max in (0, *sorted({min(c, pair.block_size - 1) for c in CANDIDATES})):
+    plain_flags = {}
+    own = pair.flash_attn
+    # plain decoding with the engine's flash-attention setting and with llama.cpp's own (auto), if different
+    trials = [(0, own)] + ([(0, "auto")] if own != "auto" else [])
+    for n_max, flags in trials + [(n, own) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]:
+        pair.plain_flash_attn = flags
         runs = []
         for i in range(RUNS + 1):
             if cancelled():
@@ -103,9 +109,17 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
             result = measure(pair, prompt, n_max)
             if i:                                    # the first answer warms the server up
                 runs.append(result)
-        best[n_max] = max(runs, key=lambda r: r["tok_s"])
+        fastest = max(runs, key=lambda r: r["tok_s"])
+        if n_max:
+            best[n_max] = fastest
+        else:
+            plain_flags[flags] = fastest
+    flags = max(plain_flags, key=lambda f: plain_flags[f]["tok_s"])
+    best[0] = plain_flags[flags]
+    pair.plain_flash_attn = flags
     pair.server_for(0)
     choice = decide(best)
+    choice["plain_flash_attn"] = flags
     choice["measured"] = time.strftime("%Y-%m-%d %H:%M")
     saved[k] = choice
     store().parent.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
             if pair.start_drafting(arch, optional=beside):
                 report("tuning", "Choosing between DFlash and plain decoding for this machine")
                 pair.choice = calibrate.choose(pair, cancelled)
+                pair.plain_flash_attn = pair.choice.get("plain_flash_attn")
                 pair.info["speculation"] = pair.choice
             else:
                 report("drafter", f"llama.cpp's DFlash cannot draft for this {arch!r} model: plain decoding")
@@ -136,6 +137,9 @@ class LlamaCppPair:
         # decoding query once the context is long; its plain matrix products win (docs/BENCHMARKS.md, "Flash
         # attention off on the CPU"). A GPU keeps llama.cpp's own choice.
         self.flash_attn = "off" if launch.gpu_layers == 0 else "auto"
+        # Plain decoding at a short context can be faster the other way (llama.cpp's own flags: SmolLM2's chats
+        # decode about 10% faster with them here): calibration measures both and keeps the faster for it.
+        self.plain_flash_attn: str | None = None
         self.server: Server | None = None
         self.choice: dict | None = None
         self.cancelled: Callable[[], bool] = lambda: False   # the running generation's cancel (engine/loop.py)
@@ -180,7 +184,8 @@ class LlamaCppPair:
 
     def server_for(self, n_max: int | None) -> Server:
         """The running server when it matches (None: plain decoding), else a fresh one."""
-        want = replace(self.base, draft=self.draft if n_max else None, n_max=n_max or 0, flash_attn=self.flash_attn)
+        flags = self.flash_attn if n_max else (self.plain_flash_attn or self.flash_attn)
+        want = replace(self.base, draft=self.draft if n_max else None, n_max=n_max or 0, flash_attn=flags)
         if self._suspect and self.server is not None:
             self._suspect = False
             if not self.server.healthy():
