@@ -41,8 +41,8 @@ def gguf_path() -> Path:
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
         raise Missing(f"{path} is missing; reinstall with {INSTALL}")
-    marker = _cache() / f"{GGUF_SHA256}.checked"
-    if not (marker.is_file() and marker.read_text() == f"{path}:{path.stat().st_size}:{path.stat().st_mtime_ns}"):
+    marker, stamp = _cache() / f"{GGUF_SHA256}.checked", f"{path}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
+    if not (marker.is_file() and marker.read_text() == stamp):
         digest = hashlib.sha256()
         with path.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
@@ -50,7 +50,7 @@ def gguf_path() -> Path:
         if digest.hexdigest() != GGUF_SHA256:
             raise Missing(f"{path} is not the SmolLM2 file this project checked (sha256 {digest.hexdigest()}); "
                           f"reinstall with {INSTALL}")
-        marker.write_text(f"{path}:{path.stat().st_size}:{path.stat().st_mtime_ns}")
+        marker.write_text(stamp)
     return path
 
 

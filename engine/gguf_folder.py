@@ -20,16 +20,17 @@ from .errors import CheckpointError
 FLOAT32_LIMIT = 4 << 30     # bytes of float32 weights above which the folder keeps bfloat16 instead
 
 
-def can_unpack(gguf: Path) -> bool:
-    """Whether transformers' GGUF reader knows this file's architecture (a DFlash drafter's it does not)."""
+def unpackable_architecture(gguf: Path) -> str | None:
+    """The file's architecture where transformers' GGUF reader knows it (a DFlash drafter's it does not), else
+    None."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     from .backends.llamacpp import metadata
     try:
         arch = metadata.architecture(metadata.read_metadata(Path(gguf)))
     except Exception:  # a damaged file: its load says what is wrong
-        return False
-    return arch in GGUF_CONFIG_MAPPING and arch not in ("general", "tokenizer")
+        return None
+    return arch if arch in GGUF_CONFIG_MAPPING and arch not in ("general", "tokenizer") else None
 
 
 def key_of(gguf: Path) -> str:
@@ -44,7 +45,7 @@ def hf_folder(gguf: Path, progress: Callable[[str, str], None] | None = None) ->
     dest = app_cache() / "models" / f"{gguf.stem}-{key_of(gguf)}"
     if (dest / "config.json").is_file():
         return dest
-    if not can_unpack(gguf):
+    if unpackable_architecture(gguf) is None:
         raise CheckpointError(f"{gguf.name} is a GGUF that only llama.cpp runs (transformers cannot unpack its "
                               "architecture for the PyTorch or MLX engine): choose the llama.cpp engine, or use "
                               "the model's Hugging Face folder.")

@@ -430,8 +430,8 @@ def _torch_can_load(target: str) -> bool:
     """A Hugging Face model folder (config.json), which the torch engine reads, or a GGUF whose architecture
     transformers can unpack into one (engine/gguf_folder.py)."""
     if Path(target).suffix.lower() == ".gguf" and Path(target).is_file():
-        from engine.gguf_folder import can_unpack
-        return can_unpack(Path(target))
+        from engine.gguf_folder import unpackable_architecture
+        return unpackable_architecture(Path(target)) is not None
     return Path(target).is_dir() and (Path(target) / "config.json").is_file()
 
 

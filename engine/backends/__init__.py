@@ -139,9 +139,9 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
         import torch
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
-    if unpacked is not None:
-        return "llamacpp" if usable("llamacpp", "cpu") else "torch"
-    return "llamacpp" if usable("llamacpp", "cpu") and _exports_drafter_layers(target_dir, draft_dir) else "torch"
+    # (an unpackable GGUF has no config.json for the layer check; llama.cpp reads its own layers)
+    exports = unpacked is not None or _exports_drafter_layers(target_dir, draft_dir)
+    return "llamacpp" if usable("llamacpp", "cpu") and exports else "torch"
 
 
 def _unpackable_gguf(target, draft_dir) -> str | None:
@@ -152,11 +152,8 @@ def _unpackable_gguf(target, draft_dir) -> str | None:
         return None
     if draft_dir is not None and not (Path(draft_dir) / "config.json").is_file():
         return None
-    from .. import gguf_folder
-    from .llamacpp import metadata
-    if not gguf_folder.can_unpack(target):
-        return None
-    return metadata.architecture(metadata.read_metadata(target))
+    from ..gguf_folder import unpackable_architecture
+    return unpackable_architecture(target)
 
 
 def _gguf_only(target) -> bool:

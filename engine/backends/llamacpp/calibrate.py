@@ -88,6 +88,18 @@ def measure(pair, prompt: list[int], n_max: int) -> dict:
     return {"tok_s": (n - 1) / (ms / 1000) if ms > 0 and n > 1 else 0.0, "tau": (accepted + steps) / steps}
 
 
+def fastest(pair, prompt: list[int], n_max: int, cancelled) -> dict:
+    """The best of RUNS timed answers after a warm-up one."""
+    runs = []
+    for i in range(RUNS + 1):
+        if cancelled():
+            raise Cancelled("Loading was cancelled while timing DFlash against plain decoding.")
+        result = measure(pair, prompt, n_max)
+        if i:                                    # the first answer warms the server up
+            runs.append(result)
+    return max(runs, key=lambda r: r["tok_s"])
+
+
 def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     """The remembered choice for this pair here, or a new calibration (a few seconds to a minute)."""
     k = key(pair)
@@ -95,28 +107,15 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     if k in saved and not force:
         return saved[k]
     prompt = prompt_ids(pair)
-    best: dict[int, dict] = {}
-    plain_flags = {}
-    own = pair.flash_attn
-    # plain decoding with the engine's flash-attention setting and with llama.cpp's own (auto), if different
-    trials = [(0, own)] + ([(0, "auto")] if own != "auto" else [])
-    for n_max, flags in trials + [(n, own) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]:
+    plain: dict[str, dict] = {}
+    for flags in dict.fromkeys((pair.flash_attn, "auto")):   # the engine's flash attention, and llama.cpp's own
         pair.plain_flash_attn = flags
-        runs = []
-        for i in range(RUNS + 1):
-            if cancelled():
-                raise Cancelled("Loading was cancelled while timing DFlash against plain decoding.")
-            result = measure(pair, prompt, n_max)
-            if i:                                    # the first answer warms the server up
-                runs.append(result)
-        fastest = max(runs, key=lambda r: r["tok_s"])
-        if n_max:
-            best[n_max] = fastest
-        else:
-            plain_flags[flags] = fastest
-    flags = max(plain_flags, key=lambda f: plain_flags[f]["tok_s"])
-    best[0] = plain_flags[flags]
+        plain[flags] = fastest(pair, prompt, 0, cancelled)
+    flags = max(plain, key=lambda f: plain[f]["tok_s"])
     pair.plain_flash_attn = flags
+    best = {0: plain[flags]}
+    for n_max in sorted({min(c, pair.block_size - 1) for c in CANDIDATES}):
+        best[n_max] = fastest(pair, prompt, n_max, cancelled)
     pair.server_for(0)
     choice = decide(best)
     choice["plain_flash_attn"] = flags
