@@ -9,7 +9,7 @@ from typing import Callable, ContextManager
 
 from engine.bench import machine_line
 from engine.limits import GenerationSettings
-from engine.loop import Generation
+from engine.loop import Generation, StepCosts
 
 
 def run_ab(pair, prompts: list[list[int]], variants: dict[str, Callable[[], ContextManager]],
@@ -18,13 +18,13 @@ def run_ab(pair, prompts: list[list[int]], variants: dict[str, Callable[[], Cont
     settings = GenerationSettings(max_new_tokens=max_new_tokens)
     keys = [(method, name) for name in variants for method in ("plain", "dflash")]
     seconds, tokens = dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 0)
-    identical = 0
+    identical, costs = 0, StepCosts()    # the pair's plain step cost, as the app's worker keeps it
     for i, ids in enumerate([prompts[0]] + prompts):    # the first prompt twice: the first pass warms up
         outputs = set()
         for method, name in keys:
             with variants[name]():
                 start = time.perf_counter()
-                run = Generation(pair, ids, settings, baseline=method == "plain").run()
+                run = Generation(pair, ids, settings, baseline=method == "plain", costs=costs).run()
                 elapsed = time.perf_counter() - start
             outputs.add(tuple(run.tokens))
             if i:

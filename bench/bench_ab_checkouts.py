@@ -4,10 +4,11 @@ so separate runs cannot compare them). Numbers come from each worker's `done` st
 measured by their own code, the way the window sees them.
 
     git worktree add --detach /tmp/before <commit>
-    python bench/bench_ab_checkouts.py /tmp/before [--after .] [--limit 20] [--max-new-tokens 256]
+    python bench/bench_ab_checkouts.py /tmp/before [--after .] [--engine llamacpp] [--limit 20] [--max-new-tokens 256]
 
-Each worker is driven over its pipes directly, with only the commands both versions speak (no hello,
-no `engine` field, no new settings), so the "after" side runs with its defaults, plain fallback included.
+Each worker is driven over its pipes directly, with only the commands both versions speak (no hello, no
+new settings; `engine` only when --engine names one), so the "after" side runs with its defaults, plain
+fallback included.
 """
 from __future__ import annotations
 
@@ -50,9 +51,10 @@ class Worker:
         self.proc.wait(10)
 
 
-def start(checkout: Path) -> Worker:
+def start(checkout: Path, engine: str | None) -> Worker:
     worker = Worker(checkout)
-    loaded = worker.ask("load_pair", target=str(DEMO_DIR / "target"), draft=str(DEMO_DIR / "draft"), device="cpu")
+    loaded = worker.ask("load_pair", target=str(DEMO_DIR / "target"), draft=str(DEMO_DIR / "draft"), device="cpu",
+                        **({"engine": engine} if engine else {}))
     assert loaded["event"] == "loaded", loaded
     return worker
 
@@ -61,6 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("before", type=Path, help="checkout of the earlier version")
     ap.add_argument("--after", type=Path, default=ROOT)
+    ap.add_argument("--engine", help="the engine both sides load the pair with (default: each side's default)")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--json", type=Path)
@@ -68,7 +71,7 @@ def main() -> int:
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(DEMO_DIR / "target" / "tokenizer.json"))
     prompts = [tok.encode(text, add_special_tokens=False).ids for _, text in demo_prompts(args.limit)]
-    sides = {"before": start(args.before.resolve()), "after": start(args.after.resolve())}
+    sides = {"before": start(args.before.resolve(), args.engine), "after": start(args.after.resolve(), args.engine)}
     keys = [(side, mode) for side in sides for mode in ("baseline", "dflash")]
     tokens, seconds = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0.0)
     decode_tokens, decode_s = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0.0)
@@ -106,6 +109,7 @@ def main() -> int:
         args.json.write_text(json.dumps({"tok_s": {f"{s}/{m}": v for (s, m), v in rate.items()},
                                          "decode_tok_s": {f"{s}/{m}": v for (s, m), v in decode.items()},
                                          "identical": identical, "prompts": len(prompts), "fallbacks": fallbacks,
+                                         "engine": args.engine or "default",
                                          "machine": machine_line(), "date": time.strftime("%Y-%m-%d")}, indent=2))
     return 0 if identical == len(prompts) else 1
 

@@ -33,7 +33,7 @@ from engine.backends.llamacpp.engine import load_pair as llamacpp_pair  # noqa: 
 from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
 from engine.bench import chat_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
-from engine.loop import Generation  # noqa: E402
+from engine.loop import Generation, StepCosts  # noqa: E402
 
 N_MAX = (3, 7, 15)
 
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     steps = {(t, n): [] for t in temps for n in N_MAX}            # (server decode ms, verify steps, tokens)
     accept = {t: [] for t in temps}                                # torch acceptance lengths
     positions = {t: [] for t in temps}                             # torch per-position acceptance per answer
-    same = 0
+    same, costs = 0, StepCosts()      # llama.cpp's plain step cost for the app's fallback, as the worker keeps it
     for i, ids in enumerate([prompts[0]] + prompts):               # the first prompt twice: a warm-up
         for t in temps:
             base = dict(max_new_tokens=args.max_new_tokens, temperature=t, seed=i)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                 else:
                     lc.server_for(n_max)
                     s = GenerationSettings(**base, block_size=n_max + 1 if n_max else None, plain_fallback=False)
-                run = Generation(lc, ids, s, baseline=m.startswith("plain")).run()
+                run = Generation(lc, ids, s, baseline=m.startswith("plain"), costs=costs).run()
                 outputs[m] = run.tokens
                 if i:
                     rates[(t, m)].append(run.stats.decode_tok_s)

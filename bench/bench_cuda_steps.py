@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.backends.torch.cuda import CudaPair  # noqa: E402
 from engine.backends.torch.dense_decoder import fits  # noqa: E402
-from engine.backends.torch.engine import TorchPair  # noqa: E402
+from engine.backends.torch.eager import TorchPair  # noqa: E402
 from engine.backends.torch.target import TargetModel  # noqa: E402
-from engine.backends.torch.tiny import draft_config_dict, target_config  # noqa: E402
+from tests.tiny_torch import draft_config_dict, target_config  # noqa: E402
 from engine.config import DraftConfig  # noqa: E402
 from engine.limits import DEFAULT_CONTEXT, GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402

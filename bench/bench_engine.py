@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
-from engine.backends.torch.tiny import random_pair  # noqa: E402
+from tests.tiny_torch import random_pair  # noqa: E402
 
 SIZES = {
     "tiny": dict(vocab=4096, hidden=256, layers=6, heads=4, kv_heads=2, draft_layers=2),

@@ -17,10 +17,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.backends.torch.drafter import DFlashDrafter  # noqa: E402
-from engine.backends.torch.engine import TorchPair, load_pair  # noqa: E402
+from engine.backends.torch.eager import TorchPair  # noqa: E402
+from engine.backends.torch.engine import load_pair  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
-from engine.loop import Generation, step_costs  # noqa: E402
+from engine.loop import Generation, StepCosts  # noqa: E402
 
 
 def collapsed(pair: TorchPair) -> TorchPair:
@@ -46,15 +47,16 @@ def main() -> int:
     off = GenerationSettings(max_new_tokens=args.max_new_tokens, plain_fallback=False)
     runs = {"plain": (good, on, True), "good, fallback off": (good, off, False), "good, fallback on": (good, on, False),
             "collapsed, fallback on": (bad, on, False), "collapsed, fallback off": (bad, off, False)}
+    costs = {id(good): StepCosts(), id(bad): StepCosts()}   # each pair's plain step cost, as the worker keeps it
     for pair in (good, bad):   # warm-up; also times the plain step the fallback compares with
-        Generation(pair, prompts[0], GenerationSettings(max_new_tokens=32), baseline=True).run()
+        Generation(pair, prompts[0], GenerationSettings(max_new_tokens=32), baseline=True, costs=costs[id(pair)]).run()
     tokens, seconds, fallbacks = dict.fromkeys(runs, 0), dict.fromkeys(runs, 0.0), dict.fromkeys(runs, 0)
     steps_s, steps_n, plain_s = [], [], []
     for ids in prompts:
         outputs = set()
         for name, (pair, settings, baseline) in runs.items():
             start = time.perf_counter()
-            run = Generation(pair, ids, settings, baseline=baseline).run()
+            run = Generation(pair, ids, settings, baseline=baseline, costs=costs[id(pair)]).run()
             seconds[name] += time.perf_counter() - start
             tokens[name] += len(run.tokens)
             fallbacks[name] += run.fallback is not None
@@ -72,7 +74,7 @@ def main() -> int:
         print(f"{name:26s}{rate:8.1f} tok/s  {rate / plain:5.2f}x plain   fallbacks {fallbacks[name]}/{len(prompts)}")
     step, plain_step = sum(steps_s) / sum(steps_n), sum(plain_s) / len(plain_s)
     print(f"break-even on this machine: a DFlash step costs {step * 1e3:.2f} ms, a plain step {plain_step * 1e3:.2f} ms "
-          f"(the loop's own estimate: {step_costs(good).plain_s * 1e3:.2f} ms), so DFlash pays above "
+          f"(the loop's own estimate: {costs[id(good)].plain_s * 1e3:.2f} ms), so DFlash pays above "
           f"{step / plain_step:.2f} tokens per step")
     return 0
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from engine.backends.llamacpp.engine import load_pair as llamacpp_pair, request_body  # noqa: E402
+from engine.backends.llamacpp.engine import load_pair as llamacpp_pair  # noqa: E402
+from engine.backends.llamacpp.server import request_body  # noqa: E402
 from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402

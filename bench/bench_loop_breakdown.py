@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
-from engine.loop import Generation  # noqa: E402
+from engine.loop import Generation, StepCosts  # noqa: E402
 from engine.backends.torch.engine import load_pair  # noqa: E402
 
 TIMED = collections.defaultdict(float)
@@ -49,7 +49,8 @@ def main() -> int:
     timed(Generation, "_commit", "stop rules and text")
     prompts = [pair.tokenizer.encode_prompt(text, raw=True) for _, text in demo_prompts(args.limit)]
     settings = GenerationSettings(max_new_tokens=256)
-    Generation(pair, prompts[0], GenerationSettings(max_new_tokens=8)).run()   # warm-up
+    costs = StepCosts()
+    Generation(pair, prompts[0], GenerationSettings(max_new_tokens=8), costs=costs).run()   # warm-up
     print(machine_line())
     for _ in range(args.rounds):
         for mode in ("plain", "dflash"):
@@ -57,7 +58,7 @@ def main() -> int:
             tokens, steps, total = 0, 0, 0.0
             for ids in prompts:
                 start = time.perf_counter()
-                run = Generation(pair, ids, settings, baseline=mode == "plain").run()
+                run = Generation(pair, ids, settings, baseline=mode == "plain", costs=costs).run()
                 total += time.perf_counter() - start
                 tokens, steps = tokens + len(run.tokens), steps + run.stats.steps
             parts = ", ".join(f"{k} {1e3 * v / steps:.2f}" for k, v in TIMED.items())

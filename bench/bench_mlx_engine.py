@@ -22,7 +22,7 @@ from engine.backends import load_pair  # noqa: E402
 from engine.backends.mlx import engine as mlx_engine  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
-from engine.loop import Generation  # noqa: E402
+from engine.loop import Generation, StepCosts  # noqa: E402
 
 
 def main() -> None:
@@ -46,14 +46,14 @@ def main() -> None:
     keys = [(name, method) for name in pairs for method in methods]
     seconds, tokens = dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 0)
     committed, steps = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)   # tokens per verify pass: tau
-    identical = 0
+    identical, costs = 0, {name: StepCosts() for name in pairs}
     load_before = os.getloadavg()
     for i, ids in enumerate([prompts[0]] + prompts):    # the first prompt twice: the first pass warms up
         outputs = set()
         order = keys[i % len(keys):] + keys[:i % len(keys)]   # rotate, so no variant always runs first
         for name, method in order:
             start = time.perf_counter()
-            run = Generation(pairs[name], ids, settings, baseline=method == "plain").run()
+            run = Generation(pairs[name], ids, settings, baseline=method == "plain", costs=costs[name]).run()
             elapsed = time.perf_counter() - start
             outputs.add(tuple(run.tokens))
             if i:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from engine.backends.llamacpp import convert  # noqa: E402
 from engine.backends.llamacpp.engine import load_pair as llamacpp_pair  # noqa: E402
 from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
-from engine.backends.torch.tiny import save_random_pair  # noqa: E402
+from tests.tiny_torch import save_random_pair  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts, machine_line  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402

@@ -27,7 +27,7 @@ def pick_pair(tmp: Path, hidden: int, layers: int) -> tuple[str, str, str]:
     demo = ROOT / "assets" / "demo"
     if (demo / "target" / "config.json").is_file() and (demo / "draft" / "config.json").is_file():
         return str(demo / "target"), str(demo / "draft"), "assets/demo"
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     target, draft = save_random_pair(tmp, block_size=16, hidden=hidden, layers=layers, draft_layers=2)
     return str(target), str(draft), f"random qwen3 (hidden {hidden}, {layers} layers, byte vocab)"
 
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
         "in_process_tok_s": statistics.median(local), "worker_tok_s": statistics.median(remote),
         "worker_internal_tok_s": statistics.median(inner),
         # each worker run against the in-process run just before it: drift on a shared machine cancels
-        "overhead_pct": 100.0 * (1 - statistics.median(r / l for r, l in zip(remote, local))),
+        "overhead_pct": 100.0 * (1 - statistics.median(r / here for r, here in zip(remote, local))),
         "transport_overhead_pct": 100.0 * (1 - statistics.median(r / i for r, i in zip(remote, inner))),
         "runs": {"in_process": local, "worker": remote}, "cold_start": cold,
         "pipe_us_per_event": pipe_us,

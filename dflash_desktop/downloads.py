@@ -427,7 +427,7 @@ class DownloadJob:
             self.error = exc
             log.warning("Download failed (%s): %s", exc.kind, exc.message)
             self._set(state="failed")
-        except Exception as exc:  # unexpected: still report, never crash the app
+        except Exception as exc:  # noqa: BLE001 (unexpected: still report, never crash the app)
             self.error = DownloadError("unexpected", self._scrub(f"Download failed unexpectedly: {exc!r}"))
             log.error("Download failed unexpectedly: %s", self.error.message)
             self._set(state="failed")
@@ -454,7 +454,7 @@ class DownloadJob:
             log.info("Hub unreachable (%s); looking in the cache", type(exc).__name__)
             return self._plan_offline(repo_id, revision, storage,
                                       f"The hub at {self.endpoint} cannot be reached", allow, ignore)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (huggingface_hub raises many kinds; _map_error names each for the user)
             raise self._map_error(exc, repo_id, revision) from None
         if not info.sha:
             raise DownloadError("unexpected", f"{self.endpoint} did not return a commit for {repo_id}; "
@@ -581,7 +581,7 @@ class DownloadJob:
                     r.read()
                     try:
                         hf_raise_for_status(r)
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 (as above: every failure becomes a DownloadError)
                         raise self._map_error(exc, f.repo_id, f.commit, f.path) from None
                 mode = "ab"
                 if start and r.status_code != 206:  # Range ignored: the body is the whole file

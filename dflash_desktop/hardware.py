@@ -23,7 +23,6 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from engine.backends import DEVICE_CLASSES, missing_engines
 
@@ -109,7 +108,7 @@ class HardwareProbe:
 def _try(probe: HardwareProbe, name: str, fn) -> None:
     try:
         setattr(probe, name, fn())
-    except Exception as exc:  # a missing source is normal (no GPU, no sysctl...)
+    except Exception as exc:  # noqa: BLE001 (a missing source is normal (no GPU, no sysctl...))
         probe.errors[name] = f"{type(exc).__name__}: {exc}"
 
 
@@ -118,7 +117,7 @@ def _read_nvml() -> dict:
 
     try:
         pynvml.nvmlInit()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (pynvml fails in many ways where no NVIDIA driver is loaded)
         return {"error": f"{type(exc).__name__}: {exc}"}
     try:
         text = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # noqa: E731

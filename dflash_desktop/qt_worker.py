@@ -13,6 +13,7 @@ import time
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from .jobs import JobQueue
+from .offers import Offers
 from .worker_client import WorkerClient, coalesce_into
 
 
@@ -122,7 +123,7 @@ class QtWorker(QObject):
 
     def _intake(self, event: dict) -> None:
         """Any thread: buffer the event and wake the GUI thread if the buffer was empty."""
-        if event.get("event") == "loaded" and event.get("engine") == "remote" and self.client.running:
+        if event.get("event") == "loaded" and not Offers.of(event).local and self.client.running:
             # a remote pair: the local engine's memory goes back to the computer (it restarts on a local load)
             threading.Thread(target=self.client.shutdown, name="worker-release", daemon=True).start()
         with self._buffer_lock:

@@ -28,6 +28,8 @@ from engine.errors import EngineError
 from engine.limits import GenerationSettings
 from engine.stats import Stats
 
+from .offers import REMOTE
+
 KINDS = {"vllm": "vLLM", "sglang": "SGLang", "dflash-desktop": "DFlash Desktop", "openai": "OpenAI-compatible"}
 CONNECT_TIMEOUT = 15.0
 READ_TIMEOUT = 600.0     # a long prompt on a busy server may take minutes before its first token
@@ -281,7 +283,7 @@ class RemoteClient:
             "name": str(card.get("id")), "target": base, "draft": None, "block_size": ours.get("block_size"),
             "has_drafter": ours.get("has_drafter", True), "has_tokenizer": True, "chat_template": True,
             "supports_thinking": False, "vocab_size": None, "max_positions": card.get("max_model_len"),
-            "layers": None}
+            "layers": None, "offers": REMOTE.to_dict()}
         self._on_event({"event": "progress", "id": rid, "stage": "ready", "message": "Server ready"})
         return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0}
 
@@ -436,7 +438,7 @@ class _Answer:
             stats.record_totals(proposed, max(stats.generated_tokens - steps, 0), steps)
             return None if proposed is not None else "SGLang reported verify passes but not the drafted tokens."
         if kind == "vllm" and before is not None and after is not None and "steps" in after:
-            # server-wide counters: other clients' requests meanwhile count too (README, Remote servers)
+            # server-wide counters: other clients' requests meanwhile count too (docs/SERVER.md, "Remote servers")
             delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("steps", "drafted", "accepted")}
             stats.record_totals(int(delta["drafted"]), int(delta["accepted"]), int(delta["steps"]))
             stats.position_accepts = [int(after["positions"].get(i, 0) - before["positions"].get(i, 0))

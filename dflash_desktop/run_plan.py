@@ -49,7 +49,7 @@ class RunPlan:
         return self.variant if self.variant is not None and not self.variant.quantizes else None
 
 
-# before the hardware is known: the worker decides (engine.backends.auto_engine)
+# before the hardware is known: the worker decides (engine.backends.choice.auto_engine)
 AUTO = {"engine": "auto", "device": "auto", "dtype": None}
 
 

@@ -37,6 +37,7 @@ from engine.limits import MAX_REQUEST_BYTES
 
 from . import openai_api as api
 from .jobs import Job, JobQueue
+from .offers import Offers
 from .remote import is_loopback
 
 log = logging.getLogger("dflash_desktop.server")
@@ -205,7 +206,7 @@ def create_app(jobs: JobQueue, api_key: str | None = None, model_name: Callable[
         if info is None:
             raise api.ApiError(503, "No model is loaded yet: load one in DFlash Desktop, or wait for "
                                "`dflash-desktop serve` to finish loading.", "server_error", "model_not_loaded")
-        return model_name() or (model_id_for(info["target"]) if info.get("engine") != "remote" else info["name"])
+        return model_name() or (model_id_for(info["target"]) if Offers.of(info).local else info["name"])
 
     def authorize(request: Request) -> None:
         if key is None:

@@ -412,7 +412,7 @@ class WorkerClient:
     def _deliver(self, event: dict) -> None:
         try:
             self._on_event(event)
-        except Exception as exc:  # a broken callback must not kill the reader thread
+        except Exception as exc:  # noqa: BLE001 (a broken callback must not kill the reader thread)
             self._log.write(f"event callback failed: {exc!r}")
 
 

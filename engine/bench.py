@@ -12,7 +12,7 @@ import assets
 
 from .errors import EngineError
 from .limits import GenerationSettings
-from .loop import Generation
+from .loop import Generation, StepCosts
 
 DEMO_DIR = assets.path("demo")
 
@@ -101,14 +101,15 @@ def run_bench(pair, prompts: list[tuple[str, str]], settings: GenerationSettings
         raise EngineError("--peers times transformers' generate(), which needs the torch engine.")
     max_new_tokens = settings.max_new_tokens
     warm = pair.tokenizer.encode_prompt(prompts[0][1], raw=raw)
+    costs = StepCosts()              # the pair's plain step cost, kept across its runs as the worker keeps it
     for baseline in (True, False):   # warm-up, not timed
-        Generation(pair, warm, replace(settings, max_new_tokens=8), baseline=baseline).run()
+        Generation(pair, warm, replace(settings, max_new_tokens=8), baseline=baseline, costs=costs).run()
     results = []
     for i, (name, text) in enumerate(prompts):
         ids = pair.tokenizer.encode_prompt(text, raw=raw)
         # the order alternates: an engine that keeps the last prompt's cache (llama-server, where both runs
         # may use one server) would otherwise spare the second run its prefill every time
-        runs = {baseline: Generation(pair, ids, settings, baseline=baseline).run()
+        runs = {baseline: Generation(pair, ids, settings, baseline=baseline, costs=costs).run()
                 for baseline in ((False, True) if i % 2 else (True, False))}
         base, fast = runs[True], runs[False]
         r = PromptResult(name, len(ids), tau=fast.stats.tau, acceptance_rate=fast.stats.acceptance_rate,

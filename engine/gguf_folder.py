@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .backends.llamacpp.convert import app_cache
+from .cache_dir import app_cache
 from .errors import CheckpointError
 
 FLOAT32_LIMIT = 4 << 30     # bytes of float32 weights above which the folder keeps bfloat16 instead
@@ -25,10 +25,10 @@ def unpackable_architecture(gguf: Path) -> str | None:
     None."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
-    from .backends.llamacpp import metadata
+    from . import gguf_metadata as metadata
     try:
         arch = metadata.architecture(metadata.read_metadata(Path(gguf)))
-    except Exception:  # a damaged file: its load says what is wrong
+    except Exception:  # noqa: BLE001 (a damaged file: its load says what is wrong)
         return None
     return arch if arch in GGUF_CONFIG_MAPPING and arch not in ("general", "tokenizer") else None
 
@@ -70,7 +70,7 @@ def _make(gguf: Path, dest: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype,
                                                       trust_remote_code=False)
-    except Exception as exc:  # transformers' GGUF reader raises many kinds for files it only half knows
+    except Exception as exc:  # noqa: BLE001 (transformers' GGUF reader raises many kinds for files it only half knows)
         raise CheckpointError(f"{gguf.name} cannot be unpacked for the PyTorch or MLX engine ({type(exc).__name__}: "
                               f"{str(exc)[:300]}). Run it with the llama.cpp engine, or use the model's Hugging Face "
                               "folder.") from None

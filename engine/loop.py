@@ -6,16 +6,21 @@ the engine rolls its caches back to that prefix. Plain decoding is the same loop
 so comparisons are fair. The loop owns the position, the stop rules (EOS, max tokens, stop strings,
 a full context, cancel), the text stream, the statistics and the plain fallback; it never touches a
 tensor, so it imports no array library.
+
+Every engine reaches the loop as one stream of timed chunks: an engine that drafts and verifies on its
+own (a llama-server) streams them itself, and a step engine's prefill/draft/verify/commit become chunks
+in StepStream. What an engine can do beyond its operations it declares in `capabilities`; the loop
+reads that set and never probes.
 """
 from __future__ import annotations
 
 import statistics
 import threading
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass
 
+from .backends import Chunk
 from .errors import PromptTooLongError, SettingsError
 from .limits import GenerationSettings
 from .stats import Stats, cuda_memory
@@ -31,17 +36,6 @@ FALLBACK_WINDOW = 16
 # The plain step cost comes from other answers (other contexts, other moments of a busy machine), so
 # DFlash must be clearly slower, not just slower: below this share of the plain rate.
 FALLBACK_MARGIN = 0.8
-
-
-@dataclass
-class Chunk:
-    """What an engine that runs its own speculative loop (a server) streams: tokens as they come, and on
-    its last chunk the totals it reports (engine/backends/__init__.py, LoadedPair.stream)."""
-    tokens: list[int]
-    drafted: list[bool] | None = None   # per token, when the engine can tell (None: it cannot)
-    totals: dict | None = None          # drafted, accepted, steps: each a count, or None if not reported
-    fallback: dict | None = None        # the engine runs plain decoding instead of DFlash, and why (as Step)
-    seconds: float | None = None        # the step's own time where the engine measures it (a server's timings)
 
 
 @dataclass
@@ -62,7 +56,8 @@ class Step:
 
 class StepCosts:
     """Seconds per plain step of one loaded pair on this machine, from the plain steps it has run
-    (baselines, fallbacks, and one probe step when nothing else measured it)."""
+    (baselines, fallbacks, and one probe step when nothing else measured it). Whoever holds the pair holds
+    these (the worker, a benchmark) and hands them to each Generation; a new pair starts with new ones."""
 
     def __init__(self):
         self.plain: deque[float] = deque(maxlen=16)
@@ -70,13 +65,6 @@ class StepCosts:
     @property
     def plain_s(self) -> float | None:
         return statistics.median(self.plain) if self.plain else None
-
-
-_costs: "weakref.WeakKeyDictionary[object, StepCosts]" = weakref.WeakKeyDictionary()
-
-
-def step_costs(pair) -> StepCosts:
-    return _costs.setdefault(pair, StepCosts())
 
 
 class DFlashSteps:
@@ -92,13 +80,50 @@ class DFlashSteps:
         self.recent.append((tokens, seconds))
 
 
+class StepStream:
+    """A step engine (prefill/draft/verify/commit) as a stream of chunks, one per verify, timed. The loop
+    ends drafting through stop_drafting() (the plain fallback) and answers probe() before each step:
+    true while a plain step must first measure what plain decoding costs."""
+
+    capabilities = frozenset({"stop_drafting"})
+
+    def __init__(self, pair, width: int, probe):
+        self.pair, self.width, self.probe = pair, width, probe
+        self.drafting = width > 1
+
+    def stop_drafting(self) -> None:
+        self.drafting = False
+        self.pair.stop_drafting()
+
+    def stream(self, prompt: list[int], settings: GenerationSettings):
+        pair = self.pair
+        start = time.perf_counter()
+        last = pair.prefill(prompt, settings, self.drafting)
+        yield Chunk([last], [False], seconds=time.perf_counter() - start)
+        pos = len(prompt)                          # `last` sits at pos, not yet seen by the target
+        while True:
+            room = pair.max_positions - pos
+            if room < 1:
+                yield Chunk([], stop="context_full")
+                return
+            width = min(self.width, room) if self.drafting and not self.probe() else 1
+            start = time.perf_counter()
+            drafts = pair.draft(last, pos, width) if width > 1 else []
+            n, last = pair.verify(last, pos, drafts)
+            pos += n + 1
+            pair.commit(pos)
+            yield Chunk(drafts[:n] + [last], [True] * n + [False], seconds=time.perf_counter() - start,
+                        proposed=len(drafts), accepted=n, plain=width == 1)
+
+
 class Generation:
     """One generation; iterate it to run the loop step by step. cancel() may be called from another
     thread and takes effect before the next step."""
 
     def __init__(self, pair, prompt_ids: list[int], settings: GenerationSettings = GenerationSettings(),
-                 baseline: bool = False):
+                 baseline: bool = False, costs: StepCosts | None = None):
         self.pair, self.settings = pair, settings
+        self.costs = costs if costs is not None else StepCosts()
         self.prompt = list(prompt_ids)
         if not self.prompt:
             raise SettingsError("The prompt is empty: give at least one token.")
@@ -127,10 +152,9 @@ class Generation:
         """Stop after the current step; a streaming engine that can (llama.cpp) is also woken from a read
         that waits on its server, so cancel takes effect at once even when the server has stopped sending."""
         self._cancel.set()
-        interrupt = getattr(self.pair, "interrupt", None)
-        if interrupt is not None and self._streaming:
+        if "interrupt" in self.pair.capabilities and self._streaming:
             try:
-                interrupt()
+                self.pair.interrupt()
             except Exception:   # noqa: BLE001 - the flag above still stops the answer after its next step
                 pass
 
@@ -140,103 +164,61 @@ class Generation:
         return self
 
     def __iter__(self):
-        if hasattr(self.pair, "stream"):
-            yield from self._consume()
-            return
         pair, s = self.pair, self.settings
-        drafting = self.block_size > 1
+        baseline = self.block_size == 1
+        stepping = "stream" not in pair.capabilities
+        source = StepStream(pair, self.block_size, lambda: judging and self.costs.plain_s is None) if stepping else pair
         # Timing decides when the fallback happens, and a sampled answer depends on it: a seeded sampled
         # answer must come out the same every time, so it never falls back.
-        fallback = s.plain_fallback and (s.greedy or s.seed is None)
-        costs = step_costs(pair)
-        dflash_steps = DFlashSteps()
+        judging = (not baseline and "stop_drafting" in source.capabilities and s.plain_fallback
+                   and (s.greedy or s.seed is None))
+        measures_plain = "stop_drafting" in source.capabilities     # only an engine that can stop needs it
+        costs, dflash_steps = self.costs, DFlashSteps()
+        if costs.plain_s is None and "plain_step_s" in pair.capabilities and pair.plain_step_s:
+            costs.plain.append(pair.plain_step_s)       # until this pair's own plain steps measure it
         start = time.perf_counter()
-
-        first = pair.prefill(self.prompt, s, drafting)
-        self.stats.prefill_s = time.perf_counter() - start
-        step = self._commit([first], [False], 0, 0)
-        self.stats.ttft_s = time.perf_counter() - start
-        yield step
-
-        pos, last = len(self.prompt), first        # `last` sits at pos, not yet seen by the target
-        decode_start = time.perf_counter()
-        while self.stop_reason is None:
-            if self._cancel.is_set():
-                yield self._end("cancelled")
-                break
-            room = pair.max_positions - pos
-            if room < 1:
-                yield self._end("context_full")
-                break
-            # The fallback needs this pair's plain step cost: while none is timed, one plain step measures it.
-            probe = fallback and costs.plain_s is None
-            width = min(self.block_size, room) if drafting and not probe else 1
-            t0 = time.perf_counter()
-            drafts = pair.draft(last, pos, width) if width > 1 else []
-            n, own = pair.verify(last, pos, drafts)
-            pos += n + 1
-            pair.commit(pos)
-            elapsed = time.perf_counter() - t0
-            self.stats.record_step(len(drafts), n)
-            if width == 1:
-                costs.plain.append(elapsed)
-            else:
-                dflash_steps.add(n + 1, elapsed)
-            committed, last = drafts[:n] + [own], own
-            step = self._commit(committed, [True] * n + [False], len(drafts), n)
-            if drafting and width > 1 and fallback and self.stop_reason is None:
-                step.fallback = self._judge(dflash_steps, costs)
-                if step.fallback:
-                    drafting = False
-                    pair.stop_drafting()
-            yield step
-        self.stats.decode_s = time.perf_counter() - decode_start
-        self._record_memory(pair.memory())
-
-    def _consume(self):
-        """The loop for an engine that drafts and verifies on its own (a llama-server, a remote server):
-        the same stop rules, text and statistics over the tokens it streams; stopping closes its stream,
-        which cancels the request there. Each chunk is one of the server's steps; timed by the engine (or
-        between arrivals), they feed the step loop's plain fallback where the engine can stop drafting
-        mid-answer (stop_drafting): plain answers' steps measure the plain cost, DFlash ones are judged."""
-        s, baseline = self.settings, self.block_size == 1
-        can_stop = hasattr(self.pair, "stop_drafting")
-        judging = not baseline and can_stop and s.plain_fallback and (s.greedy or s.seed is None)
-        costs = step_costs(self.pair)
-        if costs.plain_s is None and getattr(self.pair, "plain_step_s", None):
-            costs.plain.append(self.pair.plain_step_s)       # until this pair's own plain answers measure it
-        dflash_steps = DFlashSteps()
-        start = time.perf_counter()
+        interruptible = "interrupt" in pair.capabilities
+        if interruptible:                   # the engine asks it while it starts a server or connects
+            pair.cancelled = self._cancel.is_set
         self._streaming = True
-        if hasattr(self.pair, "interrupt"):    # the engine asks it while it starts a server or connects
-            self.pair.cancelled = self._cancel.is_set
-        chunks = self.pair.stream(self.prompt, self.settings, baseline=baseline)
+        chunks = source.stream(self.prompt, s) if stepping else pair.stream(self.prompt, s, baseline=baseline)
         decode_start = arrived = None
         try:
             for chunk in chunks:
+                if chunk.stop:
+                    yield self._end(chunk.stop)
+                    break
                 now = time.perf_counter()
                 if chunk.totals is not None:
                     self.stats.record_totals(**chunk.totals)
                 switched = bool(chunk.fallback) and self.fallback is None
                 if switched:
                     self.fallback = self.stats.fallback = chunk.fallback
-                if chunk.tokens and decode_start is None:
+                plain_step = chunk.plain if chunk.plain is not None else baseline
+                first = chunk.tokens and decode_start is None
+                if first:
                     decode_start = now
-                    self.stats.prefill_s = self.stats.ttft_s = decode_start - start
-                elif chunk.tokens and self.fallback is None:     # a step after the prompt's first token
+                    self.stats.prefill_s = now - start
+                elif chunk.tokens:                               # a step after the prompt's first token
                     elapsed = chunk.seconds if chunk.seconds is not None else now - arrived
-                    if baseline and can_stop:
+                    if plain_step and measures_plain:
                         costs.plain.append(elapsed)
-                    elif not baseline:
+                    elif not plain_step and self.fallback is None:
                         dflash_steps.add(len(chunk.tokens), elapsed)
+                    if chunk.proposed is not None:
+                        self.stats.record_step(chunk.proposed, chunk.accepted)
                 if chunk.tokens:
                     arrived = now
-                step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens), 0, 0)
+                step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens),
+                                    chunk.proposed or 0, chunk.accepted)
+                if first:
+                    self.stats.ttft_s = time.perf_counter() - start
                 step.fallback = self.fallback if switched else None
-                if judging and self.fallback is None and dflash_steps.count and self.stop_reason is None:
+                if (judging and not plain_step and self.fallback is None and dflash_steps.count
+                        and self.stop_reason is None):
                     step.fallback = self._judge(dflash_steps, costs)
                     if step.fallback:
-                        self.pair.stop_drafting()
+                        source.stop_drafting()
                 if step.tokens or step.spans or step.stop_reason or step.fallback:
                     yield step
                 if self.stop_reason is not None or self._cancel.is_set():
@@ -244,12 +226,12 @@ class Generation:
         finally:
             self._streaming = False
             chunks.close()
-            if hasattr(self.pair, "interrupt"):   # a later server start (a count, the next load) is not this cancel
-                self.pair.cancelled = _never
+            if interruptible:      # a later server start (a count, the next load) is not this cancel
+                pair.cancelled = _never
         if self.stop_reason is None:
             yield self._end("cancelled" if self._cancel.is_set() else "eos")
         self.stats.decode_s = time.perf_counter() - (decode_start or start)
-        self._record_memory(self.pair.memory())
+        self._record_memory(pair.memory())
 
     def _record_memory(self, memory: dict) -> None:
         self.stats.peak_memory_bytes = int(memory.get("peak_bytes", 0))

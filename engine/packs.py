@@ -234,7 +234,7 @@ def choose(root: Path | None) -> Choice:
             choice.notes.append(f"The engine pack in {folder} is not used: {exc}. "
                                 "The app's built-in engine runs instead; delete the folder or install the pack again.")
             continue
-        except Exception as exc:  # an OSError mid-walk, a RecursionError, anything: one pack never stops the engine
+        except Exception as exc:  # noqa: BLE001 (an OSError mid-walk, anything: one pack never stops the engine)
             choice.notes.append(f"The engine pack in {folder} is not used: checking it failed "
                                 f"({type(exc).__name__}: {exc}). The app's built-in engine runs instead; delete the "
                                 "folder or install the pack again.")

@@ -101,7 +101,7 @@ def decode(line: bytes | str) -> dict[str, Any]:
         obj = json.loads(line)
     except RecursionError:
         raise ProtocolError("bad_message", "Not a command: the JSON is nested too deeply.") from None
-    except Exception as exc:  # ValueError, UnicodeDecodeError, MemoryError: anything the parser raises
+    except Exception as exc:  # noqa: BLE001 (ValueError, UnicodeDecodeError, MemoryError: anything the parser raises)
         raise ProtocolError("bad_message", f"Not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("bad_message", f"Expected a JSON object, got {type(obj).__name__}.")

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from engine import packs
 from engine import protocol as P
-from engine.errors import Cancelled, CheckpointError, EngineError, PairMismatchError
+from engine.errors import Cancelled
 from engine.stats import cuda_memory
 
 log = logging.getLogger("engine.worker")
@@ -41,7 +41,7 @@ def app_version() -> str:
     try:
         from importlib.metadata import version
         return version("dflash-desktop")
-    except Exception:  # running from a source tree that was never installed
+    except Exception:  # noqa: BLE001 (running from a source tree that was never installed)
         return "0+source"
 
 
@@ -77,8 +77,7 @@ def hardware_info() -> dict:
     """What this process can run on, as each engine sees it (not a guess from the GUI side)."""
     import platform
     eng = load_engine()
-    return {"engines": {name: importlib.import_module(info.package).describe()
-                        for name, info in eng.backends.ENGINES.items()},
+    return {"engines": {name: eng.backends.describe(name) for name in eng.backends.ENGINES},
             "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
             "engine_packs": packs.current().describe()}
 
@@ -96,7 +95,7 @@ class Worker:
         self._generation = None
         self._loads: list[str] = []            # load_pair requests queued or running, in arrival order
         self._cancelled: set[str] = set()
-        self.pair = None
+        self.pair, self.costs = None, None     # the loaded pair and its plain step costs (engine.loop.StepCosts)
         self.pair_info: dict | None = None
         self._executor = threading.Thread(target=self._run_jobs, name="executor", daemon=True)
 
@@ -222,9 +221,8 @@ class Worker:
         self._executor.join(wait_s if generating else 1.0)
         # the worker ends with os._exit, which runs no finalizer: child servers (llama.cpp) are stopped here,
         # so quitting the app leaves none behind (the death signal alone left one running after a self-test)
-        close = getattr(self.pair, "close", None)
-        if close is not None and not self._executor.is_alive():
-            close()
+        if self.pair is not None and "close" in self.pair.capabilities and not self._executor.is_alive():
+            self.pair.close()
 
     # -- executor -----------------------------------------------------------------------------------
     def _run_jobs(self) -> None:
@@ -254,7 +252,7 @@ class Worker:
             return work()
         except (P.ProtocolError, EngineUnavailable) as exc:
             return self._error_event(rid, exc.code, str(exc))
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (any engine failure is an error event, never a dead worker)
             return self._engine_failure(rid, exc)
 
     def _settle_load(self, rid, final: dict) -> dict:
@@ -283,7 +281,8 @@ class Worker:
         if isinstance(code, str) and code in P.ERROR_CODES:  # engine.errors.EngineError and friends
             event = {**self._error_event(rid, code, str(exc)), **_server_log(exc)}
             if code == "engine_crashed" and self.pair_info:   # the engine's own server died, the worker lives
-                event["alternatives"] = _other_engines(self.pair_info)
+                from engine.backends.choice import other_engines
+                event["alternatives"] = other_engines(self.pair_info)
             return event
         log.error("unexpected failure in %s:\n%s", rid, traceback.format_exc())
         return self._error_event(rid, "internal", f"Unexpected {type(exc).__name__}: {exc}. "
@@ -299,46 +298,25 @@ class Worker:
             return (rid or "") in self._cancelled
         if cancelled():
             raise Cancelled("Loading was cancelled before it started; the loaded model, if any, is unchanged.")
+        from engine.backends import choice
         engine = msg.get("engine") or DEFAULT_ENGINE
-        chosen_here = engine == "auto"
-        if chosen_here:
-            from engine.backends import auto_engine
-            engine = auto_engine(msg["target"], msg.get("device") or "auto", msg.get("draft"))
+        target, draft, device = msg["target"], msg.get("draft"), msg.get("device") or "auto"
+        picked = engine == "auto"
+        if picked:
+            engine = choice.auto_engine(target, device, draft)
         self._progress(rid, "import", "Loading the engine libraries")
-        eng = load_engine(engine)
+        eng = load_engine(engine)                # a broken install is a clear error here, before anything unloads
         self._release()                          # a load replaces the pair: on failure nothing is loaded
-        target, draft = msg["target"], msg.get("draft")
-        for what, path in (("target", target), ("drafter", draft)):
-            if path is None or Path(path).is_dir():
-                continue
-            if Path(path).suffix.lower() == ".gguf" and Path(path).is_file() and (engine == "llamacpp"
-                                                                                  or what == "target"):
-                continue                         # llama.cpp takes a GGUF itself; other engines unpack a target
-            raise P.ProtocolError("bad_checkpoint",
-                                  f"The {what} folder {path} does not exist." if not Path(path).exists()
-                                  else f"The {what} {path} is a file; give its folder (a GGUF drafter only runs "
-                                  "with the llama.cpp engine).")
-
-        def load(name: str):
-            return eng.backends.load_pair(name, target, draft, device=msg.get("device") or "auto",
-                                          dtype=msg.get("dtype"), cancelled=cancelled,
-                                          progress=lambda stage, message: self._progress(rid, stage, message))
-        note = None
-        try:
-            pair = load(engine)
-        except EngineError as exc:
-            # llama.cpp was this worker's own pick; a pair it cannot convert or run, or a llama-server that
-            # crashed on this CPU, still runs in torch when the target is a Hugging Face folder
-            if not (chosen_here and engine == "llamacpp" and _torch_can_load(target)
-                    and (isinstance(exc, (CheckpointError, PairMismatchError)) or exc.code == "engine_crashed")):
-                raise
-            note = f"llama.cpp could not run this pair, so the torch engine runs it. {exc}"
+        pair, engine, note = choice.load_chosen(
+            engine, target, draft, device=device, dtype=msg.get("dtype"), cancelled=cancelled, may_fall_back=picked,
+            progress=lambda stage, message: self._progress(rid, stage, message))
+        if note:
             log.warning("%s", note)
-            self._progress(rid, "engine", "llama.cpp could not run this pair; loading it with the torch engine")
-            pair = load("torch")
         self._progress(rid, "ready", "Model ready")
-        self.pair = pair
-        self.pair_info = {**pair.info, "target": target, "draft": draft}
+        self.pair, self.costs = pair, eng.loop.StepCosts()    # plain step costs belong to this pair
+        # what the window may ask of this pair (dflash_desktop/offers.py): a local engine offers it all
+        self.pair_info = {**pair.info, "target": target, "draft": draft,
+                          "offers": {"local": True, "baseline": True, "unload": True, "count_tokens": True}}
         if note:
             self.pair_info["engine_note"] = note
         return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0,
@@ -347,7 +325,7 @@ class Worker:
     def _release(self) -> None:
         """Drop the loaded pair and give its memory back (device caches included)."""
         pair, self.pair, self.pair_info = self.pair, None, None
-        release = getattr(pair, "close", None)
+        release = pair.close if pair is not None and "close" in pair.capabilities else None
         del pair
         gc.collect()
         if release is not None:
@@ -369,8 +347,8 @@ class Worker:
         baseline = msg.get("mode", "dflash") == "baseline"
         if not baseline and pair.block_size == 1:
             self.emit({"event": "warning", "id": rid, "code": "no_drafter",
-                       "message": f"No drafter is loaded: this runs plain decoding, without DFlash."})
-        gen = eng.loop.Generation(pair, ids, settings, baseline=baseline)
+                       "message": "No drafter is loaded: this runs plain decoding, without DFlash."})
+        gen = eng.loop.Generation(pair, ids, settings, baseline=baseline, costs=self.costs)
         with self._lock:
             self._generation = gen
             if self._gen_id in self._cancelled:
@@ -424,25 +402,6 @@ def _server_log(exc: BaseException) -> dict:
     """An engine server's last log lines and kept log (llama.cpp's ServerError), for the diagnostics."""
     lines, path = getattr(exc, "log_lines", None), getattr(exc, "log_path", None)
     return {**({"stderr_tail": list(lines)} if lines else {}), **({"log_path": str(path)} if path else {})}
-
-
-def _torch_can_load(target: str) -> bool:
-    """A Hugging Face model folder (config.json), which the torch engine reads, or a GGUF whose architecture
-    transformers can unpack into one (engine/gguf_folder.py)."""
-    if Path(target).suffix.lower() == ".gguf" and Path(target).is_file():
-        from engine.gguf_folder import unpackable_architecture
-        return unpackable_architecture(Path(target)) is not None
-    return Path(target).is_dir() and (Path(target) / "config.json").is_file()
-
-
-def _other_engines(info: dict) -> list[str]:
-    """Engines besides the crashed one that run the loaded pair's target from its files here."""
-    from engine.backends import ENGINES, missing_engines
-    if not _torch_can_load(str(info.get("target") or "")):
-        return []
-    arch, missing = str(info.get("architecture") or ""), missing_engines()
-    return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
-            and e.runs(arch, "cpu")]
 
 
 def main(argv: list[str] | None = None) -> int:

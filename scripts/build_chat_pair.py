@@ -87,6 +87,12 @@ def main(argv=None) -> int:
     if args.init_from and (work / "draft_checkpoint.safetensors").exists():
         # a new schedule from those weights, not the end of the last run's (its answers are reused)
         (work / "draft_checkpoint.safetensors").unlink()
+    # a run that continues a drafter keeps the runs that made it (their recipe sits beside that drafter)
+    earlier = []
+    if args.init_from and (args.init_from.parent / "RECIPE.json").is_file():
+        before = json.loads((args.init_from.parent / "RECIPE.json").read_text(encoding="utf-8"))
+        earlier = [*before.get("earlier_runs", []), {key: before.get(key) for key in
+                                                     ("command", "hardware", "wall_minutes", "result")}]
     target = smollm2.hf_folder()
     trainer = DraftTrainer(target, args.out, work, settings, overwrite=args.overwrite,
                            log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -101,7 +107,7 @@ def main(argv=None) -> int:
                    "weights_for_training": "the GGUF dequantized to float32 by transformers (engine/gguf_folder.py)"},
         "prompts": {"source": "scripts/chat_prompts.py (written by the project)", "train": len(train),
                     "held_out": len(held_out), "measured_during_training": 3},
-        "command": "python scripts/build_chat_pair.py" + (" --tiny" if args.tiny else ""),
+        "command": " ".join(["python", "scripts/build_chat_pair.py", *(sys.argv[1:] if argv is None else argv)]),
         "answers": "greedy, float32 target, until <|im_end|> or response_length tokens",
         "hardware": {"device": "cpu", "processor": platform.processor() or platform.machine(),
                      "threads": torch.get_num_threads(), "bfloat16_native": bfloat16_is_faster_here()},
@@ -109,6 +115,8 @@ def main(argv=None) -> int:
         "wall_minutes": round((time.time() - started) / 60, 1),
         "result": result,
     }
+    if earlier:
+        recipe["earlier_runs"] = earlier     # the runs whose drafter this one started from, oldest first
     (args.out.parent / "RECIPE.json").write_text(json.dumps(recipe, indent=1) + "\n")
     if not args.tiny:
         write_gguf(args.out)

@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from engine.training import corpus as corpus_mod  # noqa: E402
-from engine.training import tokenizer as tok_mod  # noqa: E402
+from scripts.demo_pair import corpus as corpus_mod  # noqa: E402
+from scripts.demo_pair import tokenizer as tok_mod  # noqa: E402
 from engine.bench import file_opening  # noqa: E402
 from engine.errors import EngineError  # noqa: E402
 
@@ -230,7 +230,7 @@ class Build:
     def stage_target(self) -> None:
         import torch
 
-        from engine.training import target_lm
+        from scripts.demo_pair import target_lm
 
         if not (self.tokenizer_dir / "tokenizer.json").exists():
             raise RecipeError(

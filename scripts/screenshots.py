@@ -44,7 +44,7 @@ def pick_pair(home: Path) -> dict:
     if (draft / "model.safetensors").is_file():
         return {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(ROOT / "assets/demo/target"),
                 "draft_dir": str(draft)}
-    code = ("import sys; from engine.backends.torch.tiny import save_random_pair; "
+    code = ("import sys; from tests.tiny_torch import save_random_pair; "
             "t, d = save_random_pair(sys.argv[1], hidden=64, layers=4, block_size=8); print(t); print(d)")
     out = subprocess.run([sys.executable, "-c", code, str(home / "pair")], cwd=ROOT, capture_output=True,
                          text=True, check=True)

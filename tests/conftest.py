@@ -49,7 +49,7 @@ def smollm2_random_drafter(smollm2_folder, tmp_path_factory):
     import torch
 
     from engine.backends.torch.target import TargetModel
-    from engine.backends.torch.tiny import random_drafter
+    from tests.tiny_torch import random_drafter
     target = TargetModel.from_pretrained(smollm2_folder, dtype=torch.float32, device=torch.device("cpu"))
     folder = tmp_path_factory.mktemp("smollm2-drafter")
     random_drafter(target, seed=1, layers=1, block_size=8, mask_token_id=16).save_pretrained(folder)

@@ -44,7 +44,7 @@ def test_the_drafter_ships_in_the_zlab_format_and_as_a_matching_dflash_gguf(draf
     import torch
     from safetensors.torch import load_file
 
-    from engine.backends.llamacpp import metadata
+    from engine import gguf_metadata as metadata
     config = json.loads((draft_dir / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["block_size"] == 16
     assert config["dflash_config"]["mask_token_id"] == 16                      # <empty_output>, chosen by the trainer

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.backends.torch import ARCHITECTURES
-from engine.backends.torch.tiny import VARIANTS, random_pair
+from tests.tiny_torch import VARIANTS, random_pair
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from tests.oracle import OraclePair
@@ -129,7 +129,7 @@ def multimodal_config(arch: str):
     """The config of a tiny multimodal checkpoint, the form Qwen3.5 and Gemma 4 ship in on the hub."""
     import transformers as tf
 
-    from engine.backends.torch.tiny import target_config
+    from tests.tiny_torch import target_config
     text = target_config(arch, vocab=256, hidden=64, layers=6, max_positions=512, window=WINDOW).to_dict()
     if arch == "qwen3_5":
         vision = tf.Qwen3_5VisionConfig(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
@@ -151,7 +151,7 @@ def test_multimodal_checkpoints_load_as_their_text_decoder_and_stay_lossless(tmp
 
     from engine.backends.torch.engine import load_pair
     from engine.backends.torch.target import TargetModel
-    from engine.backends.torch.tiny import random_drafter
+    from tests.tiny_torch import random_drafter
     torch.manual_seed(0)
     full = AutoModelForImageTextToText.from_config(multimodal_config(arch)).eval()
     full.save_pretrained(tmp_path / "target")

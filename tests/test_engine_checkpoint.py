@@ -11,7 +11,7 @@ from engine.loop import Generation
 from engine.backends.torch.drafter import DFlashDrafter
 from engine.errors import CheckpointError, PairMismatchError
 from engine.backends.torch.engine import load_pair
-from engine.backends.torch.tiny import draft_config_dict, random_drafter, random_target
+from tests.tiny_torch import draft_config_dict, random_drafter, random_target
 
 
 def zlab_names(layers: int) -> set[str]:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from engine.backends.torch.tiny import save_random_pair
+from tests.tiny_torch import save_random_pair
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import torch
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from engine.errors import PromptTooLongError, SettingsError
-from engine.backends.torch.tiny import random_pair
+from tests.tiny_torch import random_pair
 from tests.oracle import OraclePair
 
 

@@ -13,9 +13,10 @@ from engine.backends.torch.draft2_runner import Draft2Runner
 from engine.backends.torch.draft_runner import block_mask
 from engine.backends.torch.drafter import DFlashDrafter
 from engine.backends.torch.drafter2 import DFlash2Drafter, DynamicConv, lattice, shaped_logits, walk
-from engine.backends.torch.engine import TorchPair, load_pair
+from engine.backends.torch.eager import TorchPair
+from engine.backends.torch.engine import load_pair
 from engine.backends.torch.sampling import Candidates, verify
-from engine.backends.torch.tiny import draft_config_dict, random_drafter, random_target
+from tests.tiny_torch import draft_config_dict, random_drafter, random_target
 from engine.config import DraftConfig
 from engine.errors import CheckpointError
 from engine.limits import GenerationSettings
@@ -220,7 +221,7 @@ def test_input_embedding_scale_multiplies_the_block_embedding(target):
     prompt, settings = list(range(1, 20)), GenerationSettings(draft_cutoff=0.0)
     with torch.inference_mode():
         first = pair.prefill(prompt, settings, drafting=True)
-        ctx = pair._context[0].clone()
+        ctx = pair.answer.context[0].clone()
         drafts = pair.draft(first, len(prompt), 8)
         block = torch.full((8,), drafter.config.mask_token_id)
         block[0] = first

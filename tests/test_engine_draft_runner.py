@@ -6,7 +6,7 @@ import torch
 from engine.config import DraftConfig
 from engine.backends.torch.draft_runner import DraftRunner
 from engine.backends.torch.drafter import DFlashDrafter
-from engine.backends.torch.tiny import draft_config_dict, random_drafter, random_target
+from tests.tiny_torch import draft_config_dict, random_drafter, random_target
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from engine.backends.torch import packed
 from engine.backends.torch.packed import PackedLinear, pack_linears, product_by, stock_linears
-from engine.backends.torch.tiny import random_pair, random_target
+from tests.tiny_torch import random_pair, random_target
 
 pytestmark = pytest.mark.skipif(not packed.can_pack(torch.float32), reason="this torch build cannot pack weights")
 

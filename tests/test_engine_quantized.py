@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from engine.backends.torch import quantized
 from engine.backends.torch.engine import load_pair
-from engine.backends.torch.tiny import save_random_pair
+from tests.tiny_torch import save_random_pair
 from engine.errors import CheckpointError, EngineError
 from engine.limits import GenerationSettings
 from engine.loop import Generation

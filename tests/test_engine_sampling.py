@@ -8,7 +8,7 @@ from scipy.stats import chisquare
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from engine.backends.torch.sampling import probabilities
-from engine.backends.torch.tiny import random_pair
+from tests.tiny_torch import random_pair
 
 VOCAB = 6
 PROMPT = [1, 4, 2]

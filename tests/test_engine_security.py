@@ -16,7 +16,7 @@ from dflash_desktop.worker_client import WorkerClient
 from engine import protocol as P
 from engine import tokenizer as tok_mod
 from engine.backends.torch.engine import load_pair
-from engine.backends.torch.tiny import save_random_pair
+from tests.tiny_torch import save_random_pair
 from engine.errors import CheckpointError, PromptTooLongError
 
 T = 120
@@ -211,7 +211,7 @@ def test_every_transformers_loader_is_told_never_to_run_folder_code():
     (our own TargetModel and drafter loaders read only JSON and safetensors)."""
     import ast
     from engine.backends.torch.drafter import DFlashDrafter
-    from engine.backends.torch.engine import DRAFTERS
+    from engine.backends.torch.eager import DRAFTERS
     assert all(issubclass(loader, DFlashDrafter) for loader, _ in DRAFTERS.values())
     root = Path(__file__).resolve().parent.parent
     # drafter_class: from DRAFTERS; MlxDrafter: engine/backends/mlx/drafter.py, safetensors by tensor name

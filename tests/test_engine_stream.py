@@ -4,13 +4,15 @@ The engine here is a real one run as such a server would: the torch engine's pla
 import pytest
 import torch
 
-from engine.backends.torch.tiny import random_pair
+from tests.tiny_torch import random_pair
 from engine.limits import GenerationSettings
 from engine.loop import Chunk, Generation
 
 
 class StreamedTorch:
     """A torch pair driven by its own loop, token by token, reporting totals the way a server does."""
+
+    capabilities = frozenset({"stream"})
 
     def __init__(self, pair, report_steps: bool = True):
         self.pair, self.report_steps = pair, report_steps

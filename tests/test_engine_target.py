@@ -3,7 +3,7 @@ for multi-token verifies after a cache (the case it exists for)."""
 import torch
 
 from engine.backends.torch.cpu import GROUPED_SDPA, use_grouped_sdpa
-from engine.backends.torch.tiny import random_target
+from tests.tiny_torch import random_target
 
 
 def test_grouped_sdpa_matches_transformers_sdpa():

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 from installers import build, sizes
 from ui.self_test import heavy_libraries, mapped_files
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(5400),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux installers"),
@@ -162,7 +163,7 @@ def test_every_claimed_architecture_runs_in_the_frozen_worker(app, tmp_path):
     families the engines claim and trims the other models. Each family, as a tiny random pair written
     from source, must load and decode in the frozen worker."""
     from dflash_desktop.worker_client import WorkerClient
-    from engine.backends.torch.tiny import VARIANTS, save_random_pair
+    from tests.tiny_torch import VARIANTS, save_random_pair
     client = WorkerClient(command=[str(EXE), "--worker"],
                           env={**os.environ, "DFLASH_DESKTOP_HOME": str(tmp_path / "home")})
     failed = {}

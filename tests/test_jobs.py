@@ -15,7 +15,7 @@ T = 60
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DFLASH_DESKTOP_HOME", str(tmp_path_factory.mktemp("home")))
         target, draft = save_random_pair(tmp_path_factory.mktemp("pair"), block_size=8)

@@ -19,10 +19,11 @@ try:
 except build.BuildMissing as exc:
     pytest.skip(f"no llama.cpp build here ({exc})", allow_module_level=True)
 
-from engine.backends.llamacpp import calibrate, convert, metadata  # noqa: E402
+from engine import gguf_metadata as metadata  # noqa: E402
+from engine.backends.llamacpp import calibrate, convert  # noqa: E402
 from engine.backends.llamacpp.engine import load_pair  # noqa: E402
 from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
-from engine.backends.torch.tiny import save_random_pair  # noqa: E402
+from tests.tiny_torch import save_random_pair  # noqa: E402
 from engine.bench import DEMO_DIR, demo_prompts  # noqa: E402
 from engine.errors import CheckpointError, EngineError, PairMismatchError  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
@@ -298,7 +299,7 @@ def test_a_worker_runs_the_demo_pair_with_llamacpp_and_its_server_dies_with_it(p
 def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     """A drafter that reads the target's last layer cannot run in llama.cpp, so "auto" gives it to torch
     instead of failing the load; the same drafter on earlier layers goes to llama.cpp."""
-    from engine.backends import auto_engine
+    from engine.backends.choice import auto_engine
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir(), draft.mkdir()
     (target / "config.json").write_text((TARGET / "config.json").read_text())
@@ -369,7 +370,7 @@ def test_a_request_may_draft_nothing_on_a_drafting_server(pair):
     """Our patch (patches/0002): `speculative.n_max` in a request lowers the server's drafts per step, and
     0 decodes plainly on the drafting server, with plain decoding's tokens. Stock llama-server ignores the
     field (per-request speculative settings are compiled out there) and keeps drafting."""
-    from engine.backends.llamacpp.engine import request_body
+    from engine.backends.llamacpp.server import request_body
     ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
     settings = GenerationSettings(max_new_tokens=48)
     server = pair.server_for(pair.block_size - 1)
@@ -389,20 +390,14 @@ def test_an_answer_whose_drafts_stop_paying_continues_plainly_on_the_same_server
     """The loop's plain fallback mid-answer: with plain steps timed at a microsecond no DFlash step keeps
     pace, so after FALLBACK_MIN_STEPS steps the loop calls stop_drafting(), and the rest of the answer comes
     from the same server drafting nothing. The whole answer is still plain decoding's."""
-    from engine.loop import FALLBACK_MIN_STEPS, step_costs
+    from engine.loop import FALLBACK_MIN_STEPS, StepCosts
     ids = pair.tokenizer.encode_prompt(prompts(3)[2], raw=True)      # tau about 2.7: over 100 steps
     settings = GenerationSettings(max_new_tokens=300, block_size=16)
     server = pair.server_for(pair.block_size - 1)
-    costs = step_costs(pair)
-    saved = list(costs.plain)
-    costs.plain.clear()
+    costs = StepCosts()
     costs.plain.append(1e-6)
-    try:
-        run = Generation(pair, ids, settings)
-        steps = list(run)
-    finally:
-        costs.plain.clear()
-        costs.plain.extend(saved)
+    run = Generation(pair, ids, settings, costs=costs)
+    steps = list(run)
     switch = run.fallback["after_tokens"]
     assert [s.fallback for s in steps if s.fallback] == [run.fallback] and run.stats.fallback == run.fallback
     assert FALLBACK_MIN_STEPS < switch < 300 and "break-even" in run.fallback["reason"]

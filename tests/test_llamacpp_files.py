@@ -4,7 +4,8 @@ import struct
 
 import pytest
 
-from engine.backends.llamacpp import calibrate, metadata
+from engine import gguf_metadata as metadata
+from engine.backends.llamacpp import calibrate
 from engine.errors import CheckpointError, PairMismatchError
 
 

@@ -12,7 +12,7 @@ mx = pytest.importorskip("mlx.core", reason="the mlx engine needs mlx (pip insta
 
 from engine.backends.mlx import ARCHITECTURES  # noqa: E402
 from engine.backends.mlx.caches import WindowKVCache, cached_tensors  # noqa: E402
-from engine.backends.mlx.tiny import VARIANTS, random_pair  # noqa: E402
+from tests.tiny_mlx import VARIANTS, random_pair  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 from tests.oracle import OraclePair  # noqa: E402

@@ -68,7 +68,7 @@ def test_metal_kernel_equals_the_reference(dtype, t, hk, hv, dk, dv):
 def test_a_hybrid_pair_on_the_gpu_with_the_kernel_stays_lossless(monkeypatch):
     from engine.backends.mlx.engine import MlxPair
     from engine.backends.mlx.target import MlxTarget
-    from engine.backends.mlx.tiny import random_drafter, random_model, target_config
+    from tests.tiny_mlx import random_drafter, random_model, target_config
     from engine.limits import GenerationSettings
     from engine.loop import Generation
     from tests.oracle import OraclePair

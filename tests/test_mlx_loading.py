@@ -11,7 +11,7 @@ mx = pytest.importorskip("mlx.core", reason="the mlx engine needs mlx (pip insta
 from engine.backends import load_pair  # noqa: E402
 from engine.backends.mlx.drafter import save_drafter  # noqa: E402
 from engine.backends.mlx.target import MlxTarget  # noqa: E402
-from engine.backends.mlx.tiny import VARIANTS, random_drafter, random_model, save_model, target_config  # noqa: E402
+from tests.tiny_mlx import VARIANTS, random_drafter, random_model, save_model, target_config  # noqa: E402
 from engine.errors import CheckpointError, EngineError, PairMismatchError  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
@@ -203,7 +203,7 @@ def test_the_cli_generates_and_benches_the_demo_pair_on_mlx(tmp_path, capsys):
 
 def test_the_worker_loads_and_runs_an_mlx_pair(tmp_path, monkeypatch):
     from dflash_desktop.worker_client import WorkerClient
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
     target, draft = save_random_pair(tmp_path / "pair", block_size=8)   # with a tokenizer
     local = load_pair("mlx", target, draft, device="cpu")

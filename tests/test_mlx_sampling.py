@@ -9,7 +9,7 @@ mx = pytest.importorskip("mlx.core", reason="the mlx engine needs mlx (pip insta
 from scipy.stats import chisquare  # noqa: E402
 
 from engine.backends.mlx.sampling import probabilities  # noqa: E402
-from engine.backends.mlx.tiny import random_pair  # noqa: E402
+from tests.tiny_mlx import random_pair  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 

@@ -23,7 +23,7 @@ PROMPTS = ["def speculative(decoding):\n    return", "The quick brown fox jumps 
 
 @pytest.fixture(scope="module", params=DENSE)
 def pairs(request, tmp_path_factory):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     target, draft = save_random_pair(tmp_path_factory.mktemp(request.param), arch=request.param, block_size=8,
                                      layers=4)
     tp = load_pair("torch", target, draft, device="cpu", dtype="float32")
@@ -55,7 +55,7 @@ def test_the_mlx_drafter_computes_what_the_torch_drafter_does(pairs):
     ids = tp.tokenizer.encode_prompt(PROMPTS[0], raw=True)
     tp.prefill(ids, settings(), True)
     mp.prefill(ids, settings(), True)
-    t_feats, m_feats = tp._context[0], mp._context[0]
+    t_feats, m_feats = tp.answer.context[0], mp._context[0]
     np.testing.assert_allclose(np.array(m_feats), t_feats.numpy(), rtol=1e-4, atol=1e-4)
     mask, cut = tp.drafter.config.mask_token_id, len(ids) - 4
     tp.runner.reset()

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from dflash_desktop.jobs import JobQueue
+from dflash_desktop.offers import Offers
 from dflash_desktop.remote import RemoteClient, normalize_base_url, parse_metrics
 from tests.remote_fakes import FIXTURES, FakeServer
 
@@ -86,6 +87,8 @@ def test_vllm_chat_streams_and_reads_acceptance_from_its_counters(remote):
         loaded = load(remote, fake.url + "/v1/", "k-123")
         assert loaded["event"] == "loaded" and loaded["server"] == "vllm" and loaded["name"] == "Qwen/Qwen3-8B"
         assert loaded["engine"] == "remote" and loaded["max_positions"] == 40960
+        offers = Offers.of(loaded)     # no baseline, unload or count here; its CPU time is the server's
+        assert not (offers.local or offers.baseline or offers.unload or offers.count_tokens)
         done = generate(remote, messages=[{"role": "user", "content": "Write a parser."}], enable_thinking=False,
                         settings={"max_new_tokens": 32, "top_k": 20, "temperature": 0.0})
         assert done["event"] == "done" and done["stop_reason"] == "length" and done["text"] == WORDS_TEXT

@@ -8,7 +8,7 @@ import torch
 
 from engine.backends.torch.drafter import DFlashDrafter
 from engine.backends.torch.engine import load_pair
-from engine.backends.torch.tiny import save_random_pair
+from tests.tiny_torch import save_random_pair
 from engine.training.checkpoint import save_sequences
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, TrainingError,
                                            block_sparse_mask, default_layer_ids, draft_loss, lr_at,
@@ -58,7 +58,7 @@ def test_tiny_run_trains_saves_and_resumes(tmp_path, target_dir, no_unpickling):
     result = trainer.train(DOCS, prompts)
     assert result["steps"] == 8 and result["final_tau"] >= 1.0
     losses = [h["loss"] for h in result["history"] if "loss" in h]
-    assert losses and all(l == l for l in losses)  # finite
+    assert losses and all(x == x for x in losses)  # finite
     pair = load_pair(target_dir, tmp_path / "draft")
     assert pair.block_size == 4
     # a longer run in the same work folder resumes from the checkpoint at step 8
@@ -195,7 +195,7 @@ def test_the_mask_token_is_chosen_from_what_the_chat_never_uses(smollm2_folder):
     the chat template never writes (<empty_output>), where it used to stop and ask the user to add one."""
     from transformers import AutoTokenizer
 
-    from engine.backends.torch.tiny import byte_tokenizer
+    from tests.tiny_torch import byte_tokenizer
     from engine.training.draft_trainer import choose_mask_token
     smol = AutoTokenizer.from_pretrained(str(smollm2_folder))
     chosen = choose_mask_token(smol, eos_ids=(2,))
@@ -280,7 +280,8 @@ def test_a_drafter_for_a_real_chat_model_trains_on_a_tiny_budget_and_loads_every
     assert config["dflash_config"]["mask_token_id"] == 16 and config["block_size"] == 16
     pair = load_pair(smollm2_folder, out)
     assert pair.block_size == 16 and pair.drafter.config.mask_token_id == 16
-    from engine.backends.llamacpp import build, metadata
+    from engine import gguf_metadata as metadata
+    from engine.backends.llamacpp import build
     try:
         build.find_build()
     except build.BuildMissing:

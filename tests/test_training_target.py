@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.training import corpus as corpus_mod
-from engine.training import target_lm
-from engine.training import tokenizer as tok_mod
+from scripts.demo_pair import corpus as corpus_mod
+from scripts.demo_pair import target_lm
+from scripts.demo_pair import tokenizer as tok_mod
 from tests.test_no_pickle import no_unpickling  # noqa: F401  (fixture)
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,7 +25,7 @@ def worker(qapp, home):
 def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     pair = demo_pair()
     if pair is None:   # assets/demo not committed yet: same path with a random pair
-        from engine.backends.torch.tiny import save_random_pair
+        from tests.tiny_torch import save_random_pair
         target, draft = save_random_pair(tmp_path / "pair", block_size=8)
         pair = {"id": "random", "name": "Random pair", "target_dir": str(target), "draft_dir": str(draft)}
     window = MainWindow(worker=worker, store=ChatStore(), settings=settings_mod.Settings(max_new_tokens=48),

@@ -70,7 +70,7 @@ THINKING_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}
 @pytest.mark.parametrize("trained", [True, False])
 def test_the_thinking_switch_follows_the_drafters_training_and_an_override_is_explained(
         qtbot, home, chat_worker, tmp_path, trained):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     target, draft = save_random_pair(tmp_path / "pair", block_size=8, chat_template=THINKING_TEMPLATE)
     pair = {"id": "thinker", "name": "Thinking test pair", "target_dir": str(target), "draft_dir": str(draft),
             "thinking": trained}

@@ -1,6 +1,5 @@
 """The settings offer the engine where more than one can run the loaded pair from its folders."""
 import pytest
-from PySide6.QtCore import Qt
 
 from dflash_desktop.catalog import load_catalog
 from dflash_desktop.run_plan import engine_choices

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from dflash_desktop.logs import WorkerLog
+from dflash_desktop.offers import Offers
 from dflash_desktop.worker_client import WorkerClient, describe_exit, worker_command, worker_env
 from engine import protocol as P
 
@@ -33,7 +34,7 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair_dirs(tmp_path_factory):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     target, draft = save_random_pair(tmp_path_factory.mktemp("pair"), block_size=8)
     return str(target), str(draft)
 
@@ -45,6 +46,7 @@ def client(home, pair_dirs):
     c.events = events
     loaded = c.wait(c.load_pair(*pair_dirs), T)
     assert loaded["event"] == "loaded", loaded
+    assert Offers.of(loaded) == Offers()        # a local pair offers the window everything
     yield c
     assert c.shutdown(10) == 0
 
@@ -273,7 +275,7 @@ def raw_worker():
     proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=worker_env())
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout], daemon=True).start()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
 
     def ask(raw: bytes) -> dict:
         proc.stdin.write(raw + b"\n")
@@ -485,7 +487,7 @@ def test_describe_exit_in_plain_language():
 
 
 def test_loaded_event_says_whether_thinking_can_be_switched(client, pair_dirs, tmp_path):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     plain = client.wait(client.load_pair(*pair_dirs), T)
     assert plain["chat_template"] is False and plain["supports_thinking"] is False
     template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from PySide6.QtCore import QTimer
 
 from dflash_desktop.qt_worker import QtWorker
@@ -69,7 +68,7 @@ def test_burst_reaches_gui_as_few_ordered_signals(qtbot):
 
 
 def test_real_worker_through_signals_keeps_gui_responsive(qtbot, tmp_path, monkeypatch):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
     target, draft = save_random_pair(tmp_path / "pair", block_size=8)
     w = QtWorker()

@@ -17,7 +17,7 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 @pytest.fixture(scope="module")
 def client(home, tmp_path_factory):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     target, draft = save_random_pair(tmp_path_factory.mktemp("chat-pair"), block_size=8, chat_template=TEMPLATE)
     events: list[dict] = []
     c = WorkerClient(on_event=events.append)

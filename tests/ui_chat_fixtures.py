@@ -18,7 +18,7 @@ ANSWER_TIMEOUT_MS = 60_000
 
 
 def save_echo_pair(root, block_size: int = 8):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     from safetensors.torch import load_file, save_file
     target, draft = save_random_pair(root, block_size=block_size)
     for folder, key in ((target, "model.norm.weight"), (draft, "norm.weight")):

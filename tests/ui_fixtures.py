@@ -28,7 +28,7 @@ def run_app_briefly(home, exit_after_ms: int = 2500):
 
 @pytest.fixture(scope="session")
 def random_pair(tmp_path_factory):
-    from engine.backends.torch.tiny import save_random_pair
+    from tests.tiny_torch import save_random_pair
     return save_random_pair(tmp_path_factory.mktemp("pair"), hidden=64, layers=4, block_size=8)
 
 

@@ -14,6 +14,7 @@ from engine.backends import ENGINES
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.cpu_load import CpuMeter
+from dflash_desktop.offers import Offers
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.session import BaselineRecord
 
@@ -161,7 +162,7 @@ class ChatController(QObject):
         """Measure plain decoding of the same target on this machine (64 tokens, greedy)."""
         if self.pair_info is None or self._gen is not None or self._calib_id is not None:
             return
-        if self.pair_info.get("engine") == "remote":
+        if not Offers.of(self.pair_info).baseline:
             self.statusMessage.emit("A server runs its own speculative decoding on every request, so plain "
                                     "decoding cannot be measured there.")
             return
@@ -178,7 +179,7 @@ class ChatController(QObject):
 
     def unload(self) -> None:
         """Free the model's memory (the worker keeps running); the next message loads the same pair again."""
-        if self.pair_info is None or self.pair_info.get("engine") == "remote" or self._unload_id:
+        if not Offers.of(self.pair_info).unload or self._unload_id:
             return
         if self._gen:
             self.stop()
@@ -220,7 +221,7 @@ class ChatController(QObject):
         self.view.set_context(limit=ev.get("max_positions") or 0)
         self.count_context()
         self.loadingChanged.emit(False, "")
-        if ev.get("engine") == "remote":
+        if not Offers.of(ev).local:
             self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
                                     "engine is not started.")
         else:
@@ -231,7 +232,7 @@ class ChatController(QObject):
             self.statusMessage.emit(self.ready_text)
         self.panel.set_runtime(ev)
         self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
-        if self.baseline() is None and ev.get("engine") != "remote":
+        if self.baseline() is None and Offers.of(ev).baseline:
             self.calibrate()
         self._run_waiting()
 
@@ -522,7 +523,7 @@ class ChatController(QObject):
         request = self._request(history)
         self._gen["widget"].footer.setText("thinking…")
         self._gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
-        if self.pair_info.get("engine") != "remote":   # a server's answer does not run on this machine's CPU
+        if Offers.of(self.pair_info).local:   # a server's answer does not run on this machine's CPU
             self._gen["meter"] = CpuMeter([self.worker_pid()]).start()
         self._gen["id"] = self.worker.generate(
             **request, settings={**self.generation_settings(), **self._gen["overrides"]})

@@ -19,7 +19,7 @@ def app_version() -> str:
     try:
         from importlib.metadata import version
         return version("dflash-desktop")
-    except Exception:  # a source checkout that was never installed
+    except Exception:  # noqa: BLE001 (a source checkout that was never installed)
         return "0+source"
 
 

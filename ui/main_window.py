@@ -21,6 +21,7 @@ from dflash_desktop import chat_export, downloads, run_plan
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import CatalogError, load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
+from dflash_desktop.offers import Offers
 from dflash_desktop.qt_worker import QtWorker
 from engine.backends import ENGINES, device_class_of, missing_engines
 
@@ -84,7 +85,7 @@ def demo_pair() -> dict | None:
     """The code pair, whose files ship inside the app, as a load request (None when they are missing)."""
     try:
         return embedded_request(load_catalog().demo)
-    except Exception:
+    except Exception:  # noqa: BLE001 (a broken install still opens the window)
         return None
 
 
@@ -92,7 +93,7 @@ def starter_pair() -> dict | None:
     """What a first start opens: the chat pair where its model is installed, else the code pair."""
     try:
         return embedded_request(load_catalog().starter())
-    except Exception:
+    except Exception:  # noqa: BLE001 (a broken install still opens the window)
         return None
 
 
@@ -387,7 +388,7 @@ class MainWindow(QMainWindow):
 
     def _show_pair(self, ev: dict) -> None:
         self._shown_pair = ev
-        if ev.get("engine") == "remote":
+        if not Offers.of(ev).local:
             self.pair_label.setText(f"{ev['display_name']}  ·  on {ev.get('device')}")
             return
         self.pair_label.setText(f"{ev['display_name']}  ·  {ev.get('engine')} on {ev.get('device')}, "
@@ -432,7 +433,7 @@ class MainWindow(QMainWindow):
     def _served_name(self) -> str | None:
         """The model name clients see: the catalog id of a local pair, the server's own name of a remote one."""
         info = self.worker.pair_info or {}
-        return info.get("name") if info.get("engine") == "remote" else (self.controller.pair or {}).get("id")
+        return (self.controller.pair or {}).get("id") if Offers.of(info).local else info.get("name")
 
     def _server_changed(self, url: str | None) -> None:
         self.server_status.show_url(url)
@@ -567,7 +568,7 @@ class MainWindow(QMainWindow):
         """The speedup demo's plain run becomes the loaded pair's baseline: one baseline, everywhere."""
         info = self.controller.pair_info or {}
         same_pair = (self.worker.pair_info or {}).get("target") == info.get("target")
-        if info and info.get("engine") != "remote" and same_pair:
+        if Offers.of(info).baseline and same_pair:
             from dflash_desktop.session import BaselineRecord
             self.controller.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
                                                                      cpu_other))

@@ -287,7 +287,7 @@ class ModelPicker(QDialog):
                 cat = catalog or load_catalog()
                 report = hardware or detect_live()
                 loader.ready.emit(cat, report, local_dirs_for(cat, downloads.find_cached, report))
-            except Exception as exc:  # a broken catalog or probe must not leave the dialog spinning
+            except Exception as exc:  # noqa: BLE001 (a broken catalog or probe must not leave the dialog spinning)
                 loader.failed.emit(f"Could not read the model catalog or this computer's hardware: {exc}")
 
         threading.Thread(target=work, name="model-picker-load", daemon=True).start()
@@ -456,7 +456,7 @@ class ModelPicker(QDialog):
             try:
                 downloads.save_token(token)
                 check.answered.emit("")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the hub's errors come in many kinds; each is shown)
                 check.answered.emit(f"The token was not accepted: {str(exc).replace(token, '…')}")
 
         threading.Thread(target=work, name="hf-token", daemon=True).start()

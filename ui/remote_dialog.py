@@ -20,7 +20,7 @@ class AddServerDialog(QDialog):
         self.servers = list(servers)
         self.base_url: str | None = None
         intro = QLabel("Chat with a model that runs on a server: vLLM or SGLang started with a DFlash drafter "
-                       "(README, \"Remote servers\"), or another DFlash Desktop. This computer's engine is not "
+                       "(docs/SERVER.md, \"Remote servers\"), or another DFlash Desktop. This computer's engine is not "
                        "started for it.")
         intro.setWordWrap(True)
         self.url = QComboBox()

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPro
                                QSizePolicy, QTextEdit, QVBoxLayout, QWidget)
 
 from dflash_desktop.cpu_load import CpuMeter
+from dflash_desktop.offers import Offers
 from dflash_desktop.qt_worker import QtWorker
 
 from . import theme
@@ -266,7 +267,7 @@ class SpeedupDemo(QWidget):
         if not info.get("has_drafter"):
             return self._refuse(f"{info.get('name', 'This model')} was loaded without its DFlash drafter, "
                                 "so there is nothing to compare. Load a pair whose drafter fits.")
-        if info.get("engine") == "remote":
+        if not Offers.of(info).baseline:
             return self._refuse(f"{info.get('name', 'This model')} runs on a server, which decides itself how to "
                                 "decode every request: plain decoding cannot be measured there. Load a pair on "
                                 "this computer to compare.")

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QDockWidget, QFrame, QGridLayout, QHBoxLayout, QL
                                QVBoxLayout, QWidget)
 
 from dflash_desktop.session import BaselineRecord, diagnose, speedup
+from dflash_desktop.offers import Offers
 
 from . import theme
 from .pair_list_model import memory
@@ -340,7 +341,7 @@ class StatsPanel(QDockWidget):
     # -- updates ------------------------------------------------------------------------------------
     def set_runtime(self, loaded: dict) -> None:
         """The loaded event's engine, device and dtype, as the worker (or the remote server) reports them."""
-        self.remote = loaded.get("engine") == "remote"
+        self.remote = not Offers.of(loaded).local
         text = (f"Runs on {loaded.get('device')} · remote server, its own speculative decoding" if self.remote else
                 f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights")
         if loaded.get("speculation"):        # an engine that chose DFlash's settings or plain decoding itself

@@ -70,7 +70,7 @@ def chat_installed() -> bool:
     from dflash_desktop.catalog import load_catalog
     try:
         return load_catalog().starter().id == "chat"
-    except Exception:  # a broken install: the welcome still opens, speaking of the code pair
+    except Exception:  # noqa: BLE001 (a broken install: the welcome still opens, speaking of the code pair)
         return False
 
 
@@ -126,7 +126,7 @@ class WelcomeDialog(QDialog):
         def work():
             try:
                 probe.done.emit(hardware_text(detect_live()))
-            except Exception as exc:   # the welcome must not fail on a probe that does
+            except Exception as exc:  # noqa: BLE001 (the welcome must not fail on a probe that does)
                 probe.done.emit(f"<p><b>This computer</b>: could not be probed ({exc}).</p>")
 
         threading.Thread(target=work, name="welcome-hardware", daemon=True).start()

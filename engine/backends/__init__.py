@@ -99,85 +99,6 @@ def missing_engines() -> dict[str, str]:
     return out
 
 
-def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
-    """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
-    mlx engine on Apple Silicon where it is installed and runs the pair on Apple's GPU, else the torch
-    engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
-    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
-    import json
-    from pathlib import Path
-    unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
-    if unpacked is not None:
-        model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
-    elif _gguf_only(Path(target_dir)) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
-        return "llamacpp"                    # only llama.cpp reads GGUF; its load explains what else is needed
-    else:
-        try:
-            model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return "torch"                   # the torch engine's load explains what is wrong
-    generation = 1
-    if draft_dir is not None:
-        try:
-            from ..config import generation_of
-            generation = generation_of(json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError, AttributeError, EngineError):
-            return "torch"                   # the torch engine's load explains what is wrong
-
-    def usable(name: str, device_class: str) -> bool:
-        info = ENGINES.get(name)
-        return bool(info and info.runs(model_type, device_class) and generation in info.drafter_generations
-                    and name not in missing_engines())
-    if device == "auto":
-        import platform
-        import sys
-        if sys.platform == "darwin" and platform.machine() == "arm64" and usable("mlx", "apple"):
-            return "mlx"
-    if device not in ("auto", "cpu"):
-        return "torch"
-    if device == "auto":
-        import torch
-        if torch.cuda.is_available() or torch.backends.mps.is_available():
-            return "torch"
-    # (an unpackable GGUF has no config.json for the layer check; llama.cpp reads its own layers)
-    exports = unpacked is not None or _exports_drafter_layers(target_dir, draft_dir)
-    return "llamacpp" if usable("llamacpp", "cpu") and exports else "torch"
-
-
-def _unpackable_gguf(target, draft_dir) -> str | None:
-    """The architecture of a GGUF target file that transformers can unpack for torch and MLX, paired with a
-    drafter folder (or none); None for anything else."""
-    from pathlib import Path
-    if not (target.suffix.lower() == ".gguf" and target.is_file()):
-        return None
-    if draft_dir is not None and not (Path(draft_dir) / "config.json").is_file():
-        return None
-    from ..gguf_folder import unpackable_architecture
-    return unpackable_architecture(target)
-
-
-def _gguf_only(target) -> bool:
-    """A GGUF file, or a folder of GGUF files without a Hugging Face model beside them."""
-    if target.suffix.lower() == ".gguf":
-        return True
-    return target.is_dir() and not (target / "config.json").is_file() and any(target.glob("*.gguf"))
-
-
-def _exports_drafter_layers(target_dir, draft_dir) -> bool:
-    """llama.cpp's graphs cannot hand a drafter the target's last layer (docs/ENGINES.md): a drafter that
-    reads it runs on torch instead of failing to load."""
-    if draft_dir is None:
-        return True
-    import json
-    from pathlib import Path
-    from ..config import DraftConfig
-    try:
-        layers = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
-        return max(DraftConfig.from_file(Path(draft_dir) / "config.json").target_layer_ids) < int(layers) - 1
-    except (OSError, ValueError, TypeError, KeyError, EngineError):
-        return False
-
-
 def architecture(model_type: str) -> str:
     """The family a config.json model_type belongs to (text-only checkpoints share their family's)."""
     return _TEXT_ONLY.get(model_type, model_type)
@@ -201,8 +122,28 @@ def load_pair(engine: str, target_dir, draft_dir=None, device: str = "auto", dty
     if engine != "llamacpp" and Path(target_dir).suffix.lower() == ".gguf" and Path(target_dir).is_file():
         from .. import gguf_folder
         target_dir = gguf_folder.hf_folder(Path(target_dir), progress)
-    return importlib.import_module(engine_info(engine).package).load_pair(
+    return importlib.import_module(engine_info(engine).package + ".engine").load_pair(
         target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
+
+
+def describe(engine: str) -> dict:
+    """What an engine runs with here (library versions, devices), or why it cannot run: a package declares,
+    its engine module (imported only when the engine's runtime is present) describes."""
+    reason = missing_engines().get(engine)
+    if reason:
+        return {"available": False, "missing": reason, "devices": []}
+    return {"available": True, **importlib.import_module(engine_info(engine).package + ".engine").describe()}
+
+
+# What a loaded pair may declare in its `capabilities` (the loop and the worker read the set, never probe;
+# tests/test_engine_contract.py holds every engine's declaration to what its class implements):
+CAPABILITIES = {
+    "stream": "it drafts and verifies on its own: stream() instead of prefill/draft/verify/commit",
+    "stop_drafting": "a streaming pair that can decode the rest of an answer plainly (the loop's fallback)",
+    "interrupt": "interrupt() from another thread wakes a stream that waits (cancel); the loop sets `cancelled`",
+    "plain_step_s": "plain_step_s: seconds per plain token it measured itself (the fallback starts from it)",
+    "close": "close() frees what it holds outside this process's memory (a server, a device) at unload",
+}
 
 
 class LoadedPair(Protocol):
@@ -215,6 +156,7 @@ class LoadedPair(Protocol):
     eos_ids: tuple[int, ...]
     block_size: int          # the drafter's block size; 1 without a drafter
     max_positions: int
+    capabilities: frozenset[str]   # names from CAPABILITIES, "stream" never among them
 
     def prefill(self, prompt: list[int], settings, drafting: bool) -> int:
         """Start a generation: run the prompt from position 0 and return the first token, chosen by the
@@ -239,6 +181,23 @@ class LoadedPair(Protocol):
         """Bytes in use: at least peak_bytes (the process or device peak during the last generation)."""
 
 
+@dataclass
+class Chunk:
+    """What a stream hands the loop: tokens as they come and, on the last chunk of an engine that runs its
+    own speculative loop (a server), the totals it reports (StreamingPair.stream); engine.loop.StepStream
+    makes one per step of a step engine."""
+    tokens: list[int]
+    drafted: list[bool] | None = None   # per token, when the engine can tell (None: it cannot)
+    totals: dict | None = None          # drafted, accepted, steps: each a count, or None if not reported
+    fallback: dict | None = None        # the engine runs plain decoding instead of DFlash, and why (as Step)
+    seconds: float | None = None        # the step's own time where the engine measures it (a server's timings)
+    proposed: int | None = None         # a step engine's step: drafts offered and accepted (None: not a step)
+    accepted: int = 0
+    plain: bool | None = None           # the step drafted nothing (None: the stream's mode says)
+    stop: str | None = None             # the engine can go no further (context_full)
+
+
+
 class StreamingPair(Protocol):
     """An engine that drafts and verifies on its own (llama-server, a remote vLLM/SGLang server) offers
     this instead of prefill/draft/verify/commit; the loop applies the same stop rules, text and stats."""
@@ -248,6 +207,7 @@ class StreamingPair(Protocol):
     eos_ids: tuple[int, ...]
     block_size: int
     max_positions: int
+    capabilities: frozenset[str]   # "stream" and any others from CAPABILITIES
 
     def stream(self, prompt: list[int], settings, baseline: bool):
         """A generator of engine.loop.Chunk: tokens as they come, the last chunk with the totals the engine

@@ -1,5 +1,3 @@
-"""Training recipes for the embedded demo pair (corpus, tokenizer, target model, drafter).
-
-These modules run offline on a CPU and are used by ``scripts/build_demo_pair.py``; nothing in the
-app imports them at run time.
-"""
+"""Training a DFlash drafter for a target (`dflash-desktop train-draft`): self-distillation on the target's
+own answers (draft_trainer.py) and checkpoints that hold tensors and JSON only (checkpoint.py). The code
+pair's own recipes (corpus, tokenizer, target) live in scripts/demo_pair/."""

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ..backends.torch.cpu import bfloat16_is_faster_here
 from ..backends.torch.drafter import DFlashDrafter
-from ..backends.torch.engine import TorchPair, load_pair
+from ..backends.torch.eager import TorchPair
+from ..backends.torch.engine import load_pair
 from ..config import DraftConfig, default_target_layer_ids
 from ..errors import EngineError
 from ..limits import GenerationSettings

@@ -29,12 +29,6 @@ FORMATS = {name: tuple(DEVICES) for name in ("float32", "float16", "bfloat16", *
 UBATCH = 512
 
 
-def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,
-              cancelled=lambda: False):
-    from .engine import load_pair as load
-    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
-
-
 def missing() -> str | None:
     """Why this engine cannot run here (no llama.cpp build), or None."""
     from . import build
@@ -43,15 +37,3 @@ def missing() -> str | None:
     except build.BuildMissing as exc:
         return str(exc)
     return None
-
-
-def describe() -> dict:
-    """The build in use (version, backend, patches), or why there is none."""
-    from . import build
-    try:
-        import json
-        info = json.loads((build.find_build() / "BUILD.json").read_text(encoding="utf-8"))
-    except build.BuildMissing as exc:
-        return {"version": None, "devices": [], "missing": str(exc)}
-    return {"version": f"llama.cpp from llama-cpp-python {info['llama_cpp_python']}", "backend": info["backend"],
-            "patches": info["patches"], "devices": sorted({"cpu", info["backend"]})}

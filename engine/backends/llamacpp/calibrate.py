@@ -13,9 +13,11 @@ import platform
 import time
 from pathlib import Path
 
+from ...cache_dir import app_cache
 from ...errors import Cancelled
 from ...limits import GenerationSettings
-from . import build, convert
+from . import build
+from .server import request_body
 
 CANDIDATES = (3, 7, 15)      # drafts per step tried (capped at the block size - 1)
 TOKENS = 128                 # per timed answer
@@ -27,7 +29,7 @@ CHAT_PROMPT = ("Write a Python function that reads a CSV file and returns its ro
 
 
 def store() -> Path:
-    return convert.app_cache() / "llamacpp-calibration.json"
+    return app_cache() / "llamacpp-calibration.json"
 
 
 def _file_id(path: Path | None) -> str:
@@ -76,7 +78,6 @@ def prompt_ids(pair) -> list[int]:
 
 def measure(pair, prompt: list[int], n_max: int) -> dict:
     """Decoding speed (tokens/s, the server's own timing) and tau of one greedy answer."""
-    from .engine import request_body
     server = pair.server_for(n_max)
     last = {}
     for event in server.stream(request_body(prompt, GenerationSettings(max_new_tokens=TOKENS))):

@@ -20,6 +20,7 @@ from typing import Callable
 
 from ...errors import Cancelled, CheckpointError, EngineError
 from . import build
+from ...cache_dir import app_cache
 
 # what the converter may read from a model folder
 ALLOWED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -27,15 +28,6 @@ ALLOWED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer
            "model.safetensors.index.json")
 OUTTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0"}
 CONVERT_SECONDS = 3600.0
-
-
-def app_cache() -> Path:
-    """The app's cache folder, as dflash_desktop.paths.cache_dir (the engine does not import the app)."""
-    home = os.environ.get("DFLASH_DESKTOP_HOME")
-    if home:
-        return Path(home).expanduser() / "cache"
-    import platformdirs
-    return Path(platformdirs.user_cache_dir("DFlashDesktop", appauthor=False))
 
 
 def _files(folder: Path, with_weights: bool) -> list[Path]:

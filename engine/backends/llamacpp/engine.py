@@ -16,10 +16,11 @@ from typing import Callable
 
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
-from ...loop import Chunk
+from .. import Chunk
 from ...tokenizer import ChatTokenizer
-from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, metadata
-from .server import Launch, Server, ServerError, StartCancelled
+from ... import gguf_metadata as metadata
+from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu
+from .server import Launch, Server, ServerError, StartCancelled, request_body
 from .tokens import ServerTokenizer
 
 
@@ -130,6 +131,8 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
 
 class LlamaCppPair:
     """A loaded pair; one llama-server at a time, restarted when a setting fixed at its start changes."""
+
+    capabilities = frozenset({"stream", "stop_drafting", "interrupt", "plain_step_s", "close"})
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft, self.block_size = launch, draft, block_size
@@ -330,19 +333,17 @@ def _step(tokens: list[int], accepted: int, totals: dict, fallback: dict | None,
     return Chunk(tokens, flags, dict(totals), fallback, ms / 1000)
 
 
-def request_body(prompt: list[int], s: GenerationSettings) -> dict:
-    """Our sampling rules in llama.cpp's terms: top-k, top-p, temperature and nothing else (its defaults
-    add min-p and others), greedy at temperature 0."""
-    return {"prompt": list(prompt), "n_predict": s.max_new_tokens, "cache_prompt": True, "return_tokens": True,
-            "timings_per_token": True, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
-            "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-            "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
-            "samplers": ["top_k", "top_p", "temperature"], "seed": -1 if s.seed is None else s.seed}
-
-
 _FLOAT_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def _file_type(meta: dict) -> str:
     name = GGUF_TYPES.get(meta.get("general.file_type"), f"gguf type {meta.get('general.file_type')}")
     return _FLOAT_NAMES.get(name, name)
+
+
+def describe() -> dict:
+    """The build in use: its llama.cpp version, backend and patches."""
+    import json
+    info = json.loads((build.find_build() / "BUILD.json").read_text(encoding="utf-8"))
+    return {"version": f"llama.cpp from llama-cpp-python {info['llama_cpp_python']}", "backend": info["backend"],
+            "patches": info["patches"], "devices": sorted({"cpu", info["backend"]})}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ...cache_dir import app_cache
 from ...errors import EngineError
 from . import UBATCH
 
@@ -179,7 +180,6 @@ class Server:
 
     def keep_log(self) -> Path | None:
         """A copy of a crashed server's log in the cache's logs folder (the newest few are kept)."""
-        from .convert import app_cache
         try:
             folder = app_cache() / "logs"
             folder.mkdir(parents=True, exist_ok=True)
@@ -298,7 +298,6 @@ def _run_folder() -> Path:
     removing those of processes that are gone (a worker killed with its server leaves its folder behind)."""
     import psutil
 
-    from .convert import app_cache
     root = app_cache() / "llama-server"
     root.mkdir(parents=True, exist_ok=True)
     for old in root.iterdir():
@@ -339,3 +338,13 @@ def _exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def request_body(prompt: list[int], s) -> dict:
+    """The /completion request for a prompt under GenerationSettings s: our sampling rules in llama.cpp's
+    terms (top-k, top-p, temperature and nothing else; its defaults add min-p and others), greedy at 0."""
+    return {"prompt": list(prompt), "n_predict": s.max_new_tokens, "cache_prompt": True, "return_tokens": True,
+            "timings_per_token": True, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
+            "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+            "samplers": ["top_k", "top_p", "temperature"], "seed": -1 if s.seed is None else s.seed}

@@ -31,12 +31,6 @@ INSTALL_HINT = ('Install it with: pip install "dflash-desktop[mlx]" (macOS on Ap
                 "the CPU build, mlx[cpu]).")
 
 
-def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,
-              cancelled=lambda: False):
-    from .engine import load_pair as load
-    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
-
-
 def missing() -> str | None:
     """Why this engine cannot run here (mlx or mlx-lm not installed), or None. Light: finds the packages
     without importing them, so the planner passes over the engine on a Mac without the extra."""
@@ -49,15 +43,3 @@ def missing() -> str | None:
         if not found:
             return f"{name} is not installed. {INSTALL_HINT}"
     return None
-
-
-def describe() -> dict:
-    """The engine's library versions and every device it can use here; where mlx is not installed, why."""
-    try:
-        import mlx.core as mx
-        import mlx_lm
-    except ImportError as exc:
-        return {"available": False, "reason": f"mlx is not installed ({exc}). {INSTALL_HINT}", "devices": []}
-    from .engine import devices
-    return {"available": True, "version": mx.__version__, "mlx_lm_version": mlx_lm.__version__,
-            "devices": devices()}

@@ -10,7 +10,6 @@ mlx-lm's KVCache (trim is exact there); Gated DeltaNet layers keep ArraysCache, 
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
 
 from ...errors import CheckpointError

@@ -18,7 +18,7 @@ from ...stats import process_peak_bytes
 from ...pairing import check_pair
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DEVICES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
+from . import ARCHITECTURES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
 from .drafter import MlxDrafter
 from .loading import load_target
 from .sampling import Keys, confident_prefix, draw, probabilities, propose, verify
@@ -152,6 +152,8 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
 class MlxPair:
     """A loaded pair and the state of its current generation (one at a time)."""
 
+    capabilities = frozenset({"close"})
+
     def __init__(self, target: MlxTarget, drafter: MlxDrafter | None, tokenizer: ChatTokenizer | None,
                  name: str = "", family: str = ""):
         self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
@@ -252,3 +254,9 @@ class MlxPair:
 def _quantized(module) -> bool:
     import mlx.nn as nn
     return any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in module.named_modules())
+
+
+def describe() -> dict:
+    """The engine's library versions and every device it can use here."""
+    import mlx_lm
+    return {"version": mx.__version__, "mlx_lm_version": mlx_lm.__version__, "devices": devices()}

@@ -28,17 +28,3 @@ FORMATS = {"float32": _ALL, "bfloat16": _ALL, "float16": _ALL, "int8": ("cuda", 
 
 # Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py) and DFlash2 (drafter2.py)
 DRAFTER_GENERATIONS = (1, 2)
-
-
-def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None, progress=None,
-              cancelled=lambda: False):
-    from .engine import load_pair as load
-    return load(target_dir, draft_dir, device=device, dtype=dtype, progress=progress, cancelled=cancelled)
-
-
-def describe() -> dict:
-    """The engine's library version and every device it can use here."""
-    import torch
-
-    from .engine import devices
-    return {"version": torch.__version__, "cuda_version": torch.version.cuda, "devices": devices()}

@@ -18,7 +18,7 @@
 
 Only dense STATIC_ARCHITECTURES take this path, Qwen3.5 / Qwen3.6 hybrids among them (their DeltaNet
 layers keep fixed state buffers and roll back on the device: cuda_hybrid.py); the others (MoE, sliding
-windows) run TorchPair's eager code on CUDA. On a CPU the same step code runs without graphs or kernels
+windows) run the eager engine (eager.py) on CUDA. On a CPU the same step code runs without graphs or kernels
 (tests/test_engine_cuda_path.py checks its greedy tokens against TorchPair); graphs, the kernels in
 bfloat16 and speed need a GPU and have not been run or measured in this project's CI."""
 from __future__ import annotations
@@ -26,13 +26,16 @@ from __future__ import annotations
 import torch
 
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
-from ...loop import Generation, step_costs
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner, _rms, block_attention
 from .dense_decoder import DenseDecoder, fits
 from .drafter import rope
-from .engine import TorchPair
+from . import cpu
+from .answer import Answer, block_embeddings, memory, pair_info
+from .eager import runner_dtype
+from .cuda_hybrid import StaticHybridKV
 from .sampling import Candidates, draw, probabilities, propose, verify
+from .static_kv import StaticKV
 
 STATIC_ARCHITECTURES = ("qwen3", "llama", "qwen3_5")
 PREFILL_CHUNK = 512          # prompt tokens per prefill forward (bounds the mask's size)
@@ -55,27 +58,6 @@ def static_mask(end: torch.Tensor, n: int, size: int, window: int | None, causal
     return visible
 
 
-class StaticKV:
-    """Keys and values of every attention layer in buffers [1, kv_heads, size, d], written at `start`
-    (a device tensor) on each forward. What transformers' attention layers call: update()."""
-
-    def __init__(self, size: int, device: torch.device):
-        self.size = size
-        self.start = torch.zeros(1, dtype=torch.long, device=device)
-        self.offsets = torch.arange(size, device=device)
-        self.layers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.rows = size           # the rows the attention of the forward being run reads (fixed per graph)
-
-    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
-        if layer_idx not in self.layers:   # the first (prefill) forward allocates, never a captured one
-            self.layers[layer_idx] = tuple(x.new_zeros(*x.shape[:2], self.size, x.shape[-1]) for x in (keys, values))
-        k_all, v_all = self.layers[layer_idx]
-        where = self.start + self.offsets[: keys.shape[2]]
-        k_all.index_copy_(2, where, keys)
-        v_all.index_copy_(2, where, values)
-        return k_all[:, :, :self.rows], v_all[:, :, :self.rows]
-
-
 class StaticTarget:
     """The target over a StaticKV: run(ids) at the positions start.. returns (logits [n, V], features)."""
 
@@ -85,7 +67,6 @@ class StaticTarget:
         if target.deltanet is None:
             self.cache, self.deltanet = StaticKV(size, target.device), None
         else:
-            from .cuda_hybrid import StaticHybridKV
             self.cache = StaticHybridKV(size, target.device)
             self.deltanet = self.cache.deltanet
         self.dtype = target.embedding.weight.dtype
@@ -224,19 +205,29 @@ class PendingDrafts(list):
         self.tokens = tokens
 
 
-class CudaPair(TorchPair):
-    """TorchPair's operations over static caches and fixed-shape steps; load_pair picks it on CUDA for
+class CudaPair:
+    """The static engine: the loop's operations over static caches and fixed-shape steps, sharing one
+    answer's state and sampling with the eager engine (answer.py); load_pair picks it on CUDA for
     STATIC_ARCHITECTURES. graphs=False (and a CPU device) runs the same steps without capture; dense=False
     keeps transformers' layers where DenseDecoder would fit (the benchmark's comparison); compiled (on
     CUDA unless told) fuses DenseDecoder's small steps with torch.compile."""
 
+    capabilities = frozenset()     # a step engine, as the eager one
+
     def __init__(self, target, drafter, tokenizer, name: str = "", family: str = "",
                  context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None,
                  bucket: int = BUCKET_ROWS, dense: bool = True, compiled: bool | None = None):
-        super().__init__(target, drafter, tokenizer, name, family)
+        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
+        self.device = target.device
         on_cuda = self.device.type == "cuda"
+        if self.device.type == "cpu":      # the same steps on a CPU (the tests): the CPU's tuning, as eager's
+            cpu.tune_target(target.model)
+        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
+        self.block_size = drafter.config.block_size if drafter else 1
         self.max_positions = min(context or DEFAULT_CONTEXT, target.max_positions)
-        self.info["max_positions"] = self.max_positions
+        self.info = pair_info(target, drafter, tokenizer, name, family, self.max_positions)
+        self.answer = Answer(self.device)
+        self.runner = None
         size = self.max_positions + self.block_size           # a verify near the end still has room
         self.kernels = _kernels() if (on_cuda if use_kernels is None else use_kernels) else None
         graphs = on_cuda if graphs is None else graphs
@@ -256,7 +247,7 @@ class CudaPair(TorchPair):
         self._verify_graphed = False
         if drafter is not None:
             runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
-            self.runner = runner_class(drafter, target.head.weight, self.runner.dtype)   # TorchPair's choice
+            self.runner = runner_class(drafter, target.head.weight, runner_dtype(self.device))
             self.runner.make_static(size + B, self.kernels)
             self._embeds = torch.zeros(B, target.hidden_size, dtype=self.runner.dtype, device=self.device)
             self._ctx = torch.zeros(B, drafter.fc.in_features, dtype=self.runner.dtype, device=self.device)
@@ -272,14 +263,17 @@ class CudaPair(TorchPair):
 
     def warm_up(self) -> None:
         """Compile and capture the usual steps now (prompts of two lengths, so the compiled prefill already
-        takes any length; one-token and block-wide steps), so the first answer does not pay for them."""
+        takes any length; one-token and block-wide steps), so the first answer does not pay for them. It
+        runs the steps itself, outside the loop: their times measure compiling, never a plain step."""
         settings = GenerationSettings(max_new_tokens=4, draft_cutoff=0.0, plain_fallback=False)
         for length in (5, 7):
-            prompt = [1] * length
-            Generation(self, prompt, settings, baseline=True).run()
-            if self.runner is not None:
-                Generation(self, prompt, settings).run()
-        step_costs(self).plain.clear()      # steps that compiled and captured: no measure of a plain step
+            for width in ((1, self.block_size) if self.runner is not None else (1,)):
+                last, pos = self.prefill([1] * length, settings, drafting=width > 1), length
+                for _ in range(3):       # the loop's steps: draft (block-wide), verify, commit
+                    drafts = self.draft(last, pos, width) if width > 1 else []
+                    n, last = self.verify(last, pos, drafts)
+                    pos += n + 1
+                    self.commit(pos)
 
     def _step(self, width: int, end: int) -> Graphed:
         """The target step of this width attending over the rows a step ending at `end` needs."""
@@ -292,13 +286,9 @@ class CudaPair(TorchPair):
 
     @torch.inference_mode()
     def prefill(self, prompt, settings, drafting) -> int:
-        self._settings, self._q, self._context = settings, None, []
-        self._gen = torch.Generator(device=self.device)
-        self._gen.manual_seed(settings.seed) if settings.seed is not None else self._gen.seed()
-        self._drafting = drafting and self.runner is not None
-        self._cutoff = 0.0 if settings.draft_cutoff is None else settings.draft_cutoff
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        a = self.answer
+        a.start(settings, drafting and self.runner is not None,   # a GPU verifies whole blocks: a cutoff when asked
+                0.0 if settings.draft_cutoff is None else settings.draft_cutoff)
         ids, feats = torch.tensor([prompt], device=self.device), []
         if self.static.deltanet is not None:
             self.static.deltanet.reset()
@@ -310,22 +300,18 @@ class CudaPair(TorchPair):
                                         rows=self.static.rows(at + chunk.shape[1], self._bucket))
             feats.append(f)
         self.static.cache.start.fill_(len(prompt))
-        if self._drafting:
-            self._context = [torch.cat(feats)]
+        if a.drafting:
+            a.context = [torch.cat(feats)]
             self.runner.reset()
             self._drafted_at = 0
-        return self._choose(logits[-1:])
+        return a.choose(logits[-1:])
 
     @torch.inference_mode()
     def draft(self, last: int, pos: int, width: int) -> list[int]:
-        context = torch.cat(self._context) if len(self._context) > 1 else self._context[0]
-        self._context = []
+        a = self.answer
+        context = a.unread_context()
         cfg, B, c = self.runner.config, self.block_size, context.shape[0]
-        block = torch.full((width,), cfg.mask_token_id, dtype=torch.long, device=self.device)
-        block[0] = last
-        embeds = self.target.embed(block)
-        if cfg.input_embedding_scale != 1.0:
-            embeds = embeds * cfg.input_embedding_scale
+        embeds = block_embeddings(self.target, cfg, last, width)
         self.runner.start.fill_(self._drafted_at)
         self.runner.count.fill_(c)
         if width == B and c <= B:           # the one fixed shape: replayed as a graph
@@ -336,17 +322,13 @@ class CudaPair(TorchPair):
             hidden = self.runner.hidden(embeds, context)
         self._drafted_at += c
         if cfg.generation == 2:
-            drafts, q, rows = self.runner.propose_from(hidden[1:], last, self._settings, self._gen)
+            drafts, q, rows = self.runner.propose_from(hidden[1:], last, a.settings, a.gen)
             confidence = (None, rows)
         else:
             logits = self.runner.head(hidden[1:]).float()
-            drafts, q = propose(logits, self._settings, self._gen)
+            drafts, q = propose(logits, a.settings, a.gen)
             confidence = (logits, q)
-        if self._cutoff > 0:
-            from .cpu import confident_prefix
-            keep = confident_prefix(*confidence, self._cutoff)
-            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
-        self._q = q
+        drafts = a.keep_drafts(drafts, q, confidence)
         return PendingDrafts(drafts) if self.kernels is not None else drafts.tolist()
 
     @torch.inference_mode()
@@ -363,11 +345,12 @@ class CudaPair(TorchPair):
         logits, feats = step()
         self._verify_graphed = step.graph is not None
         logits = logits[: k + 1]
-        q, self._q = (self._q if k else None), None
-        self._verified = (pos, feats)
+        a = self.answer
+        q = a.take_q(k > 0)
+        a.verified = (pos, feats)
         self._taped = width > 1 and self.static.deltanet is not None
         if self.kernels is None:
-            return verify(tokens, q, logits, self._settings, self._gen)
+            return verify(tokens, q, logits, a.settings, a.gen)
         out = self._device_verify(tokens, q, logits)
         if isinstance(drafts, PendingDrafts):
             values = torch.cat([out, tokens]).tolist()      # the step's one read: n, token and the drafts
@@ -377,22 +360,22 @@ class CudaPair(TorchPair):
         return n, own
 
     def _device_verify(self, tokens, q, logits) -> torch.Tensor:
-        s = self._settings
+        s, gen = self.answer.settings, self.answer.gen
         if s.greedy:
             return self.kernels.verify_greedy(tokens, logits.argmax(-1), self._out)
         p = probabilities(logits, s)
         if s.rule == "match":
-            return self.kernels.verify_greedy(tokens, draw(p, self._gen), self._out)
+            return self.kernels.verify_greedy(tokens, draw(p, gen), self._out)
         k = tokens.shape[0]
         if isinstance(q, Candidates):
             q = torch.zeros(k, p.shape[-1], device=p.device).scatter_(1, q.ids, q.probs.float())
         q = q if q is not None else p[:0]
-        u = torch.rand(k + 1, generator=self._gen, device=p.device)
+        u = torch.rand(k + 1, generator=gen, device=p.device)
         return self.kernels.verify_sampled(p, q.float(), tokens, u[:k], u[k:], self._out)
 
     @torch.inference_mode()
     def commit(self, length: int) -> None:
-        pos, feats = self._verified
+        pos = self.answer.verified[0]
         self.static.cache.start.fill_(length)
         if self._taped:
             self.static.deltanet.keep.fill_(length - pos)
@@ -401,9 +384,13 @@ class CudaPair(TorchPair):
             else:
                 self.static.deltanet.commit()   # an eager verify makes new tapes every step
             self._taped = False
-        if self._drafting and feats is not None:
-            self._context.append(feats[: length - pos].clone())   # the graph's output is overwritten next step
-        self._verified = (0, None)
+        self.answer.commit(length, copy=True)   # the graph's output is overwritten next step
+
+    def stop_drafting(self) -> None:
+        self.answer.stop_drafting()
+
+    def memory(self) -> dict:
+        return memory(self.device)
 
 
 def _kernels():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .cuda import StaticKV
+from .static_kv import StaticKV
 from .hybrid import _helpers, convolve, output, projections, reference
 
 

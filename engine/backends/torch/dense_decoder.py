@@ -138,7 +138,7 @@ def after_attention(x, attended, weights, eps: float):
 
 class DenseDecoder:
     """run(ids, cache, rows) -> (hidden [n, H], features [n, k*H] or None), the decoder's forward over a
-    StaticKV (cuda.py), with the layers TargetModel.capture chose recorded as its hooks would. compiled:
+    StaticKV (static_kv.py), with the layers TargetModel.capture chose recorded as its hooks would. compiled:
     each half of a layer through torch.compile, which fuses its small element-wise steps (the products
     and the cache stay as they are; the first call of each shape pays the compilation)."""
 

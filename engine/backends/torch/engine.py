@@ -1,6 +1,6 @@
-"""The torch engine's operations for the decode loop (the contract is in engine/backends/__init__.py):
-a Hugging Face target, our drafter packed for decoding, sampling on the device, caches rolled back to
-the accepted prefix after every verify."""
+"""The torch engine's loader: which device and dtype, the architecture check, reading the target, the drafter
+and the tokenizer, and the engine that runs them (eager.py everywhere; cuda.py's static engine on NVIDIA GPUs
+for the architectures it has graphs for)."""
 from __future__ import annotations
 
 import json
@@ -13,21 +13,13 @@ import torch
 from ...config import DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...pairing import check_pair
-from ...limits import GenerationSettings
-from ...stats import process_peak_bytes
 from ...tokenizer import ChatTokenizer
 from .. import architecture
 from . import ARCHITECTURES, DEVICES, DTYPES, NAME, cpu, quantized
-from .draft2_runner import Draft2Runner
-from .draft_runner import DraftRunner
-from .drafter import DFlashDrafter
-from .drafter2 import DFlash2Drafter
-from .sampling import Candidates, draw, probabilities, propose, verify
+from .eager import DRAFTERS, TorchPair
 from .target import TargetModel
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# drafter generation (engine/config.py) -> the module that loads it and the runner that decodes with it
-DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner)}
 
 
 class DeviceUnavailable(EngineError):
@@ -160,116 +152,6 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     return TorchPair(target, drafter, tokenizer, target_dir.name, family)
 
 
-class TorchPair:
-    """A loaded pair and the state of its current generation (one at a time)."""
-
-    def __init__(self, target: TargetModel, drafter: DFlashDrafter | None, tokenizer: ChatTokenizer | None,
-                 name: str = "", family: str = ""):
-        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
-        self.device = target.device
-        on_cpu = self.device.type == "cpu"
-        if on_cpu:
-            cpu.tune_target(target.model)
-        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
-        self.block_size = drafter.config.block_size if drafter else 1
-        self.max_positions = target.max_positions
-        self.runner = (DRAFTERS[drafter.generation][1](drafter, target.head.weight,
-                                                       cpu.draft_dtype() if on_cpu else None)
-                       if drafter else None)
-        self.auto_cutoff = cpu.DRAFT_CUTOFF if on_cpu else 0.0
-        self.info = {"engine": NAME, "device": str(self.device),
-                     "dtype": target.quantization or str(target.embedding.weight.dtype).removeprefix("torch."),
-                     "architecture": family or getattr(target.model.config, "model_type", ""),
-                     "name": name, "block_size": self.block_size, "has_drafter": drafter is not None,
-                     "drafter_generation": drafter.generation if drafter else None,
-                     "has_tokenizer": tokenizer is not None,
-                     "chat_template": bool(tokenizer and tokenizer.has_template),
-                     "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
-                     "vocab_size": target.vocab_rows, "max_positions": target.max_positions,
-                     "layers": target.num_layers}
-        self._settings = GenerationSettings()
-        self._gen: torch.Generator | None = None
-        self._drafting = False
-        self._cutoff = 0.0
-        self._context: list[torch.Tensor] = []   # committed positions' features the drafter has not seen
-        self._verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
-        self._q: torch.Tensor | Candidates | None = None   # the last draft's proposal distribution (sampling)
-
-    # -- the operations the loop calls ---------------------------------------------------------------
-    @torch.inference_mode()
-    def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
-        self._settings = settings
-        self._gen = torch.Generator(device=self.device)
-        self._gen.manual_seed(settings.seed) if settings.seed is not None else self._gen.seed()
-        self._drafting = drafting and self.runner is not None
-        self._cutoff = self.auto_cutoff if settings.draft_cutoff is None else settings.draft_cutoff
-        self._q = None
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        self.target.reset()
-        logits, feats = self.target.forward(torch.tensor([prompt], device=self.device), last_only=True,
-                                            features=self._drafting)
-        self.target.rollback(len(prompt))   # nothing to forget; ends the caches' recording of this forward
-        self._context = [feats] if self._drafting else []
-        if self._drafting:
-            self.runner.reset()
-        return self._choose(logits[-1:])
-
-    @torch.inference_mode()
-    def draft(self, last: int, pos: int, width: int) -> list[int]:
-        context = torch.cat(self._context) if len(self._context) > 1 else self._context[0]
-        self._context = []
-        cfg = self.runner.config
-        block = torch.full((width,), cfg.mask_token_id, dtype=torch.long, device=self.device)
-        block[0] = last
-        embeds = self.target.embed(block)
-        if cfg.input_embedding_scale != 1.0:
-            embeds = embeds * cfg.input_embedding_scale
-        if cfg.generation == 2:   # one path picked by the candidate selector; the cutoff reads its distributions
-            drafts, q, rows = self.runner.propose(embeds, context, last, self._settings, self._gen)
-            confidence = (None, rows)
-        else:
-            logits = self.runner.logits(embeds, context)
-            drafts, q = propose(logits, self._settings, self._gen)
-            confidence = (logits, q)
-        if self._cutoff > 0:
-            keep = cpu.confident_prefix(*confidence, self._cutoff)
-            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
-        self._q = q
-        return drafts.tolist()
-
-    @torch.inference_mode()
-    def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
-        if self.target.cached_length != pos:
-            raise EngineError(f"Internal error: the loop is at position {pos} but the target's cache holds "
-                              f"{self.target.cached_length} positions.", code="internal")
-        block = torch.tensor([[last, *drafts]], device=self.device)
-        logits, feats = self.target.forward(block, features=self._drafting)
-        q = self._q if drafts else None
-        self._q = None
-        n, own = verify(block[0, 1:], q, logits, self._settings, self._gen)
-        self._verified = (pos, feats)
-        return n, own
-
-    @torch.inference_mode()
-    def commit(self, length: int) -> None:
-        self.target.rollback(length)
-        pos, feats = self._verified
-        if self._drafting and feats is not None:
-            self._context.append(feats[: length - pos])
-        self._verified = (0, None)
-
-    def stop_drafting(self) -> None:
-        self._drafting, self._context = False, []
-
-    def memory(self) -> dict:
-        if self.device.type == "cuda":
-            return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device)),
-                    "reserved_bytes": int(torch.cuda.memory_reserved(self.device))}
-        return {"peak_bytes": process_peak_bytes()}
-
-    # -- helpers -------------------------------------------------------------------------------------
-    def _choose(self, logits: torch.Tensor) -> int:
-        if self._settings.greedy:
-            return int(logits[-1].argmax())
-        return int(draw(probabilities(logits, self._settings), self._gen)[0])
+def describe() -> dict:
+    """The engine's library version and every device it can use here."""
+    return {"version": torch.__version__, "cuda_version": torch.version.cuda, "devices": devices()}

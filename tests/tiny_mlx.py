@@ -10,10 +10,10 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map, tree_map_with_path
 
-from ...config import DraftConfig
-from .drafter import MlxDrafter
-from .loading import MODULES, cast
-from .target import MlxTarget
+from engine.config import DraftConfig
+from engine.backends.mlx.drafter import MlxDrafter
+from engine.backends.mlx.loading import MODULES, cast
+from engine.backends.mlx.target import MlxTarget
 
 # One stand-in per architecture the engine claims; each mixes the kinds of layer its family does.
 VARIANTS = tuple(MODULES)
@@ -106,7 +106,7 @@ def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: in
                 head_scale: float = 1.0, **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
     head_scale > 1 sharpens the target's distributions."""
-    from .engine import MlxPair
+    from engine.backends.mlx.engine import MlxPair
     target = random_target(arch, seed=seed, **sizes)
     head = target.text["lm_head"]
     head.weight = head.weight * head_scale

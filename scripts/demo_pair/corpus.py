@@ -208,7 +208,7 @@ def build_corpus(
     )
 
 
-if __name__ == "__main__":  # quick look: python -m engine.training.corpus
+if __name__ == "__main__":  # quick look: python -m scripts.demo_pair.corpus
     c = build_corpus()
     d = c.describe()
     d.pop("held_out_files")

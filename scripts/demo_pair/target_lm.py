@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checkpoint import load_checkpoint, report_old_pickles, restore_training, save_checkpoint, training_checkpoint
+from engine.training.checkpoint import load_checkpoint, report_old_pickles, restore_training, save_checkpoint, training_checkpoint
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ...config import DraftConfig
-from .drafter import DFlashDrafter
-from .drafter2 import DFlash2Drafter
-from .target import TargetModel
+from engine.config import DraftConfig
+from engine.backends.torch.drafter import DFlashDrafter
+from engine.backends.torch.drafter2 import DFlash2Drafter
+from engine.backends.torch.target import TargetModel
 
 
 # Tiny stand-ins for every architecture the catalog lists (the name -> its model_type family). Each has
@@ -131,7 +131,7 @@ def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: in
                 head_scale: float = 1.0, generation: int = 1, **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
     head_scale > 1 sharpens the target's distributions (a random target is nearly uniform)."""
-    from .engine import TorchPair
+    from engine.backends.torch.eager import TorchPair
     target = random_target(arch, seed=seed, **sizes)
     with torch.no_grad():
         target.head.weight.mul_(head_scale)

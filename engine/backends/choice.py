@@ -1,0 +1,137 @@
+"""Which engine runs a pair: the policy behind a load that names "auto" (the app's first start, the CLI and
+the server by default), the files each engine takes, the llama.cpp-then-torch fallback, and the engines
+offered when one crashes. The worker asks here; it holds no engine policy of its own."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import CheckpointError, EngineError, PairMismatchError
+from . import ENGINES, LoadedPair, load_pair, missing_engines
+
+
+def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
+    """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
+    mlx engine on Apple Silicon where it is installed and runs the pair on Apple's GPU, else the torch
+    engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
+    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs."""
+    unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
+    if unpacked is not None:
+        model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
+    elif _gguf_only(Path(target_dir)) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
+        return "llamacpp"                    # only llama.cpp reads GGUF; its load explains what else is needed
+    else:
+        try:
+            model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return "torch"                   # the torch engine's load explains what is wrong
+    generation = 1
+    if draft_dir is not None:
+        try:
+            from ..config import generation_of
+            generation = generation_of(json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, AttributeError, EngineError):
+            return "torch"                   # the torch engine's load explains what is wrong
+
+    def usable(name: str, device_class: str) -> bool:
+        info = ENGINES.get(name)
+        return bool(info and info.runs(model_type, device_class) and generation in info.drafter_generations
+                    and name not in missing_engines())
+    if device == "auto":
+        import platform
+        import sys
+        if sys.platform == "darwin" and platform.machine() == "arm64" and usable("mlx", "apple"):
+            return "mlx"
+    if device not in ("auto", "cpu"):
+        return "torch"
+    if device == "auto":
+        import torch
+        if torch.cuda.is_available() or torch.backends.mps.is_available():
+            return "torch"
+    # (an unpackable GGUF has no config.json for the layer check; llama.cpp reads its own layers)
+    exports = unpacked is not None or _exports_drafter_layers(target_dir, draft_dir)
+    return "llamacpp" if usable("llamacpp", "cpu") and exports else "torch"
+
+
+def _unpackable_gguf(target, draft_dir) -> str | None:
+    """The architecture of a GGUF target file that transformers can unpack for torch and MLX, paired with a
+    drafter folder (or none); None for anything else."""
+    if not (target.suffix.lower() == ".gguf" and target.is_file()):
+        return None
+    if draft_dir is not None and not (Path(draft_dir) / "config.json").is_file():
+        return None
+    from ..gguf_folder import unpackable_architecture
+    return unpackable_architecture(target)
+
+
+def _gguf_only(target) -> bool:
+    """A GGUF file, or a folder of GGUF files without a Hugging Face model beside them."""
+    if target.suffix.lower() == ".gguf":
+        return True
+    return target.is_dir() and not (target / "config.json").is_file() and any(target.glob("*.gguf"))
+
+
+def _exports_drafter_layers(target_dir, draft_dir) -> bool:
+    """llama.cpp's graphs cannot hand a drafter the target's last layer (docs/ENGINES.md): a drafter that
+    reads it runs on torch instead of failing to load."""
+    if draft_dir is None:
+        return True
+    from ..config import DraftConfig
+    try:
+        layers = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+        return max(DraftConfig.from_file(Path(draft_dir) / "config.json").target_layer_ids) < int(layers) - 1
+    except (OSError, ValueError, TypeError, KeyError, EngineError):
+        return False
+
+
+
+
+def check_files(engine: str, target, draft) -> None:
+    """Refuse, before anything is unloaded, paths the engine cannot take: a folder that does not exist, or a
+    file where a folder is needed (llama.cpp takes GGUF files; the other engines unpack a GGUF target)."""
+    for what, path in (("target", target), ("drafter", draft)):
+        if path is None or Path(path).is_dir():
+            continue
+        if Path(path).suffix.lower() == ".gguf" and Path(path).is_file() and (engine == "llamacpp" or what == "target"):
+            continue
+        raise CheckpointError(f"The {what} folder {path} does not exist." if not Path(path).exists()
+                              else f"The {what} {path} is a file; give its folder (a GGUF drafter only runs "
+                              "with the llama.cpp engine).")
+
+
+def load_chosen(engine: str, target, draft=None, device: str = "auto", dtype: str | None = None, progress=None,
+                cancelled=lambda: False, may_fall_back: bool = False) -> tuple[LoadedPair, str, str | None]:
+    """Load with the named engine. may_fall_back: the engine was auto_engine's pick, not the user's, so where
+    llama.cpp cannot convert or run the pair (or its server crashes on this CPU) the torch engine runs it
+    when it reads the target. Returns the pair, the engine that runs it, and a note when it fell back."""
+    check_files(engine, target, draft)
+    try:
+        return load_pair(engine, target, draft, device=device, dtype=dtype, progress=progress,
+                         cancelled=cancelled), engine, None
+    except EngineError as exc:
+        if not (may_fall_back and engine == "llamacpp" and torch_can_load(target)
+                and (isinstance(exc, (CheckpointError, PairMismatchError)) or exc.code == "engine_crashed")):
+            raise
+        note = f"llama.cpp could not run this pair, so the torch engine runs it. {exc}"
+    if progress is not None:
+        progress("engine", "llama.cpp could not run this pair; loading it with the torch engine")
+    return load_pair("torch", target, draft, device=device, dtype=dtype, progress=progress,
+                     cancelled=cancelled), "torch", note
+
+
+def torch_can_load(target) -> bool:
+    """A Hugging Face model folder (config.json), which the torch engine reads, or a GGUF whose architecture
+    transformers can unpack into one (engine/gguf_folder.py)."""
+    if Path(target).suffix.lower() == ".gguf" and Path(target).is_file():
+        from ..gguf_folder import unpackable_architecture
+        return unpackable_architecture(Path(target)) is not None
+    return Path(target).is_dir() and (Path(target) / "config.json").is_file()
+
+
+def other_engines(info: dict) -> list[str]:
+    """Engines besides the one that crashed that run the loaded pair's target from its files here."""
+    if not torch_can_load(str(info.get("target") or "")):
+        return []
+    arch, missing = str(info.get("architecture") or ""), missing_engines()
+    return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
+            and e.runs(arch, "cpu")]

@@ -1,0 +1,98 @@
+"""What both torch engines keep of one answer between the loop's calls (eager.py everywhere, cuda.py's static
+engine on NVIDIA GPUs): the sampling rule and its random generator, whether the drafter drafts and its
+confidence cutoff, the target features the drafter has not read, the last verify's features and the last
+draft's proposal distribution; and what they describe alike (info, memory). The two engines compose these
+rather than one subclassing the other."""
+from __future__ import annotations
+
+import torch
+
+from ...limits import GenerationSettings
+from ...stats import process_peak_bytes
+from . import NAME, cpu
+from .sampling import Candidates, draw, probabilities
+
+
+class Answer:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.settings = GenerationSettings()
+        self.gen: torch.Generator | None = None
+        self.drafting = False
+        self.cutoff = 0.0
+        self.context: list[torch.Tensor] = []     # committed positions' features the drafter has not read
+        self.verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
+        self.q: torch.Tensor | Candidates | None = None   # the last draft's proposal distribution (sampling)
+
+    def start(self, settings: GenerationSettings, drafting: bool, cutoff: float) -> None:
+        """A new answer: its sampling rule, a generator seeded by it (or at random), nothing drafted yet."""
+        self.settings, self.drafting, self.cutoff = settings, drafting, cutoff
+        self.gen = torch.Generator(device=self.device)
+        self.gen.manual_seed(settings.seed) if settings.seed is not None else self.gen.seed()
+        self.context, self.verified, self.q = [], (0, None), None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def choose(self, logits: torch.Tensor) -> int:
+        """The token after the last row of logits, by the answer's sampling rule."""
+        if self.settings.greedy:
+            return int(logits[-1].argmax())
+        return int(draw(probabilities(logits, self.settings), self.gen)[0])
+
+    def unread_context(self) -> torch.Tensor:
+        """The features committed since the drafter last ran, handed to it once."""
+        context = torch.cat(self.context) if len(self.context) > 1 else self.context[0]
+        self.context = []
+        return context
+
+    def keep_drafts(self, drafts, q, confidence):
+        """The drafts up to the cutoff's confident prefix; their proposal distribution waits for verify."""
+        if self.cutoff > 0:
+            keep = cpu.confident_prefix(*confidence, self.cutoff)
+            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
+        self.q = q
+        return drafts
+
+    def take_q(self, drafted: bool):
+        """The proposal distribution of the drafts being verified (none for a plain step), used once."""
+        q, self.q = (self.q if drafted else None), None
+        return q
+
+    def commit(self, length: int, copy: bool = False) -> None:
+        """The kept new positions' features feed the drafter's next context (copied where the verify's
+        output buffer is overwritten by the next step)."""
+        pos, feats = self.verified
+        if self.drafting and feats is not None:
+            kept = feats[: length - pos]
+            self.context.append(kept.clone() if copy else kept)
+        self.verified = (0, None)
+
+    def stop_drafting(self) -> None:
+        self.drafting, self.context = False, []
+
+
+def block_embeddings(target, config, last: int, width: int) -> torch.Tensor:
+    """The drafter's input block [last, MASK x (width-1)] through the target's embedding."""
+    block = torch.full((width,), config.mask_token_id, dtype=torch.long, device=target.device)
+    block[0] = last
+    embeds = target.embed(block)
+    return embeds * config.input_embedding_scale if config.input_embedding_scale != 1.0 else embeds
+
+
+def pair_info(target, drafter, tokenizer, name: str, family: str, max_positions: int) -> dict:
+    """The loaded event's description of a torch pair (docs/PROTOCOL.md, `loaded`)."""
+    return {"engine": NAME, "device": str(target.device),
+            "dtype": target.quantization or str(target.embedding.weight.dtype).removeprefix("torch."),
+            "architecture": family or getattr(target.model.config, "model_type", ""),
+            "name": name, "block_size": drafter.config.block_size if drafter else 1,
+            "has_drafter": drafter is not None, "drafter_generation": drafter.generation if drafter else None,
+            "has_tokenizer": tokenizer is not None, "chat_template": bool(tokenizer and tokenizer.has_template),
+            "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
+            "vocab_size": target.vocab_rows, "max_positions": max_positions, "layers": target.num_layers}
+
+
+def memory(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"peak_bytes": int(torch.cuda.max_memory_allocated(device)),
+                "reserved_bytes": int(torch.cuda.memory_reserved(device))}
+    return {"peak_bytes": process_peak_bytes()}

@@ -1,0 +1,101 @@
+"""The eager torch engine: the operations the decode loop calls (the contract is in
+engine/backends/__init__.py) on a Hugging Face target with our drafter packed for decoding, sampling on
+the device, caches rolled back to the accepted prefix after every verify. Runs on every device; on CUDA
+the static engine (cuda.py) takes the architectures it has graphs for."""
+from __future__ import annotations
+
+import torch
+
+from ...errors import EngineError
+from ...limits import GenerationSettings
+from ...tokenizer import ChatTokenizer
+from . import cpu
+from .answer import Answer, block_embeddings, memory, pair_info
+from .draft2_runner import Draft2Runner
+from .draft_runner import DraftRunner
+from .drafter import DFlashDrafter
+from .drafter2 import DFlash2Drafter
+from .sampling import propose, verify
+from .target import TargetModel
+
+# drafter generation (engine/config.py) -> the module that loads it and the runner that decodes with it
+DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner)}
+
+
+class TorchPair:
+    """A loaded pair and the state of its current answer (one at a time)."""
+
+    capabilities = frozenset()     # a step engine; what it holds is freed with the object
+
+    def __init__(self, target: TargetModel, drafter: DFlashDrafter | None, tokenizer: ChatTokenizer | None,
+                 name: str = "", family: str = ""):
+        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
+        self.device = target.device
+        on_cpu = self.device.type == "cpu"
+        if on_cpu:
+            cpu.tune_target(target.model)
+        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
+        self.block_size = drafter.config.block_size if drafter else 1
+        self.max_positions = target.max_positions
+        self.runner = (DRAFTERS[drafter.generation][1](drafter, target.head.weight, runner_dtype(self.device))
+                       if drafter else None)
+        self.auto_cutoff = cpu.DRAFT_CUTOFF if on_cpu else 0.0
+        self.info = pair_info(target, drafter, tokenizer, name, family, target.max_positions)
+        self.answer = Answer(self.device)
+
+    # -- the operations the loop calls ---------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
+        a = self.answer
+        a.start(settings, drafting and self.runner is not None,
+                self.auto_cutoff if settings.draft_cutoff is None else settings.draft_cutoff)
+        self.target.reset()
+        logits, feats = self.target.forward(torch.tensor([prompt], device=self.device), last_only=True,
+                                            features=a.drafting)
+        self.target.rollback(len(prompt))   # nothing to forget; ends the caches' recording of this forward
+        if a.drafting:
+            a.context = [feats]
+            self.runner.reset()
+        return a.choose(logits[-1:])
+
+    @torch.inference_mode()
+    def draft(self, last: int, pos: int, width: int) -> list[int]:
+        a, cfg = self.answer, self.runner.config
+        context = a.unread_context()
+        embeds = block_embeddings(self.target, cfg, last, width)
+        if cfg.generation == 2:   # one path picked by the candidate selector; the cutoff reads its distributions
+            drafts, q, rows = self.runner.propose(embeds, context, last, a.settings, a.gen)
+            confidence = (None, rows)
+        else:
+            logits = self.runner.logits(embeds, context)
+            drafts, q = propose(logits, a.settings, a.gen)
+            confidence = (logits, q)
+        return a.keep_drafts(drafts, q, confidence).tolist()
+
+    @torch.inference_mode()
+    def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
+        if self.target.cached_length != pos:
+            raise EngineError(f"Internal error: the loop is at position {pos} but the target's cache holds "
+                              f"{self.target.cached_length} positions.", code="internal")
+        a = self.answer
+        block = torch.tensor([[last, *drafts]], device=self.device)
+        logits, feats = self.target.forward(block, features=a.drafting)
+        n, own = verify(block[0, 1:], a.take_q(bool(drafts)), logits, a.settings, a.gen)
+        a.verified = (pos, feats)
+        return n, own
+
+    @torch.inference_mode()
+    def commit(self, length: int) -> None:
+        self.target.rollback(length)
+        self.answer.commit(length)
+
+    def stop_drafting(self) -> None:
+        self.answer.stop_drafting()
+
+    def memory(self) -> dict:
+        return memory(self.device)
+
+
+def runner_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype the drafter's packed layers run in: the CPU's choice there, the drafter's own elsewhere."""
+    return cpu.draft_dtype() if device.type == "cpu" else None
