@@ -305,6 +305,7 @@ def test_serve_loads_its_pair_again_after_the_engine_is_killed(tmp_path):
             time.sleep(1)
         assert status == 200 and body["usage"]["completion_tokens"] == 3
         assert client_answers(url) and len(psutil.Process(proc.pid).children()) == 1
+        time.sleep(1.5)     # serve notices the finished reload at its next check, twice a second, then says so
     finally:
         proc.terminate()
         out, err = proc.communicate(timeout=30)

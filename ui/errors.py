@@ -13,14 +13,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from dflash_desktop import paths
-
-
-def app_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("dflash-desktop")
-    except Exception:  # noqa: BLE001 (a source checkout that was never installed)
-        return "0+source"
+from engine.worker import app_version
 
 
 def diagnostics_text(error: dict, pair_info: dict | None = None) -> str:

@@ -13,8 +13,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
 from dflash_desktop.hardware import HardwareReport, detect_live, gib
+from engine.worker import app_version
 
-from .errors import app_version
 
 INTRO = ("<h2>Welcome to DFlash Desktop</h2>"
          "<p>DFlash is speculative decoding with a block-diffusion drafter: a small model drafts a whole block "
