@@ -1,6 +1,6 @@
 """Two checkouts of the app, the same demo pair, one run: plain decoding and DFlash through each checkout's
-own worker process, alternating prompt by prompt (this machine's speed drifts by 10-30% within minutes,
-so separate runs cannot compare them). Numbers come from each worker's `done` stats, so both sides are
+own worker process, alternating prompt by prompt, the sides taking turns to go first (this machine's speed
+drifts by 10-30% within minutes, so separate runs cannot compare them). Numbers come from each worker's `done` stats, so both sides are
 measured by their own code, the way the window sees them.
 
     git worktree add --detach /tmp/before <commit>
@@ -79,7 +79,10 @@ def main() -> int:
     settings = {"max_new_tokens": args.max_new_tokens}
     for i, ids in enumerate([prompts[0]] + prompts):     # the first prompt twice: the first round warms up
         outputs = set()
-        for side, mode in keys:
+        # the sides take turns going first, prompt by prompt: whichever runs second would otherwise always meet
+        # the machine a moment later (a warmer cache, another program's burst)
+        order = keys if i % 2 else [(side, mode) for side in reversed(list(sides)) for mode in ("baseline", "dflash")]
+        for side, mode in order:
             done = sides[side].ask("generate", prompt_ids=ids, settings=settings, mode=mode)
             assert done["event"] == "done", done
             s = done["stats"]
