@@ -197,7 +197,6 @@ class Chunk:
     stop: str | None = None             # the engine can go no further (context_full)
 
 
-
 class StreamingPair(Protocol):
     """An engine that drafts and verifies on its own (llama-server, a remote vLLM/SGLang server) offers
     this instead of prefill/draft/verify/commit; the loop applies the same stop rules, text and stats."""

@@ -84,8 +84,6 @@ def _exports_drafter_layers(target_dir, draft_dir) -> bool:
         return False
 
 
-
-
 def check_files(engine: str, target, draft) -> None:
     """Refuse, before anything is unloaded, paths the engine cannot take: a folder that does not exist, or a
     file where a folder is needed (llama.cpp takes GGUF files; the other engines unpack a GGUF target)."""
@@ -122,10 +120,10 @@ def load_chosen(engine: str, target, draft=None, device: str = "auto", dtype: st
 def torch_can_load(target) -> bool:
     """A Hugging Face model folder (config.json), which the torch engine reads, or a GGUF whose architecture
     transformers can unpack into one (engine/gguf_folder.py)."""
-    if Path(target).suffix.lower() == ".gguf" and Path(target).is_file():
-        from ..gguf_folder import unpackable_architecture
-        return unpackable_architecture(Path(target)) is not None
-    return Path(target).is_dir() and (Path(target) / "config.json").is_file()
+    target = Path(target)
+    if target.suffix.lower() == ".gguf" and target.is_file():
+        return _unpackable_gguf(target, None) is not None
+    return target.is_dir() and (target / "config.json").is_file()
 
 
 def other_engines(info: dict) -> list[str]:

@@ -71,6 +71,20 @@ class Answer:
         self.drafting, self.context = False, []
 
 
+def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions: int) -> None:
+    """What both engines keep of a loaded pair: its parts, the contract's fields, one answer's state; on a CPU
+    the target tuned for it (the static engine runs there only in the tests)."""
+    pair.target, pair.drafter, pair.tokenizer, pair.name = target, drafter, tokenizer, name
+    pair.device = target.device
+    if pair.device.type == "cpu":
+        cpu.tune_target(target.model)
+    pair.eos_ids = tokenizer.eos_ids if tokenizer else ()
+    pair.block_size = drafter.config.block_size if drafter else 1
+    pair.max_positions = max_positions
+    pair.info = pair_info(target, drafter, tokenizer, name, family, max_positions)
+    pair.answer = Answer(pair.device)
+
+
 def block_embeddings(target, config, last: int, width: int) -> torch.Tensor:
     """The drafter's input block [last, MASK x (width-1)] through the target's embedding."""
     block = torch.full((width,), config.mask_token_id, dtype=torch.long, device=target.device)

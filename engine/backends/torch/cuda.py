@@ -30,8 +30,7 @@ from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner, _rms, block_attention
 from .dense_decoder import DenseDecoder, fits
 from .drafter import rope
-from . import cpu
-from .answer import Answer, block_embeddings, memory, pair_info
+from .answer import block_embeddings, hold, memory
 from .eager import runner_dtype
 from .cuda_hybrid import StaticHybridKV
 from .sampling import Candidates, draw, probabilities, propose, verify
@@ -217,16 +216,8 @@ class CudaPair:
     def __init__(self, target, drafter, tokenizer, name: str = "", family: str = "",
                  context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None,
                  bucket: int = BUCKET_ROWS, dense: bool = True, compiled: bool | None = None):
-        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
-        self.device = target.device
+        hold(self, target, drafter, tokenizer, name, family, min(context or DEFAULT_CONTEXT, target.max_positions))
         on_cuda = self.device.type == "cuda"
-        if self.device.type == "cpu":      # the same steps on a CPU (the tests): the CPU's tuning, as eager's
-            cpu.tune_target(target.model)
-        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
-        self.block_size = drafter.config.block_size if drafter else 1
-        self.max_positions = min(context or DEFAULT_CONTEXT, target.max_positions)
-        self.info = pair_info(target, drafter, tokenizer, name, family, self.max_positions)
-        self.answer = Answer(self.device)
         self.runner = None
         size = self.max_positions + self.block_size           # a verify near the end still has room
         self.kernels = _kernels() if (on_cuda if use_kernels is None else use_kernels) else None

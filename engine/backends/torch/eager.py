@@ -10,7 +10,7 @@ from ...errors import EngineError
 from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from . import cpu
-from .answer import Answer, block_embeddings, memory, pair_info
+from .answer import block_embeddings, hold, memory
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
@@ -29,19 +29,10 @@ class TorchPair:
 
     def __init__(self, target: TargetModel, drafter: DFlashDrafter | None, tokenizer: ChatTokenizer | None,
                  name: str = "", family: str = ""):
-        self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
-        self.device = target.device
-        on_cpu = self.device.type == "cpu"
-        if on_cpu:
-            cpu.tune_target(target.model)
-        self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
-        self.block_size = drafter.config.block_size if drafter else 1
-        self.max_positions = target.max_positions
+        hold(self, target, drafter, tokenizer, name, family, target.max_positions)
         self.runner = (DRAFTERS[drafter.generation][1](drafter, target.head.weight, runner_dtype(self.device))
                        if drafter else None)
-        self.auto_cutoff = cpu.DRAFT_CUTOFF if on_cpu else 0.0
-        self.info = pair_info(target, drafter, tokenizer, name, family, target.max_positions)
-        self.answer = Answer(self.device)
+        self.auto_cutoff = cpu.DRAFT_CUTOFF if self.device.type == "cpu" else 0.0
 
     # -- the operations the loop calls ---------------------------------------------------------------
     @torch.inference_mode()
