@@ -1,16 +1,26 @@
 """Qt face of the engine: the job queue (jobs.py) in front of the worker client, or of a remote server
 (remote.py) once one is loaded; events become queued signals on the GUI thread.
 
+A caller may pass ``on_event`` with a command: that job's events (its terminal one last) then also reach
+that callback, on the GUI thread and in order, so a caller never matches ids by hand. Every event is still
+emitted as a signal for listeners that watch everything (the jobs indicator, the speedup demo).
+
 Token chunks are batched so the window repaints at most about 60 times a second however fast the
 engine commits: events wait in a buffer (neighbouring chunks of one request merged) and a single-shot
 timer flushes the buffer no more often than every `min_interval_ms`. Nothing is dropped or reordered.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
+from typing import Callable
+
+import shiboken6
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
+
+from engine import protocol as P
 
 from .jobs import JobQueue
 from .offers import Offers
@@ -50,6 +60,7 @@ class QtWorker(QObject):
         self._timer.timeout.connect(self._flush)
         self._wake.connect(self._schedule, Qt.ConnectionType.QueuedConnection)
         self.flushes = 0  # how many batches reached the GUI (tests and diagnostics)
+        self._handlers: dict[str, Callable[[dict], None]] = {}   # request id -> its caller's callback (GUI thread)
         self.queue = JobQueue(on_event=self._intake, on_change=self._queue_changed)
         self.client = WorkerClient(on_event=self.queue.intake, **client_options)
         self.queue.backend = self.client
@@ -58,37 +69,56 @@ class QtWorker(QObject):
     def start(self) -> None:
         self.client.start()
 
-    def load_pair(self, target, draft=None, engine: str = "torch", device: str = "auto",
-                  dtype: str | None = None) -> str:
-        return self.queue.submit("load_pair", backend=self.client, target=str(target),
-                                 draft=str(draft) if draft else None, engine=engine, device=device, dtype=dtype).id
+    def _handled(self, rid: str | None, on_event: Callable[[dict], None] | None) -> str | None:
+        """Register ``on_event`` (a bound method, or a functools.partial of one) for ``rid``. The GUI thread
+        submits and flushes, so no event of the job can be delivered before this runs, even one the queue
+        answered at once."""
+        if rid is not None and on_event is not None:
+            self._handlers[rid] = on_event
+        return rid
 
-    def load_remote(self, base_url: str, api_key: str = "", model: str | None = None) -> str:
+    @staticmethod
+    def _receiver_alive(handler: Callable[[dict], None]) -> bool:
+        """The worker outlives windows: a handler whose QObject was deleted is dropped, as Qt drops the
+        connections of a deleted receiver."""
+        func = handler.func if isinstance(handler, functools.partial) else handler
+        owner = getattr(func, "__self__", None)
+        return not isinstance(owner, QObject) or shiboken6.isValid(owner)
+
+    def load_pair(self, target, draft=None, engine: str = "torch", device: str = "auto",
+                  dtype: str | None = None, on_event: Callable[[dict], None] | None = None) -> str:
+        job = self.queue.submit("load_pair", backend=self.client, target=str(target),
+                                draft=str(draft) if draft else None, engine=engine, device=device, dtype=dtype)
+        return self._handled(job.id, on_event)
+
+    def load_remote(self, base_url: str, api_key: str = "", model: str | None = None,
+                    on_event: Callable[[dict], None] | None = None) -> str:
         """Chat with an OpenAI-compatible server from now on; the local engine is stopped once it answers."""
         from .remote import RemoteClient
         remote = RemoteClient(on_event=self.queue.intake)
-        return self.queue.submit("load_pair", backend=remote, target=base_url, api_key=api_key, model=model).id
+        job = self.queue.submit("load_pair", backend=remote, target=base_url, api_key=api_key, model=model)
+        return self._handled(job.id, on_event)
 
-    def generate(self, **kwargs) -> str:
-        return self.queue.submit("generate", **kwargs).id
+    def generate(self, on_event: Callable[[dict], None] | None = None, **kwargs) -> str:
+        return self._handled(self.queue.submit("generate", **kwargs).id, on_event)
 
     def cancel(self, target_id: str | None = None) -> bool:
         """Stop a queued or running job (None: the running one)."""
         return self.queue.cancel(target_id)
 
-    def unload(self) -> str:
-        return self.queue.submit("unload").id
+    def unload(self, on_event: Callable[[dict], None] | None = None) -> str:
+        return self._handled(self.queue.submit("unload").id, on_event)
 
     def request_hardware(self) -> str:
         return self.client.hardware()
 
-    def count_tokens(self, **kwargs) -> str | None:
+    def count_tokens(self, on_event: Callable[[dict], None] | None = None, **kwargs) -> str | None:
         """Ask the local worker to count a prompt as generate would (client.count_tokens); answered by
         `counted`. None, and nothing sent, when no local pair is loaded (none, or a remote one): the caller
         keeps its own estimate, and no worker is started just to count."""
         if self.queue.backend is not self.client or self.client.pair_info is None or not self.client.running:
             return None
-        return self.client.count_tokens(**kwargs)
+        return self._handled(self.client.count_tokens(**kwargs), on_event)
 
     def shutdown(self, timeout: float = 5.0) -> int | None:
         """Stop the worker (blocks up to `timeout`, then kills it); call from aboutToQuit."""
@@ -147,6 +177,12 @@ class QtWorker(QObject):
         self.flushes += 1
         for event in events:
             self.event.emit(event)
+            handler = self._handlers.get(event.get("id"))
+            if handler is not None:
+                if P.is_terminal(event):
+                    del self._handlers[event["id"]]
+                if self._receiver_alive(handler):
+                    handler(event)
             route = self._ROUTES.get(event.get("event"))
             if route:
                 getattr(self, route).emit(event)

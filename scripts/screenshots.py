@@ -115,9 +115,9 @@ def answer_and_shoot(app, window, shots: Shooter, name: str, question: str, pair
                      ready_name: str | None = None) -> None:
     """Load the pair in a new chat (shot as `ready_name` once ready), ask, and shoot the answer with the stats
     panel."""
-    c, finished = window.controller, new_chat(window)
-    c.load_pair(pair)
-    wait_until(app, lambda: c.ready, 300, f"{pair['name']} to load")
+    finished = new_chat(window)
+    window.load_pair(pair)
+    wait_until(app, lambda: window.session.ready, 300, f"{pair['name']} to load")
     if ready_name:
         window.show_stats(False)
         shots.shoot(ready_name)
@@ -143,10 +143,10 @@ def shoot_real_model(app, window, shots: Shooter) -> None:
                      "Name the largest planet in the solar system.",
                      {"id": f"local:{gguf}", "name": "SmolLM2-135M-Instruct.Q4_1", "target_dir": str(gguf),
                       "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": None}})
-    c, finished = window.controller, new_chat(window)
-    c.load_pair({"id": f"local:{folder}", "name": "SmolLM2-135M-Instruct", "target_dir": str(folder),
-                 "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": "float32"}})
-    wait_until(app, lambda: c.ready, 240, "SmolLM2's folder to load in llama.cpp")
+    finished = new_chat(window)
+    window.load_pair({"id": f"local:{folder}", "name": "SmolLM2-135M-Instruct", "target_dir": str(folder),
+                      "draft_dir": None, "plan": {"engine": "llamacpp", "device": "cpu", "dtype": "float32"}})
+    wait_until(app, lambda: window.session.ready, 240, "SmolLM2's folder to load in llama.cpp")
     start_long_answer(app, window, "Write a long story about a lighthouse keeper.")
     for child in psutil.Process(window.worker.client.pid).children(recursive=True):
         if child.name() == "llama-server":
@@ -201,13 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     c = window.controller
     try:
         if args.only_real:
-            wait_until(app, lambda: c.ready, 240, "the model to load")
+            wait_until(app, lambda: window.session.ready, 240, "the model to load")
             shoot_real_model(app, window, shots)
             shoot_chat_pair(app, window, shots)
             return 0
         # 1. first run: model loaded (and the baseline calibrated), empty chat ready for a prompt
         window.show_stats(False)
-        wait_until(app, lambda: c.ready, 240, "the model to load and calibrate")
+        wait_until(app, lambda: window.session.ready, 240, "the model to load and calibrate")
         shots.shoot("01-first-run")
 
         # 2. a chat answer with drafted text highlighted
@@ -279,13 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused, with the way out
         from ui.errors import ErrorBubble
         c.new_chat()
-        c.load_pair({**pair, "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}})
+        window.load_pair({**pair, "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}})
         wait_until(app, lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages), 120,
                    "the GPU refusal")
         window.show_stats(True)
         shots.shoot("08-gpu-refused-offers-cpu")
         next(w for w in window.chat_view.messages if isinstance(w, ErrorBubble)).action_button.click()
-        wait_until(app, lambda: c.ready, 240, "the model to load on the CPU")
+        wait_until(app, lambda: window.session.ready, 240, "the model to load on the CPU")
         window.show_stats(False)
 
         # 6. an error: the engine killed in the middle of an answer
@@ -303,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
 
         # 9. the local server on, answering a request from another program (status bar: address, activity);
         # the engine killed in 6 took the loaded pair with it: load it again first (the server never loads)
-        c.load_pair(pair)
-        wait_until(app, lambda: c.ready, 240, "the model to load again")
+        window.load_pair(pair)
+        wait_until(app, lambda: window.session.ready, 240, "the model to load again")
         import json
         import threading
         import urllib.request

@@ -134,9 +134,9 @@ def test_a_fresh_profile_opens_the_chat_pair_answers_in_english_and_offers_the_c
     qtbot.addWidget(window)
     window.show()
     try:
-        qtbot.waitUntil(lambda: window.controller.ready, timeout=LOAD_TIMEOUT_MS * 3)   # with calibration
-        info = window.controller.pair_info
-        assert window.controller.pair["id"] == "chat" and info["engine"] == "llamacpp" and info["has_drafter"]
+        qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS * 3)   # with calibration
+        info = window.session.pair_info
+        assert window.session.pair["id"] == "chat" and info["engine"] == "llamacpp" and info["has_drafter"]
         assert window.chat_view.banner.isHidden() and window.chat_view.system_prompt.isEnabled()
         window.settings.max_new_tokens = 32
         with qtbot.waitSignal(window.controller.answerFinished, timeout=120_000) as finished:

@@ -110,7 +110,7 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
     assert row.data(Roles.DownloadState) == "ready", row.data(Roles.DownloadText)
     assert any(0 < (f or 0) < 1 for f in fractions), fractions
 
-    with qtbot.waitSignal(window.controller.pairLoaded, timeout=LOAD_MS) as loaded:
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=LOAD_MS) as loaded:
         picker.load_button.click()
     info = loaded.args[0]
     assert (info["engine"], info["dtype"], info["architecture"], info["has_drafter"]) == \
@@ -137,7 +137,7 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
 def test_a_gguf_the_user_has_opens_from_disk_and_chats_without_a_drafter(qtbot, window, smollm2_gguf):
     dialog = window.open_model_picker().open_local()
     dialog.target.setText(str(smollm2_gguf))
-    with qtbot.waitSignal(window.controller.pairLoaded, timeout=LOAD_MS) as loaded:
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=LOAD_MS) as loaded:
         dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
     info = loaded.args[0]
     assert (info["engine"], info["dtype"], info["has_drafter"]) == ("llamacpp", "q4_1", False), info

@@ -171,7 +171,7 @@ def test_the_window_loads_its_pair_again_when_the_engine_dies_while_the_server_i
     import signal
     url = start_server(qtbot, window)
     pid = window.worker.client.pid
-    with qtbot.waitSignal(window.controller.pairLoaded, timeout=120_000):
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=120_000):
         os.kill(pid, signal.SIGKILL)
     assert window.worker.client.pid != pid
     client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)

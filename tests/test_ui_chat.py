@@ -37,7 +37,7 @@ def drafted_backgrounds(widget: MessageWidget) -> set[bool]:
 
 def test_send_streams_answer_with_footer_stats_and_calibrated_baseline(qtbot, home, chat_worker, echo_pair):
     window = make_window(qtbot, chat_worker, echo_pair)
-    baseline = window.controller.baseline()
+    baseline = window.session.baseline()
     assert baseline is not None and baseline.tok_s > 0 and baseline.tokens == 64
     assert "plain decoding of the same target" in window.stats_panel.baseline_note.text()
     streamed: list[str] = []
@@ -235,7 +235,7 @@ def test_new_and_delete_chat_and_persistence(qtbot, home, chat_worker, echo_pair
     assert [w.role for w in again.chat_view.messages] == ["user", "assistant"]
     assert again.chat_view.system_prompt.text() == "You write Python."
     assert "tok/s" in again.chat_view.messages[1].footer.text()
-    qtbot.waitUntil(lambda: again.controller.ready, timeout=60_000)
+    qtbot.waitUntil(lambda: again.session.ready, timeout=60_000)
 
 
 def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pair):
@@ -306,7 +306,7 @@ def test_shortcuts_trigger_their_actions(qtbot, home, chat_worker, echo_pair):
         if widget.isVisibleTo(window) and not widget.objectName().startswith("qt_") and not (
                 window.demo and window.demo.isAncestorOf(widget)):   # the demo widget has its own tests
             assert widget.accessibleName(), f"{type(widget).__name__} {widget.objectName()!r} has no accessible name"
-    qtbot.waitUntil(lambda: window.controller.ready, timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.ready, timeout=60_000)
 
 
 def test_models_action_opens_picker_and_loads_the_chosen_pair(qtbot, home, chat_worker, echo_pair):
@@ -316,11 +316,11 @@ def test_models_action_opens_picker_and_loads_the_chosen_pair(qtbot, home, chat_
     pickers = window.findChildren(ModelPicker)
     assert len(pickers) == 1 and pickers[0].isVisible()
     chosen = {**echo_pair, "id": "echo-again", "name": "Echo again"}
-    with qtbot.waitSignal(window.controller.pairLoaded, timeout=60_000):
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=60_000):
         pickers[0].pairChosen.emit(chosen)
-    qtbot.waitUntil(lambda: window.controller.ready, timeout=60_000)
-    assert window.controller.pair == chosen and settings_mod.load().last_pair == chosen
-    assert window.controller.baseline() is not None   # a new pair gets its own baseline
+    qtbot.waitUntil(lambda: window.session.ready, timeout=60_000)
+    assert window.session.pair == chosen and settings_mod.load().last_pair == chosen
+    assert window.session.baseline() is not None   # a new pair gets its own baseline
     pickers[0].reject()
 
 

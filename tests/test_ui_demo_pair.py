@@ -34,8 +34,8 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     window.show()
     qtbot.waitUntil(lambda: window.progress.isVisibleTo(window), timeout=5000)   # loading shows in the status bar
     assert "Loading" in window.status_label.text() or "Reading" in window.status_label.text()
-    qtbot.waitUntil(lambda: window.controller.ready, timeout=LOAD_TIMEOUT_MS)
-    assert window.controller.pair["id"] == pair["id"] and settings_mod.load().last_pair == window.controller.pair
+    qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
+    assert window.session.pair["id"] == pair["id"] and settings_mod.load().last_pair == window.session.pair
     assert window.stats_panel.values["baseline_tok_s"] > 0
     hint = window.chat_view.hint.text()
     assert window.chat_view.hint.isVisibleTo(window)
@@ -64,7 +64,7 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     assert [(m.role, m.content) for m in stored] == [("user", CODE_EXAMPLES[0]), ("assistant", done["text"])]
     # the window keeps the CPU meter of the answer beside the engine's stats (tests/test_stats_truth.py)
     assert {k: v for k, v in stored[1].stats.items() if not k.startswith("cpu_")} == stats
-    chose = (window.controller.pair_info or {}).get("speculation") or {}
+    chose = (window.session.pair_info or {}).get("speculation") or {}
     if chose.get("n_max") == 0:
         # the engine (llama.cpp, the first start's choice on a CPU where it is built) timed plain decoding
         # faster here: the answer says so, and the stats panel shows why

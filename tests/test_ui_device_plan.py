@@ -24,12 +24,12 @@ def report_of(fixture: str):
 
 @pytest.fixture
 def sent(chat_worker, monkeypatch):
-    """Every load_pair request as it leaves for the worker (recorded, then passed on unchanged)."""
+    """Every load_pair request's plan as it leaves for the worker (recorded, then passed on unchanged)."""
     calls = []
     original = chat_worker.load_pair
 
     def record(*args, **kwargs):
-        calls.append(kwargs)
+        calls.append({k: v for k, v in kwargs.items() if k != "on_event"})
         return original(*args, **kwargs)
     monkeypatch.setattr(chat_worker, "load_pair", record)
     return calls
@@ -55,9 +55,9 @@ def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_p
         assert refusal in bubble.message.text() and bubble.error["code"] == "device_unavailable"
         assert bubble.action_button.text() == "Load on the CPU"
         bubble.action_button.click()
-        qtbot.waitUntil(lambda: window.controller.ready, timeout=LOAD_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
         assert sent[1] == {"engine": "torch", "device": "cpu", "dtype": None}
-    loaded = window.controller.pair_info
+    loaded = window.session.pair_info
     assert (loaded["engine"], loaded["device"], loaded["dtype"]) == ("torch", "cpu", "float32")
     assert window.stats_panel.runtime.text() == "Runs on cpu · torch engine · float32 weights"
     assert "torch on cpu, float32" in window.pair_label.text()

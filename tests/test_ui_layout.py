@@ -44,7 +44,7 @@ def test_no_label_is_cut_from_800x600_to_2560x1440(qtbot, home, chat_worker, ech
         window = make_window(qtbot, chat_worker, echo_pair,
                              settings_mod.Settings(max_new_tokens=24, draft_cutoff=0.0, font_size=font_size))
         send_and_wait(qtbot, window, "def f(x):")
-        window.controller.record_baseline(window.controller.baseline())   # a figure in every metric
+        window.session.record_baseline(window.session.baseline())   # a figure in every metric
         for size in ((800, 600), (1024, 700), (2560, 1440)):
             window.resize(*size)
             qtbot.waitUntil(lambda: window.size().toTuple() == size)

@@ -55,9 +55,9 @@ def test_models_open_from_disk_loads_the_pair_in_the_real_worker(qtbot, tmp_path
         dialog = window.open_model_picker().open_local()
         dialog.target.setText(str(DEMO_DIR / "target"))
         dialog.draft.setText(str(DEMO_DIR / "draft"))
-        with qtbot.waitSignal(window.controller.pairLoaded, timeout=180_000):
+        with qtbot.waitSignal(window.session.pairLoaded, timeout=180_000):
             dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
-        assert window.controller.pair["id"] == f"local:{(DEMO_DIR / 'target').resolve()}"
-        assert window.controller.pair_info["has_drafter"]
+        assert window.session.pair["id"] == f"local:{(DEMO_DIR / 'target').resolve()}"
+        assert window.session.pair_info["has_drafter"]
     finally:
         worker.shutdown(10)

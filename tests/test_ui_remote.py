@@ -34,9 +34,9 @@ def connect(qtbot, window, url: str, key: str = ""):
     assert dialog.isVisible() and "http://HOST:PORT" in dialog.error.text()
     dialog.url.setCurrentText(url + "/v1")
     dialog.key.setText(key)
-    with qtbot.waitSignal(window.controller.pairLoaded, timeout=30_000):
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=30_000):
         dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
-    qtbot.waitUntil(lambda: window.controller.ready, timeout=10_000)
+    qtbot.waitUntil(lambda: window.session.ready, timeout=10_000)
 
 
 def send(qtbot, window, text: str) -> dict:

@@ -23,22 +23,22 @@ def shown(window) -> dict:
 
 def test_remeasure_recomputes_speedup_and_warning_from_the_new_baseline(qtbot, home, chat_worker, echo_pair):
     window = make_window(qtbot, chat_worker, echo_pair)
-    c, panel = window.controller, window.stats_panel
+    panel = window.stats_panel
     done = send_and_wait(qtbot, window, "def f(x):")
     stats = done["stats"]
     # a baseline far above anything this machine does (as if measured elsewhere): DFlash looks slower
-    c.record_baseline(BaselineRecord(stats["decode_tok_s"] * 4, 64, time.time(), "cpu"))
+    window.session.record_baseline(BaselineRecord(stats["decode_tok_s"] * 4, 64, time.time(), "cpu"))
     assert shown(window)["speedup"] == pytest.approx(0.25)
     assert panel.speedup_label.text() == "0.25×"
     assert shown(window)["warning"].startswith("DFlash ran slower than plain decoding (0.25×)")
     assert "ms" in shown(window)["warning"]      # the reason, from the measured step times
 
-    with qtbot.waitSignal(c.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
+    with qtbot.waitSignal(window.session.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
         panel.remeasure_button.click()
     record = changed.args[0]
     assert record.method == "calibration" and record.tokens == session.CALIBRATION_TOKENS
     assert record.cpu_other is not None and 0 <= record.cpu_other <= 1
-    assert c.baseline() == record           # the one record, saved for the pair
+    assert window.session.baseline() == record           # the one record, saved for the pair
     ratio = stats["decode_tok_s"] / record.tok_s
     assert shown(window)["baseline_tok_s"] == record.tok_s and panel.baseline_label.text() == f"{record.tok_s:.1f}"
     assert shown(window)["speedup"] == pytest.approx(ratio) and panel.speedup_label.text() == f"{ratio:.2f}×"
@@ -107,17 +107,16 @@ def test_every_figure_has_a_tooltip_that_says_what_it_is(qtbot, home, chat_worke
 
 def test_the_speedup_demos_plain_run_becomes_the_panels_baseline(qtbot, home, chat_worker, echo_pair):
     window = make_window(qtbot, chat_worker, echo_pair)
-    c = window.controller
-    calibration = c.baseline()
+    calibration = window.session.baseline()
     assert calibration.method == "calibration"
     window.toggle_demo(True)
     demo = window.demo
-    with qtbot.waitSignal(c.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
+    with qtbot.waitSignal(window.session.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
         assert demo.start("def g(y):", {"max_new_tokens": 24, "temperature": 0.0})
     record = changed.args[0]
     assert record.method == "speedup demo" and record.tokens == 24
     assert record.tok_s == pytest.approx(demo.plain.stats["decode_tok_s"])
-    assert c.baseline() == record and window.stats_panel.baseline_label.text() == f"{record.tok_s:.1f}"
+    assert window.session.baseline() == record and window.stats_panel.baseline_label.text() == f"{record.tok_s:.1f}"
     assert "speedup demo" in window.stats_panel.baseline_note.text()
     qtbot.waitUntil(lambda: demo.state == "finished", timeout=ANSWER_TIMEOUT_MS)
     assert "now the pair's baseline" in demo.speedup_detail.text()
@@ -147,7 +146,7 @@ def test_an_answer_decoded_plainly_shows_no_speedup(qtbot, home, chat_worker, ec
     a ratio against the baseline would compare plain with plain; the panel shows none and says why."""
     window = make_window(qtbot, chat_worker, echo_pair,
                          settings=settings_mod.Settings(max_new_tokens=24, draft_cutoff=0.0, block_size=1))
-    assert window.controller.baseline() is not None
+    assert window.session.baseline() is not None
     stats = send_and_wait(qtbot, window, "p = ")["stats"]
     assert stats["drafted"] == 0 and stats["decode_tok_s"] > 0
     assert shown(window)["speedup"] is None and window.stats_panel.speedup_label.text() == "—"

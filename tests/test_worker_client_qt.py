@@ -2,10 +2,12 @@
 window repaints at most about 60 times a second, and nothing is lost or reordered on the way."""
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
-from PySide6.QtCore import QTimer
+import shiboken6
+from PySide6.QtCore import QObject, QTimer
 
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.worker_client import coalesce_into, merge_tokens
@@ -107,5 +109,56 @@ def test_text_the_worker_cannot_take_ends_with_one_error_signal(qtbot, tmp_path,
             rid = w.generate(prompt="broken \ud800 paste")
         assert err.args[0]["id"] == rid and err.args[0]["code"] == "bad_message"
         assert "surrogate" in err.args[0]["message"] and not w.busy
+    finally:
+        assert w.shutdown(10) == 0
+
+
+class Receiver(QObject):
+    """A caller of the worker, as the chat controller and the pair session are."""
+
+    def __init__(self):
+        super().__init__()
+        self.events: list[tuple[str, dict]] = []
+
+    def on_event(self, tag: str, ev: dict) -> None:
+        assert threading.current_thread() is threading.main_thread()
+        self.events.append((tag, ev))
+
+
+def test_each_job_reaches_its_own_callback_in_order_and_a_deleted_receiver_is_skipped(qtbot, tmp_path,
+                                                                                        monkeypatch):
+    """Per-job callbacks (the window's controllers use nothing else): a load's progress then its `loaded`, a
+    generation's chunks then its `done`, each to the callback given with it, on the GUI thread; another job's
+    events never reach it; once the receiver is deleted its pending job's events are dropped, not delivered
+    to a dead object."""
+    from tests.tiny_torch import save_random_pair
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    target, draft = save_random_pair(tmp_path / "pair", block_size=8)
+    w, r, other = QtWorker(), Receiver(), Receiver()
+    try:
+        load = w.load_pair(target, draft, on_event=functools.partial(r.on_event, "load"))
+        qtbot.waitUntil(lambda: any(ev["event"] == "loaded" for _, ev in r.events), timeout=60_000)
+        assert {tag for tag, _ in r.events} == {"load"} and all(ev["id"] == load for _, ev in r.events)
+        assert [ev["event"] for _, ev in r.events][-1] == "loaded"
+        assert {ev["event"] for _, ev in r.events[:-1]} <= {"progress", "warning"}
+        r.events.clear()
+        mine = w.generate(prompt="Hello", settings={"max_new_tokens": 40}, on_event=functools.partial(r.on_event, "gen"))
+        theirs = w.generate(prompt="Bye", settings={"max_new_tokens": 20},
+                            on_event=functools.partial(other.on_event, "gen"))
+        qtbot.waitUntil(lambda: bool(other.events) and other.events[-1][1]["event"] == "done", timeout=60_000)
+        kinds = [ev["event"] for _, ev in r.events]
+        assert kinds[-1] == "done" and set(kinds[:-1]) <= {"tokens", "warning"} and "tokens" in kinds
+        assert all(ev["id"] == mine for _, ev in r.events) and all(ev["id"] == theirs for _, ev in other.events)
+        tokens = [t for _, ev in r.events if ev["event"] == "tokens" for t in ev["tokens"]]
+        assert tokens == r.events[-1][1]["token_ids"]
+
+        gone = Receiver()
+        finished: list[dict] = []
+        w.done.connect(finished.append)
+        rid = w.generate(prompt="Later", settings={"max_new_tokens": 20},
+                         on_event=functools.partial(gone.on_event, "gen"))
+        shiboken6.delete(gone)
+        qtbot.waitUntil(lambda: any(ev["id"] == rid for ev in finished), timeout=60_000)   # still a signal
+        assert rid not in w._handlers and not gone.events   # dropped with its receiver, never called
     finally:
         assert w.shutdown(10) == 0

@@ -65,7 +65,7 @@ def make_window(qtbot, worker, pair, settings=None, store=None, wait_ready=True)
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)   # shortcuts reach the active window only
     if wait_ready:
-        qtbot.waitUntil(lambda: window.controller.ready, timeout=LOAD_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
     return window
 
 

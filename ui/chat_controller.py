@@ -1,26 +1,24 @@
-"""Glue between the chat view, the chat store, the stats panel and the worker: what happens on send,
-stop, regenerate, edit-and-resend, model load and baseline calibration. Every worker call returns at
-once; results come back as QtWorker signals, matched to our requests by id."""
+"""Glue between the chat view, the chat store, the stats panel and the worker for answers: what happens on
+send, stop, regenerate, edit-and-resend, versions and dropping turns (the loaded pair's life is
+pair_session.py's). Every worker call returns at once and carries its own callback."""
 from __future__ import annotations
 
+import functools
 import logging
-import time
 
-import psutil
 from PySide6.QtCore import QObject, Signal
 
-from dflash_desktop import run_plan, session
-from engine.backends import ENGINES
+from dflash_desktop import session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.offers import Offers
 from dflash_desktop.qt_worker import QtWorker
-from dflash_desktop.session import BaselineRecord
 
 from .chat_settings_dialog import greedy_question
 from .chat_view import ChatView
 from .message_widget import MessageWidget
+from .pair_session import PairSession
 from .stats_panel import StatsPanel
 
 log = logging.getLogger(__name__)
@@ -28,47 +26,26 @@ log = logging.getLogger(__name__)
 
 class ChatController(QObject):
     statusMessage = Signal(str)           # one line for the status bar
-    loadingChanged = Signal(bool, str)    # busy loading or measuring?, what is happening
     conversationsChanged = Signal()
     currentConversationChanged = Signal(int)   # -1: a new chat not saved yet
-    pairLoaded = Signal(dict)             # the loaded event (+ the pair's display name as "display_name")
     answerFinished = Signal(dict)         # the done or error event that ended an answer
-    pairUnloaded = Signal()               # the user unloaded the model: memory freed
-    baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
     chatUnreadable = Signal(str)          # a stored chat could not be shown: why, in a sentence for a dialog
 
-    def __init__(self, worker: QtWorker, store: ChatStore, settings: settings_mod.Settings, view: ChatView,
-                 panel: StatsPanel, parent: QObject | None = None):
+    def __init__(self, worker: QtWorker, pair: PairSession, store: ChatStore, settings: settings_mod.Settings,
+                 view: ChatView, panel: StatsPanel, parent: QObject | None = None):
         super().__init__(parent)
-        self.worker, self.store, self.settings, self.view, self.panel = worker, store, settings, view, panel
-        self.pair: dict | None = None
-        self.pair_info: dict | None = None
+        self.worker, self.session, self.store, self.settings = worker, pair, store, settings
+        self.view, self.panel = view, panel
         self.conversation_id: int | None = None
         self._pending_system_prompt = ""
         self._pending_overrides: dict = {}   # chat settings chosen before the chat's first message
-        self._load_id: str | None = None
-        self._calib_id: str | None = None
         self._gen: dict | None = None      # id, widget, message_id, conversation_id
         self._waiting = False              # an answer is queued behind a load or a calibration
-        self._calib_meter: CpuMeter | None = None
-        self._load_started = 0.0           # when the user asked for the load: the wait they really had
-        self.ready_text = ""               # the last "ready" line (the status bar may have moved on)
-        self._unload_id: str | None = None
-        self._unloaded = False             # the user unloaded the pair: the next message loads it again
-        self._rss_before_unload: int | None = None
         self._count: tuple[str, int | None, str] | None = None   # the count asked last: id, chat, typed text
-        worker.ok.connect(self._on_ok)
-        worker.progress.connect(self._on_progress)
-        worker.loaded.connect(self._on_loaded)
-        worker.tokens.connect(self._on_tokens)
-        worker.done.connect(self._on_done)
-        worker.error.connect(self._on_error)
-        # Bound methods, not lambdas: the worker outlives a controller, and Qt drops a deleted
-        # receiver's connections only for its own methods.
-        worker.warning.connect(self._on_warning)
-        # an answer queued behind someone else's generation (the speedup demo) starts when it ends
-        worker.done.connect(self._run_waiting)
-        worker.error.connect(self._run_waiting)
+        pair.pairLoaded.connect(self._on_loaded)
+        pair.loadFailed.connect(self._on_load_failed)
+        pair.readyChanged.connect(self._run_waiting)
+        worker.warning.connect(self._on_warning)   # any request's (a bound method: the worker outlives us)
         view.sendRequested.connect(self.send_typed)
         view.stopRequested.connect(self.stop)
         view.regenerateRequested.connect(self.regenerate)
@@ -76,165 +53,32 @@ class ChatController(QObject):
         view.versionRequested.connect(self.show_version)
         view.systemPromptChanged.connect(self.set_system_prompt)
         view.contextCountWanted.connect(self.count_context)
-        worker.counted.connect(self._on_counted)
         view.thinking.toggled.connect(self._on_thinking_toggled)
-        panel.remeasureRequested.connect(self.calibrate)
 
-    # -- model --------------------------------------------------------------------------------------
     @property
-    def ready(self) -> bool:
-        """A pair is loaded and no load or calibration of ours is in flight; other callers' generations (the
-        speedup demo, the local server) do not matter: the job queue runs ours after them."""
-        return self.pair_info is not None and self._load_id is None and self._calib_id is None
+    def pair_info(self) -> dict | None:
+        return self.session.pair_info
 
     @property
     def generating(self) -> bool:
         return self._gen is not None
 
-    def load_pair(self, pair: dict) -> None:
-        """pair: {id, name, target_dir, draft_dir, plan: {engine, device, dtype} (run_plan.py; absent:
-        the engine's own choice), thinking}, or {id, name, remote: {base_url, api_key}} for a pair on a
-        server; remembered as the last pair once it loads."""
-        if self._gen:
-            self.stop()
-        self._submit_load(pair)
-
-    def _submit_load(self, pair: dict) -> None:
-        self._unloaded = False
-        self._load_started = time.monotonic()
-        self.pair, self.pair_info = dict(pair), None
-        self._calib_id = None
-        self.panel.set_baseline(self.baseline())
-        self.baselineChanged.emit(self.baseline())
-        if pair.get("remote"):
-            self._load_id = self.worker.load_remote(**pair["remote"])
-            self.loadingChanged.emit(True, f"Connecting to {pair['remote']['base_url']}…")
-            return
-        plan = pair.get("plan") or run_plan.AUTO
-        self._load_id = self.worker.load_pair(pair["target_dir"], pair.get("draft_dir"), **plan)
-        where = "" if plan["device"] == "auto" else f" on {plan['device']}"
-        self.loadingChanged.emit(True, f"Loading {pair.get('name', 'model')}{where}…")
-
-    def load_on_cpu(self) -> None:
-        """After the chosen device failed: the same pair with the engine's CPU defaults."""
-        if self.pair is not None:
-            self._load_again((self.pair.get("plan") or run_plan.AUTO)["engine"], "cpu")
-
-    def load_with_engine(self, engine: str) -> None:
-        """After the engine crashed on this computer: the same pair with another engine that runs it."""
-        self._load_again(engine, "auto")
-
-    def _load_again(self, engine: str, device: str) -> None:
-        if self.pair is not None:
-            self.load_pair({**self.pair, "plan": {"engine": engine, "device": device, "dtype": None}})
-
-    def _crash_way_out(self, ev: dict):
-        """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
-        others = ev.get("alternatives") or []
-        if ev.get("code") != "engine_crashed" or not others:
-            return None
-        name = others[0]
-        return f"Load with {ENGINES[name].label if name in ENGINES else name}", lambda: self.load_with_engine(name)
-
-    def baseline(self) -> BaselineRecord | None:
-        return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
-
-    def record_baseline(self, record: BaselineRecord, pair: dict | None = None) -> None:
-        """Make ``record`` the baseline of ``pair`` (default: the loaded one) on this machine: saved, shown, and
-        every figure derived from it recomputed. The calibration and the speedup demo both come here."""
-        key = session.pair_key(pair or self.pair)
-        if not key:
-            return
-        self.settings.baselines[key] = record.to_dict()
-        self.save_settings()
-        if key == session.pair_key(self.pair):
-            self.panel.set_baseline(record)
-            self.baselineChanged.emit(record)
-
-    def worker_pid(self) -> int | None:
-        client = getattr(self.worker, "client", None)
-        try:
-            return client.pid if client is not None else None
-        except Exception:   # noqa: BLE001 - a worker being restarted has no pid yet
-            return None
-
-    def calibrate(self) -> None:
-        """Measure plain decoding of the same target on this machine (64 tokens, greedy)."""
-        if self.pair_info is None or self._gen is not None or self._calib_id is not None:
-            return
-        if not Offers.of(self.pair_info).baseline:
-            self.statusMessage.emit("A server runs its own speculative decoding on every request, so plain "
-                                    "decoding cannot be measured there.")
-            return
-        self.panel.set_baseline(self.baseline(), measuring=True)
-        self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
-        self._calib_meter = CpuMeter([self.worker_pid()]).start()
-        self._calib_id = self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
-            "max_new_tokens": session.CALIBRATION_TOKENS, "temperature": 0.0})
-
-    def _on_progress(self, ev: dict) -> None:
-        if ev.get("id") == self._load_id:
-            waited = time.monotonic() - self._load_started
-            self.loadingChanged.emit(True, f"{ev.get('message', 'Loading…')}  ({waited:.0f} s so far)")
-
-    def unload(self) -> None:
-        """Free the model's memory (the worker keeps running); the next message loads the same pair again."""
-        if not Offers.of(self.pair_info).unload or self._unload_id:
-            return
-        if self._gen:
-            self.stop()
-        self._rss_before_unload = self._worker_rss()
-        self._unload_id = self.worker.unload()
-        self.loadingChanged.emit(True, "Unloading the model…")
-
-    def _worker_rss(self) -> int | None:
-        try:
-            return psutil.Process(self.worker_pid()).memory_info().rss if self.worker_pid() else None
-        except (psutil.Error, ValueError):
-            return None
-
-    def _on_ok(self, ev: dict) -> None:
-        if ev.get("id") is None or ev.get("id") != self._unload_id:
-            return
-        self._unload_id, self.pair_info, self._unloaded = None, None, True
-        before, after = self._rss_before_unload, self._worker_rss()
-        memory = (f" The engine process went from {before / 2**20:,.0f} MB to {after / 2**20:,.0f} MB."
-                  if before and after else "")
-        self.loadingChanged.emit(False, "")
-        self.statusMessage.emit(f"Model unloaded: its memory is freed.{memory} Your next message loads it again.")
-        self.pairUnloaded.emit()
-
     def _on_loaded(self, ev: dict) -> None:
-        if ev.get("id") != self._load_id:
-            return
-        self._load_id, self.pair_info = None, ev
-        if self.pair.get("remote"):   # named after the model the server serves
-            self.pair = {**self.pair, "name": ev.get("name")}
-            settings_mod.remember_server(self.settings, ev["base_url"], self.pair["remote"].get("api_key") or "")
-        self.settings.last_pair = self.pair
-        self.save_settings()
+        """What the chat shows depends on the model: thinking switch, starter cards, context meter."""
+        pair = self.session.pair or {}
         self.view.thinking.setVisible(bool(ev.get("supports_thinking")))
-        if self.pair.get("thinking") is not None:   # match the drafter's training, so drafts get accepted
-            self.view.thinking.setChecked(bool(self.pair["thinking"]))
-        self.view.set_examples(bool(ev.get("chat_template")), demo=self.pair.get("id") == "demo")
-        self.panel.has_drafter = bool(ev.get("has_drafter"))
+        if pair.get("thinking") is not None:   # match the drafter's training, so drafts get accepted
+            self.view.thinking.setChecked(bool(pair["thinking"]))
+        self.view.set_examples(bool(ev.get("chat_template")), demo=pair.get("id") == "demo")
         self.view.set_context(limit=ev.get("max_positions") or 0)
         self.count_context()
-        self.loadingChanged.emit(False, "")
-        if not Offers.of(ev).local:
-            self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
-                                    "engine is not started.")
+
+    def _on_load_failed(self, ev: dict, way_out) -> None:
+        """A load failed: the answer waiting for it ends with the error; else the error shows in the chat."""
+        if self._gen is not None:
+            self._finish(ev)
         else:
-            self.ready_text = (f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
-                                    f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
-                                    f"ready {time.monotonic() - self._load_started:.1f} s after you asked; "
-                                    f"reading the model took {ev.get('load_s', 0):.1f} s of that)")
-            self.statusMessage.emit(self.ready_text)
-        self.panel.set_runtime(ev)
-        self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
-        if self.baseline() is None and Offers.of(ev).baseline:
-            self.calibrate()
-        self._run_waiting()
+            self.view.add_error(ev, action=way_out)
 
     # -- conversations ------------------------------------------------------------------------------
     def new_chat(self) -> None:
@@ -456,18 +300,18 @@ class ChatController(QObject):
         self.view.set_busy(True)
         self.view.mark_last()
         self.panel.start_answer()
-        if self.ready:
+        if self.session.ready:
             self._launch()
         else:
             widget.footer.setText("waiting for the model…")
             self._waiting = True
-            if self._unloaded and self.pair is not None and self._load_id is None:
-                self._submit_load(self.pair)      # unloaded by the user: this message loads it again
-            if self.pair is None:
+            if self.session.unloaded:
+                self.session.reload()      # unloaded by the user: this message loads it again
+            if self.session.pair is None:
                 self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
 
     def _on_thinking_toggled(self, on: bool) -> None:
-        trained = (self.pair or {}).get("thinking")
+        trained = (self.session.pair or {}).get("thinking")
         if trained is None or on == trained:
             return
         mode = "on" if trained else "off"
@@ -478,8 +322,8 @@ class ChatController(QObject):
     def _on_warning(self, ev: dict) -> None:
         self.statusMessage.emit(ev.get("message", ""))
 
-    def _run_waiting(self, _event: dict | None = None) -> None:
-        if self._waiting and self.ready and self._gen is not None:
+    def _run_waiting(self) -> None:
+        if self._waiting and self.session.ready and self._gen is not None:
             self._launch()
 
     def _request(self, history: list[dict]) -> dict:
@@ -505,33 +349,42 @@ class ChatController(QObject):
         if not history:
             self.view.set_counted(typed, 0)
             return
-        rid = self.worker.count_tokens(**self._request(history))
-        self._count = (rid, self.conversation_id, typed) if rid else None
+        asked = (object(), self.conversation_id, typed)
+        self._count = asked
+        if self.worker.count_tokens(**self._request(history), on_event=functools.partial(self._counted, asked)) is None:
+            self._count = None
 
-    def _on_counted(self, ev: dict) -> None:
-        if self._count is None or ev.get("id") != self._count[0]:
-            return
-        _, conversation_id, typed = self._count
+    def _counted(self, asked: tuple, ev: dict) -> None:
+        if self._count is not asked:
+            return                       # a later count replaced this one
         self._count = None
-        if conversation_id == self.conversation_id and self._gen is None:
+        _, conversation_id, typed = asked
+        if ev.get("event") == "count" and conversation_id == self.conversation_id and self._gen is None:
             self.view.set_counted(typed, ev["tokens"], ev.get("context"))
+        # an error: no count (the chat is far too long, a model without tokenizer); the estimate stays
 
     def _launch(self) -> None:
         self._waiting = False
-        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
-                   if m.id != self._gen["message_id"]]
-        request = self._request(history)
-        self._gen["widget"].footer.setText("thinking…")
-        self._gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
-        if Offers.of(self.pair_info).local:   # a server's answer does not run on this machine's CPU
-            self._gen["meter"] = CpuMeter([self.worker_pid()]).start()
-        self._gen["id"] = self.worker.generate(
-            **request, settings={**self.generation_settings(), **self._gen["overrides"]})
-
-    def _on_tokens(self, ev: dict) -> None:
         gen = self._gen
-        if gen is None or ev.get("id") != gen["id"]:
+        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
+                   if m.id != gen["message_id"]]
+        request = self._request(history)
+        gen["widget"].footer.setText("thinking…")
+        gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
+        if Offers.of(self.pair_info).local:   # a server's answer does not run on this machine's CPU
+            gen["meter"] = CpuMeter([self.session.worker_pid()]).start()
+        gen["id"] = self.worker.generate(**request, settings={**self.generation_settings(), **gen["overrides"]},
+                                         on_event=functools.partial(self._on_answer_event, gen))
+
+    def _on_answer_event(self, gen: dict, ev: dict) -> None:
+        if self._gen is not gen:
             return
+        if ev.get("event") in ("done", "error"):
+            self._finish(ev)
+        elif ev.get("event") == "tokens":
+            self._on_tokens(gen, ev)
+
+    def _on_tokens(self, gen: dict, ev: dict) -> None:
         if gen["conversation_id"] == self.conversation_id:
             gen["widget"].append_spans(ev.get("spans") or [])
             gen["widget"].footer.setText(f"{ev.get('generated', 0)} tokens…")
@@ -539,46 +392,6 @@ class ChatController(QObject):
             gen.setdefault("late_spans", []).extend(ev.get("spans") or [])
             return                       # the panel describes the chat on screen, not this one
         self.panel.update_live(ev)
-
-    def _on_done(self, ev: dict) -> None:
-        if ev.get("id") is not None and ev.get("id") == self._calib_id:
-            self._calib_id = None
-            meter, self._calib_meter = self._calib_meter, None
-            record = BaselineRecord.from_done(ev, (self.pair_info or {}).get("device", "cpu"), "calibration",
-                                              meter.stop() if meter else None)
-            self.record_baseline(record)
-            self.loadingChanged.emit(False, "")
-            self.statusMessage.emit(record.describe())
-            self._run_waiting()
-        elif self._gen is not None and ev.get("id") == self._gen["id"]:
-            self._finish(ev)
-
-    def _on_error(self, ev: dict) -> None:
-        rid = ev.get("id")
-        if rid is not None and rid == self._load_id:
-            self._load_id = None
-            self.loadingChanged.emit(False, "")
-            self.statusMessage.emit(f"Could not load the model: {ev.get('message', '')}")
-            device = (self.pair.get("plan") or run_plan.AUTO)["device"] if self.pair else "cpu"
-            way_out = (("Load on the CPU", self.load_on_cpu)
-                       if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
-                       else self._crash_way_out(ev))
-            if self._gen is not None:
-                self._finish(ev)
-            else:
-                self.view.add_error(ev, action=way_out)
-        elif rid is not None and rid == self._calib_id:
-            self._calib_id = None
-            self.loadingChanged.emit(False, "")
-            self.panel.set_baseline(self.baseline())
-            self.statusMessage.emit(f"Baseline measurement failed: {ev.get('message', '')}")
-            self._run_waiting()
-        elif self._count is not None and rid == self._count[0]:
-            self._count = None           # no count (the chat is far too long, a model without tokenizer): ≈ stays
-        elif self._gen is not None and (rid == self._gen["id"] or rid is None):
-            self._finish(ev)
-        else:
-            self.statusMessage.emit(ev.get("message", "The engine reported an error."))
 
     def _finish(self, ev: dict) -> None:
         """Store the answer (partial or whole) with its stop reason; show stats or the error."""
@@ -614,7 +427,7 @@ class ChatController(QObject):
                 self.view.add_error(ev, self.pair_info, action=("Drop the oldest turns and retry",
                                                                 self.drop_oldest_and_retry))
             elif is_error:
-                self.view.add_error(ev, self.pair_info, action=self._crash_way_out(ev))
+                self.view.add_error(ev, self.pair_info, action=self.session.crash_way_out(ev))
             self.view.mark_last()
         self.view.set_busy(False)
         if is_error and ev.get("code") == "prompt_too_long":
@@ -684,14 +497,8 @@ class ChatController(QObject):
     def _context(self, stats: dict, text: str, prompt: str, token_ids: list | None = None) -> dict:
         """What session.diagnose needs besides the stats, from measurements and the loaded pair."""
         info = self.pair_info or {}
-        trained = (self.pair or {}).get("thinking")
+        trained = (self.session.pair or {}).get("thinking")
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
         return {"cpu_other": stats.get("cpu_other"), "cpu_wall_s": stats.get("cpu_wall_s"), "text": text, "prompt": prompt, "token_ids": token_ids,
                 "chat_template": bool(info.get("chat_template")) if info else None,
                 "thinking_mismatch": trained is not None and thinking is not None and thinking != trained}
-
-    def save_settings(self) -> None:
-        try:
-            settings_mod.save(self.settings)
-        except OSError as exc:
-            self.statusMessage.emit(f"Settings could not be saved: {exc}")

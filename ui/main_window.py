@@ -1,7 +1,8 @@
 """The main window: conversations on the left, the chat (or the speedup demo) in the middle, the
 DFlash stats dock on the right, actions in the toolbar and the model's state in the status bar.
 
-Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `controller`, the
+Public handles for scripts and tests: `chat_view`, `stats_panel`, `sidebar`, `session` (the loaded pair),
+`controller` (the answers), the
 actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, `stats_action`,
 `settings_action`, `server_action`, `stop_action`), `local_server` and `server_status`, and `show_stats()`,
 `toggle_demo()`, `toggle_server()`, `open_model_picker()`, `open_settings()`, `open_chat_settings()`,
@@ -27,6 +28,7 @@ from engine.backends import ENGINES, device_class_of, missing_engines
 
 from . import theme
 from .chat_controller import ChatController
+from .pair_session import PairSession
 from .chat_settings_dialog import ChatSettingsDialog
 from .chat_view import ChatView
 from .message_widget import MessageWidget
@@ -149,7 +151,9 @@ class MainWindow(QMainWindow):
         self._auto_hidden_sidebar = False
         self.setCentralWidget(splitter)
 
-        self.controller = ChatController(self.worker, self.store, self.settings, self.chat_view, self.stats_panel, self)
+        self.session = PairSession(self.worker, self.settings, self.stats_panel, self)
+        self.controller = ChatController(self.worker, self.session, self.store, self.settings, self.chat_view,
+                                         self.stats_panel, self)
         self.local_server = LocalServer(self.worker, self._served_name, self)
         self._reloading_after_crash = False   # set by _worker_error, cleared by the next successful load
         self._build_actions()
@@ -163,7 +167,7 @@ class MainWindow(QMainWindow):
             self.controller.open_conversation(last)
         pair = pair or startup_pair(self.settings)
         if autoload and pair:   # with the engine Settings > Engine prefers, as every later load
-            QTimer.singleShot(0, lambda: self.controller.load_pair(self.with_engine(pair)))
+            QTimer.singleShot(0, lambda: self.load_pair(self.with_engine(pair)))
         elif autoload:
             QTimer.singleShot(0, lambda: self.status_label.setText(
                 "No model yet: the built-in models are not installed. Choose one with Models… (Ctrl+M)."))
@@ -217,9 +221,9 @@ class MainWindow(QMainWindow):
                                              "Edit your newest message and send it again")
         self.focus_input_action = self._action("Go to the message box", "Ctrl+L", lambda: self.chat_view.input.setFocus(),
                                                "Put the cursor in the message box")
-        self.remeasure_action = self._action("Re-measure baseline", "Ctrl+Shift+B", self.controller.calibrate,
+        self.remeasure_action = self._action("Re-measure baseline", "Ctrl+Shift+B", self.session.calibrate,
                                              "Measure plain decoding of the loaded model again")
-        self.unload_action = self._action("Unload model", "Ctrl+U", self.controller.unload,
+        self.unload_action = self._action("Unload model", "Ctrl+U", self.unload,
                                           "Free the model's memory; your next message loads it again")
         self.shortcuts_action = self._action("Keyboard shortcuts", "F1", self.show_shortcuts,
                                              "List every keyboard shortcut")
@@ -303,12 +307,13 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.pair_label)
 
     def _wire(self) -> None:
-        c = self.controller
+        p, c = self.session, self.controller
+        p.statusMessage.connect(self.status_label.setText)
+        p.loadingChanged.connect(self._loading)
+        p.pairLoaded.connect(self._show_pair)
+        p.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
+        p.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(p.pair or {}).get('name', 'Model')}  ·  unloaded"))
         c.statusMessage.connect(self.status_label.setText)
-        c.loadingChanged.connect(self._loading)
-        c.pairLoaded.connect(self._show_pair)
-        c.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
-        c.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(c.pair or {}).get('name', 'Model')}  ·  unloaded"))
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
         c.chatUnreadable.connect(self._chat_unreadable)
@@ -406,22 +411,33 @@ class MainWindow(QMainWindow):
             self.status_label.setText(text)
 
     def _worker_error(self, ev: dict) -> None:
-        if ev.get("code") == "worker_crashed" and self.local_server.url and self.controller.pair \
+        if ev.get("code") == "worker_crashed" and self.local_server.url and self.session.pair \
                 and not self._reloading_after_crash:
             # other programs use the model through the local server: it must not wait for a chat message. Once
             # per successful load: an engine that dies while loading is not started again and again.
             self._reloading_after_crash = True
             self.statusBar().showMessage("The engine stopped; the local server is on, so the model is loading "
                                          "again.", 10_000)
-            pair = self.controller.pair
-            QTimer.singleShot(0, lambda: self.controller.load_pair(pair))
+            pair = self.session.pair
+            QTimer.singleShot(0, lambda: self.load_pair(pair))
         elif ev.get("code") in ("worker_crashed", "worker_start_failed"):
             self.statusBar().showMessage("The engine stopped; your next message restarts it.", 10_000)
+
+    def load_pair(self, pair: dict) -> None:
+        """Load a pair in place of the loaded one; an answer being written stops first."""
+        self.controller.stop()
+        self.session.load_pair(pair)
+
+    def unload(self) -> None:
+        """Free the model's memory; an answer being written stops first."""
+        if Offers.of(self.session.pair_info).unload:
+            self.controller.stop()
+        self.session.unload()
 
     def _set_highlight(self, on: bool) -> None:
         self.chat_view.set_highlight(on)
         self.settings.highlight_drafted = on
-        self.controller.save_settings()
+        self.session.save_settings()
 
     def toggle_server(self, on: bool) -> None:
         """Start or stop the local server on the port and key from the settings."""
@@ -433,7 +449,7 @@ class MainWindow(QMainWindow):
     def _served_name(self) -> str | None:
         """The model name clients see: the catalog id of a local pair, the server's own name of a remote one."""
         info = self.worker.pair_info or {}
-        return (self.controller.pair or {}).get("id") if Offers.of(info).local else info.get("name")
+        return (self.session.pair or {}).get("id") if Offers.of(info).local else info.get("name")
 
     def _server_changed(self, url: str | None) -> None:
         self.server_status.show_url(url)
@@ -484,7 +500,7 @@ class MainWindow(QMainWindow):
         return self._message(QMessageBox.Icon.Information, f"<table>{text}</table>")
 
     def show_about(self) -> QMessageBox:
-        info = self.controller.pair_info or {}
+        info = self.session.pair_info or {}
         return self._message(QMessageBox.Icon.Information, about_text(
             f"{info.get('engine')} engine on {info.get('device')}" if info else "no model loaded"))
 
@@ -496,7 +512,7 @@ class MainWindow(QMainWindow):
         dialog.open()
         if not self.settings.welcome_seen:
             self.settings.welcome_seen = True
-            self.controller.save_settings()
+            self.session.save_settings()
         return dialog
 
     # -- layout -------------------------------------------------------------------------------------
@@ -566,11 +582,11 @@ class MainWindow(QMainWindow):
 
     def _demo_baseline(self, done: dict, cpu_other) -> None:
         """The speedup demo's plain run becomes the loaded pair's baseline: one baseline, everywhere."""
-        info = self.controller.pair_info or {}
+        info = self.session.pair_info or {}
         same_pair = (self.worker.pair_info or {}).get("target") == info.get("target")
         if Offers.of(info).baseline and same_pair:
             from dflash_desktop.session import BaselineRecord
-            self.controller.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
+            self.session.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
                                                                      cpu_other))
 
     def open_model_picker(self, catalog=None, hardware=None):
@@ -582,14 +598,14 @@ class MainWindow(QMainWindow):
             self.status_label.setText(f"The model picker is not available in this build ({exc}).")
             return None
         picker = ModelPicker(self, catalog=catalog, hardware=hardware, servers=self.settings.remote_servers)
-        picker.pairChosen.connect(lambda pair: self.controller.load_pair(self.with_engine(pair)))
+        picker.pairChosen.connect(lambda pair: self.load_pair(self.with_engine(pair)))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
         return picker
 
     def open_settings(self) -> SettingsDialog:
         """Open the settings dialog (non-blocking); returns it so tests and scripts can drive it."""
-        info = self.controller.pair_info or {}
+        info = self.session.pair_info or {}
         engines = [(name, ENGINES[name].label) for name in self.engine_choices()]
         dialog = SettingsDialog(self.settings, info.get("block_size"), self, engines=engines)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -599,8 +615,8 @@ class MainWindow(QMainWindow):
 
     def engine_choices(self, pair: dict | None = None) -> list[str]:
         """Engines that can run the pair (default: the loaded one) here from its folders (run_plan.py)."""
-        pair = pair or self.controller.pair
-        info = self.controller.pair_info or {}
+        pair = pair or self.session.pair
+        info = self.session.pair_info or {}
         try:
             entry = load_catalog().get(pair["id"])
         except (KeyError, TypeError, CatalogError):
@@ -626,18 +642,18 @@ class MainWindow(QMainWindow):
     def apply_settings(self, new: settings_mod.Settings | None) -> None:
         if new is None:
             return
-        reload = new.engine != self.settings.engine and self.controller.pair is not None
+        reload = new.engine != self.settings.engine and self.session.pair is not None
         for field in DIALOG_FIELDS:
             setattr(self.settings, field, getattr(new, field))
-        self.controller.save_settings()
+        self.session.save_settings()
         downloads.set_offline(self.settings.offline)
         app = QApplication.instance()
         theme.apply(app, self.settings.theme, self.settings.font_size)   # every widget follows (theme.py)
-        if self.controller.pair_info and self._shown_pair:
+        if self.session.pair_info and self._shown_pair:
             self._show_pair(self._shown_pair)            # the block size it shows may have changed
         if reload:                                       # automatic: the worker's choice (engine "auto")
-            pair, plan = self.controller.pair, self.controller.pair.get("plan") or run_plan.AUTO
-            self.controller.load_pair(self.with_engine({**pair, "plan": {**plan, "engine": "auto", "dtype": None}}))
+            pair, plan = self.session.pair, self.session.pair.get("plan") or run_plan.AUTO
+            self.load_pair(self.with_engine({**pair, "plan": {**plan, "engine": "auto", "dtype": None}}))
 
     def _message(self, icon: QMessageBox.Icon, text: str) -> QMessageBox:
         box = QMessageBox(icon, "DFlash Desktop", text, QMessageBox.StandardButton.Ok, self)
@@ -675,13 +691,13 @@ class MainWindow(QMainWindow):
     def show_error(self, error: dict):
         """Show an engine error the way a real one appears (bubble in the chat + status line)."""
         self.status_label.setText(f"Error: {error.get('message', '')}")
-        return self.chat_view.add_error(error, self.controller.pair_info)
+        return self.chat_view.add_error(error, self.session.pair_info)
 
     # -- lifetime -----------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
         self.settings.show_stats = self.stats_panel.isVisible()
         self._save_layout()
-        self.controller.save_settings()
+        self.session.save_settings()
         self.local_server.stop()
         if self._owns_worker:
             self.worker.shutdown(3.0)

@@ -110,7 +110,7 @@ class _Check:
         self.window.show()
         self.step("window shown", platform=self.app.platformName())
         controller, worker = self.window.controller, self.window.worker
-        controller.pairLoaded.connect(self.on_loaded)
+        self.window.session.pairLoaded.connect(self.on_loaded)
         controller.answerFinished.connect(self.on_answer)
         worker.workerStarted.connect(lambda ev: self.report.update(worker_pid=ev.get("pid"),
                                                                    worker_command=ev.get("command")))
