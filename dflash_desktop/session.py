@@ -10,19 +10,12 @@ CALIBRATION_TOKENS = 64
 LOW_TAU = 1.5
 
 
-def pair_key(pair: dict | None) -> str:
-    """Baselines are per target on this machine: the key is the pair id plus the target folder."""
-    if not pair:
-        return ""
-    return f"{pair.get('id', '')}|{pair.get('target_dir', '')}"
-
-
 @dataclass
 class BaselineRecord:
     """Plain decoding speed of the target, measured here, so the speedup compares like with like.
 
     The one source of truth for "this pair's baseline on this machine": the chat's calibration and the
-    speedup demo's plain run both write it (ChatController.record_baseline), and every figure derived
+    speedup demo's plain run both write it (PairSession.record_baseline), and every figure derived
     from it (speedup, warnings) is recomputed when it changes."""
     tok_s: float                    # decode tokens per second (the first token, prefill, excluded)
     tokens: int

@@ -20,6 +20,7 @@ from engine.errors import SettingsError as EngineSettingsError
 from engine.limits import LIMITS
 
 from . import paths
+from .pairs import PairRequest
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,6 @@ FONT_SIZES = (7, 32)    # points, smallest and largest
 PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
 MAX_FILE_BYTES = 4 * 2**20   # far above any settings file this app writes
-PAIR_KEYS = {"id", "name", "target_dir", "draft_dir", "plan", "planned", "thinking", "remote"}
-PLAN_KEYS = {"engine", "device", "dtype"}          # run_plan.RunPlan.request: the load_pair fields
-REMOTE_KEYS = {"base_url", "api_key", "model"}     # QtWorker.load_remote's arguments
 
 
 class SettingsError(ValueError):
@@ -82,7 +80,7 @@ class Settings:
              "Plain fallback, offline mode and the welcome's flag are on or off.")
         need(isinstance(self.highlight_drafted, bool), "Highlight drafted is on or off (true or false).")
         need(isinstance(self.show_stats, bool), "Show stats is on or off (true or false).")
-        need(_is_pair(self.last_pair), "The last model pair is not one this version can load: {id, name, "
+        need(self.last_pair is None or PairRequest.valid(self.last_pair), "The last model pair is not one this version can load: {id, name, "
              "target_dir, draft_dir, plan, thinking}, or {id, name, remote: {base_url, api_key}}.")
         need(isinstance(self.baselines, dict) and all(isinstance(k, str) and _is_baseline(v)
                                                       for k, v in self.baselines.items()),
@@ -141,27 +139,6 @@ def _is_number(value, low: float, high: float) -> bool:
 def _texts(d: dict, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> bool:
     return all(isinstance(d.get(k), str) for k in required) and all(
         d.get(k) is None or isinstance(d[k], str) for k in optional)
-
-
-def _is_plan(plan) -> bool:
-    return plan is None or (isinstance(plan, dict) and set(plan) <= PLAN_KEYS and
-                            _texts(plan, ("engine", "device"), ("dtype",)) and
-                            (plan["engine"] == "auto" or plan["engine"] in ENGINES))
-
-
-def _is_pair(pair) -> bool:
-    """The shapes ChatController.load_pair takes (a catalog or local pair, or a server), so the window can load
-    the last pair at start as it is."""
-    if pair is None:
-        return True
-    if not (isinstance(pair, dict) and set(pair) <= PAIR_KEYS and _texts(pair, ("id",), ("name",))):
-        return False
-    if "remote" in pair:
-        remote = pair["remote"]
-        return (isinstance(remote, dict) and set(remote) <= REMOTE_KEYS and _texts(remote, ("base_url",),
-                                                                                     ("api_key", "model")))
-    return (_texts(pair, ("target_dir",), ("draft_dir",)) and _is_plan(pair.get("plan")) and
-            _is_plan(pair.get("planned")) and pair.get("thinking") in (None, True, False))
 
 
 def _is_baseline(raw) -> bool:

@@ -39,17 +39,17 @@ def settle(app, seconds: float = 0.4) -> None:
         time.sleep(0.01)
 
 
-def pick_pair(home: Path) -> dict:
+def pick_pair(home: Path):
+    from dflash_desktop.pairs import PairRequest
     draft = ROOT / "assets" / "demo" / "draft"
     if (draft / "model.safetensors").is_file():
-        return {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(ROOT / "assets/demo/target"),
-                "draft_dir": str(draft)}
+        return PairRequest("demo", "Demo pair (built in)", str(ROOT / "assets/demo/target"), str(draft))
     code = ("import sys; from tests.tiny_torch import save_random_pair; "
             "t, d = save_random_pair(sys.argv[1], hidden=64, layers=4, block_size=8); print(t); print(d)")
     out = subprocess.run([sys.executable, "-c", code, str(home / "pair")], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     target, draft_dir = out.stdout.split()[-2:]
-    return {"id": "random", "name": "Random test pair", "target_dir": target, "draft_dir": draft_dir}
+    return PairRequest("random", "Random test pair", target, draft_dir)
 
 
 def start_long_answer(app, window, prompt: str) -> None:
@@ -111,19 +111,20 @@ def new_chat(window) -> list[dict]:
     return finished
 
 
-def answer_and_shoot(app, window, shots: Shooter, name: str, question: str, pair: dict,
+def answer_and_shoot(app, window, shots: Shooter, name: str, question: str, pair,
                      ready_name: str | None = None) -> None:
     """Load the pair in a new chat (shot as `ready_name` once ready), ask, and shoot the answer with the stats
     panel."""
-    finished = new_chat(window)
+    from dflash_desktop.pairs import PairRequest
+    pair, finished = PairRequest.of(pair), new_chat(window)
     window.load_pair(pair)
-    wait_until(app, lambda: window.session.ready, 300, f"{pair['name']} to load")
+    wait_until(app, lambda: window.session.ready, 300, f"{pair.name} to load")
     if ready_name:
         window.show_stats(False)
         shots.shoot(ready_name)
     window.chat_view.input.setPlainText(question)
     window.chat_view.submit()
-    wait_until(app, lambda: bool(finished), 240, f"{pair['name']}'s answer")
+    wait_until(app, lambda: bool(finished), 240, f"{pair.name}'s answer")
     window.show_stats(True)
     shots.shoot(name)
 
@@ -162,7 +163,7 @@ def shoot_chat_pair(app, window, shots: Shooter) -> None:
     stats panel."""
     from ui.main_window import starter_pair
     pair = starter_pair()
-    if not pair or pair["id"] != "chat":
+    if not pair or pair.id != "chat":
         print("skipping 20-21: the chat pair is not installed", flush=True)
         return
     answer_and_shoot(app, window, shots, "21-chat-pair-answer", "Explain the water cycle like I'm five.",
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused, with the way out
         from ui.errors import ErrorBubble
         c.new_chat()
-        window.load_pair({**pair, "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}})
+        window.load_pair(pair.with_plan(engine="torch", device="cuda", dtype="bfloat16"))
         wait_until(app, lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages), 120,
                    "the GPU refusal")
         window.show_stats(True)

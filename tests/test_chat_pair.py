@@ -90,7 +90,7 @@ def test_greedy_dflash_is_plain_decoding_in_mlx_on_its_cpu(smollm2, draft_dir):
 
 def test_greedy_dflash_is_plain_decoding_in_llamacpp_on_float32_weights(smollm2_folder, draft_dir, torch_pair):
     """llama.cpp finds the drafter's GGUF in its folder; on float32 weights DFlash gives plain decoding's tokens
-    (ties excepted). On the Q4_1 GGUF the two part after a few tokens: docs/ENGINES.md."""
+    (ties excepted). On the Q4_1 GGUF the two part after a few tokens: docs/engines/llamacpp.md."""
     from engine.backends.llamacpp.engine import load_pair
     pair = load_pair(smollm2_folder, draft_dir, dtype="float32")
     try:
@@ -135,8 +135,8 @@ def test_a_fresh_profile_opens_the_chat_pair_answers_in_english_and_offers_the_c
     window.show()
     try:
         qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS * 3)   # with calibration
-        info = window.session.pair_info
-        assert window.session.pair["id"] == "chat" and info["engine"] == "llamacpp" and info["has_drafter"]
+        info = window.session.loaded
+        assert window.session.pair.id == "chat" and info.engine == "llamacpp" and info.has_drafter
         assert window.chat_view.banner.isHidden() and window.chat_view.system_prompt.isEnabled()
         window.settings.max_new_tokens = 32
         with qtbot.waitSignal(window.controller.answerFinished, timeout=120_000) as finished:

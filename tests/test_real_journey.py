@@ -113,14 +113,14 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
     with qtbot.waitSignal(window.session.pairLoaded, timeout=LOAD_MS) as loaded:
         picker.load_button.click()
     info = loaded.args[0]
-    assert (info["engine"], info["dtype"], info["architecture"], info["has_drafter"]) == \
+    assert (info.engine, info.dtype, info.event["architecture"], info.has_drafter) == \
         ("llamacpp", "q4_1", "llama", True), info
     answer = ask(qtbot, window, QUESTION)
     assert answer["event"] == "done" and len(answer["text"].split()) >= 3, answer
     stored = window.controller.store.messages(window.controller.conversation_id)
     assert stored[-1].content == answer["text"] and stored[-2].content == QUESTION
 
-    target, draft = Path(info["target"]), Path(info["draft"])
+    target, draft = Path(info.target), Path(info.event["draft"])
     proc, url = start_server(tmp_path / "serve-home", "--engine", "llamacpp", "--target", str(target),
                              "--draft", str(draft), "--model-name", "smollm2-135m")
     try:
@@ -140,7 +140,7 @@ def test_a_gguf_the_user_has_opens_from_disk_and_chats_without_a_drafter(qtbot, 
     with qtbot.waitSignal(window.session.pairLoaded, timeout=LOAD_MS) as loaded:
         dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
     info = loaded.args[0]
-    assert (info["engine"], info["dtype"], info["has_drafter"]) == ("llamacpp", "q4_1", False), info
+    assert (info.engine, info.dtype, info.has_drafter) == ("llamacpp", "q4_1", False), info
     answer = ask(qtbot, window, "Name the largest planet in the solar system.")
     assert answer["event"] == "done" and len(answer["text"].split()) >= 3, answer
     assert "no drafter" in window.controller.panel.acceptance_label.text()

@@ -163,7 +163,7 @@ def test_a_quantized_mlx_folder_loads_through_the_worker(worker, smollm2):
 def test_llamacpp_dflash_on_a_llama_target_equals_its_plain_decoding(smollm2_folder, smollm2_random_drafter):
     """llama.cpp's DFlash reads a llama target's layers (the engine declares `llama`): on the same weights in
     float32, greedy DFlash gives plain decoding's tokens. (On the Q4_1 GGUF the verify's batched products round
-    differently and the two part after a few tokens: docs/ENGINES.md, "Exactness on quantized GGUF".)"""
+    differently and the two part after a few tokens: docs/engines/llamacpp.md, "Exactness: up to rounding".)"""
     from engine.backends.llamacpp.engine import load_pair
     pair = load_pair(smollm2_folder, smollm2_random_drafter, dtype="float32")
     try:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox
 
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.pairs import PairRequest
 from ui.errors import ErrorBubble
 from ui.message_widget import MessageWidget
 
@@ -319,7 +320,8 @@ def test_models_action_opens_picker_and_loads_the_chosen_pair(qtbot, home, chat_
     with qtbot.waitSignal(window.session.pairLoaded, timeout=60_000):
         pickers[0].pairChosen.emit(chosen)
     qtbot.waitUntil(lambda: window.session.ready, timeout=60_000)
-    assert window.session.pair == chosen and settings_mod.load().last_pair == chosen
+    assert window.session.pair == PairRequest.of(chosen)
+    assert PairRequest.of(settings_mod.load().last_pair) == window.session.pair
     assert window.session.baseline() is not None   # a new pair gets its own baseline
     pickers[0].reject()
 

@@ -15,7 +15,7 @@ from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, chat_worker, echo_pair, home, m
 def test_a_code_completion_model_says_what_it_can_do(qtbot, home, chat_worker, echo_pair):
     window = make_window(qtbot, chat_worker, {**echo_pair, "id": "demo"})   # shown as the demo pair
     view = window.chat_view
-    assert not window.session.pair_info["chat_template"]
+    assert not window.session.loaded.chat_template
     assert view.banner.isVisible() and view.banner.text() == DEMO_BANNER
     assert "give it the start of a Python file" in view.banner.text()
     assert not view.system_prompt.isEnabled()

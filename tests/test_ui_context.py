@@ -22,7 +22,7 @@ def send(qtbot, window, text: str) -> dict:
 def test_the_meter_shows_the_workers_count_and_follows_typing(qtbot, home, chat_worker, echo_pair):
     window = make_window(qtbot, chat_worker, echo_pair)
     view = window.chat_view
-    limit = window.session.pair_info["max_positions"]
+    limit = window.session.loaded.max_positions
     assert view.context_limit == limit and view.context_meter.text().startswith(f"0 / {limit:,} tokens")
     stats = send_and_wait(qtbot, window, "def f(x):")["stats"]
     used = stats["prompt_tokens"] + stats["generated_tokens"]      # counted by the engine

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
+from dflash_desktop.pairs import PairRequest
 from dflash_desktop.qt_worker import QtWorker
 from ui.chat_view import CODE_EXAMPLES
 from ui.main_window import MainWindow, demo_pair
@@ -27,7 +28,7 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     if pair is None:   # assets/demo not committed yet: same path with a random pair
         from tests.tiny_torch import save_random_pair
         target, draft = save_random_pair(tmp_path / "pair", block_size=8)
-        pair = {"id": "random", "name": "Random pair", "target_dir": str(target), "draft_dir": str(draft)}
+        pair = PairRequest("random", "Random pair", str(target), str(draft))
     window = MainWindow(worker=worker, store=ChatStore(), settings=settings_mod.Settings(max_new_tokens=48),
                         pair=pair)      # the code pair by name: a first start opens the chat pair (test_chat_pair.py)
     qtbot.addWidget(window)
@@ -35,15 +36,15 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     qtbot.waitUntil(lambda: window.progress.isVisibleTo(window), timeout=5000)   # loading shows in the status bar
     assert "Loading" in window.status_label.text() or "Reading" in window.status_label.text()
     qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
-    assert window.session.pair["id"] == pair["id"] and settings_mod.load().last_pair == window.session.pair
+    assert window.session.pair.id == pair.id and settings_mod.load().last_pair == window.session.pair.to_dict()
     assert window.stats_panel.values["baseline_tok_s"] > 0
     hint = window.chat_view.hint.text()
     assert window.chat_view.hint.isVisibleTo(window)
-    expected = "Demo pair: a tiny code model" if pair["id"] == "demo" else "no chat template"
+    expected = "Demo pair: a tiny code model" if pair.id == "demo" else "no chat template"
     assert expected in hint
     assert window.chat_view.example_buttons[0].property("prompt") == CODE_EXAMPLES[0]
     assert window.chat_view.example_buttons[0].text().splitlines()[0] == CODE_EXAMPLES[0].splitlines()[0]
-    assert window.pair_label.text().startswith(pair["name"])
+    assert window.pair_label.text().startswith(pair.name)
 
     streamed: list[str] = []
     worker.tokens.connect(lambda ev: streamed.append("".join(s[0] for s in ev["spans"])))
@@ -64,13 +65,13 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     assert [(m.role, m.content) for m in stored] == [("user", CODE_EXAMPLES[0]), ("assistant", done["text"])]
     # the window keeps the CPU meter of the answer beside the engine's stats (tests/test_stats_truth.py)
     assert {k: v for k, v in stored[1].stats.items() if not k.startswith("cpu_")} == stats
-    chose = (window.session.pair_info or {}).get("speculation") or {}
+    chose = window.session.loaded.speculation or {}
     if chose.get("n_max") == 0:
         # the engine (llama.cpp, the first start's choice on a CPU where it is built) timed plain decoding
         # faster here: the answer says so, and the stats panel shows why
         assert stats["fallback"] and stats["fallback"]["reason"] == chose["reason"]
         assert chose["reason"] in window.stats_panel.runtime.text()
-    elif pair["id"] == "demo" and pair["draft_dir"]:
+    elif pair.id == "demo" and pair.draft_dir:
         # drafter quality is tests/test_demo_pair.py's job; here: drafted tokens reach the window as such
         assert stats["accepted"] > 0, "no drafted token was accepted through the window"
         assert any(drafted for _, drafted in stored[1].spans), "drafted spans were not stored"

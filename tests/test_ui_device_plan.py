@@ -57,8 +57,8 @@ def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_p
         bubble.action_button.click()
         qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
         assert sent[1] == {"engine": "torch", "device": "cpu", "dtype": None}
-    loaded = window.session.pair_info
-    assert (loaded["engine"], loaded["device"], loaded["dtype"]) == ("torch", "cpu", "float32")
+    loaded = window.session.loaded
+    assert (loaded.engine, loaded.device, loaded.dtype) == ("torch", "cpu", "float32")
     assert window.stats_panel.runtime.text() == "Runs on cpu · torch engine · float32 weights"
     assert "torch on cpu, float32" in window.pair_label.text()
 

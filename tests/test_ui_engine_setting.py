@@ -41,10 +41,10 @@ def test_switching_the_engine_setting_back_restores_the_pickers_plan(qtbot, home
     planned = {"engine": "torch", "device": "cpu", "dtype": "float32"}
     window = make_window(qtbot, chat_worker, {**echo_pair, "plan": planned, "planned": planned},
                          Settings(engine="torch", max_new_tokens=4))
-    assert window.session.pair["plan"] == planned
+    assert window.session.pair.plan == planned
     with qtbot.waitSignal(window.session.pairLoaded, timeout=LOAD_TIMEOUT_MS):
         window.apply_settings(Settings(engine="auto", max_new_tokens=4))
-    assert window.session.pair["plan"] == planned and window.session.pair_info["dtype"] == "float32"
-    assert window.with_engine({**echo_pair, "planned": planned})["plan"] == planned
+    assert window.session.pair.plan == planned and window.session.loaded.dtype == "float32"
+    assert window.with_engine({**echo_pair, "planned": planned}).plan == planned
     window.settings.engine = "llamacpp"          # not able to run this pair's folders: the plan stays
-    assert window.with_engine({**echo_pair, "plan": planned, "planned": planned})["plan"] == planned
+    assert window.with_engine({**echo_pair, "plan": planned, "planned": planned}).plan == planned

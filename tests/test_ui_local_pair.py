@@ -29,8 +29,8 @@ def test_a_gguf_file_goes_to_llamacpp_and_a_folder_to_the_workers_choice(qtbot, 
     dialog.accept()
     assert dialog.result() == 1
     pair = dialog.pair()
-    assert pair["target_dir"] == str(gguf) and pair["draft_dir"] == str(folder) and pair["name"] == "Model-Q4_K_M"
-    assert pair["plan"]["engine"] == "llamacpp" and pair["id"].startswith("local:")
+    assert pair.target_dir == str(gguf) and pair.draft_dir == str(folder) and pair.name == "Model-Q4_K_M"
+    assert pair.plan["engine"] == "llamacpp" and pair.id.startswith("local:")
     assert engine_for(folder) == "auto"
     (folder / "x.gguf").write_bytes(b"GGUF")
     assert engine_for(folder) == "llamacpp"
@@ -57,7 +57,7 @@ def test_models_open_from_disk_loads_the_pair_in_the_real_worker(qtbot, tmp_path
         dialog.draft.setText(str(DEMO_DIR / "draft"))
         with qtbot.waitSignal(window.session.pairLoaded, timeout=180_000):
             dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
-        assert window.session.pair["id"] == f"local:{(DEMO_DIR / 'target').resolve()}"
-        assert window.session.pair_info["has_drafter"]
+        assert window.session.pair.id == f"local:{(DEMO_DIR / 'target').resolve()}"
+        assert window.session.loaded.has_drafter
     finally:
         worker.shutdown(10)

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 
 from dflash_desktop.catalog import bundled_path, load_file, parse_catalog
 from dflash_desktop.hardware import HardwareProbe, detect
+from dflash_desktop.pairs import PairRequest
 from tests.hub_server import hub, make_repo  # noqa: F401  (fixture)
 from tests.ui_fixtures import random_pair  # noqa: F401  (fixture)
 from ui.model_picker import ModelPicker, hub_reachable
@@ -84,10 +85,9 @@ def test_demo_pair_loads_and_emits_its_folders(qtbot, picker, random_pair):
     assert picker.load_button.isEnabled()
     with qtbot.waitSignal(picker.pairChosen, timeout=WAIT_MS) as chosen:
         picker.load_button.click()
-    assert chosen.args[0] == {"id": "demo", "name": "Demo pair (built in)", "target_dir": str(random_pair[0]),
-                              "draft_dir": str(random_pair[1]), "thinking": None,
-                              "plan": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"},
-                              "planned": {"engine": "torch", "device": "cuda", "dtype": "bfloat16"}}
+    assert chosen.args[0] == PairRequest("demo", "Demo pair (built in)", str(random_pair[0]), str(random_pair[1]),
+                                         plan={"engine": "torch", "device": "cuda", "dtype": "bfloat16"},
+                                         planned={"engine": "torch", "device": "cuda", "dtype": "bfloat16"})
     assert "Runs with PyTorch on the NVIDIA GPU (CUDA), bfloat16" in picker.facts.text()
 
 
@@ -149,9 +149,9 @@ def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub
     with qtbot.waitSignal(picker.pairChosen, timeout=WAIT_MS) as chosen:
         picker.load_button.click()
     got = chosen.args[0]
-    assert got["id"] == "qwen3-4b"
-    assert (Path(got["target_dir"]) / "config.json").read_bytes() == hub.repos["org/target"].files["config.json"]
-    assert (Path(got["draft_dir"]) / "config.json").read_bytes() == hub.repos["org/draft"].files["config.json"]
+    assert got.id == "qwen3-4b"
+    assert (Path(got.target_dir) / "config.json").read_bytes() == hub.repos["org/target"].files["config.json"]
+    assert (Path(got.draft_dir) / "config.json").read_bytes() == hub.repos["org/draft"].files["config.json"]
 
 
 def test_pair_no_engine_runs_on_this_device_says_where_it_runs():

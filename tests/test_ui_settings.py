@@ -49,7 +49,7 @@ def test_every_field_has_a_tooltip_with_its_range_and_default_from_the_tables(qt
         tip = getattr(dialog, name).toolTip()
         assert LIMITS[name].help in tip and LIMITS[name].describe() in tip, name
     assert f"Default: {LIMITS['max_new_tokens'].default}." in dialog.max_new_tokens.toolTip()
-    assert f"1 to {window.session.pair_info['block_size']}" in dialog.block_size.toolTip()
+    assert f"1 to {window.session.loaded.block_size}" in dialog.block_size.toolTip()
     assert f"{FONT_SIZES[0]} to {FONT_SIZES[1]}. Default: {Settings().font_size}." in dialog.font_size.toolTip()
     assert f"{PORTS[0]} to {PORTS[1]}. Default: {Settings().server_port}." in dialog.server_port.toolTip()
     assert dialog.reset_button.toolTip()
@@ -85,7 +85,7 @@ def test_reset_fills_the_defaults_and_cancel_still_cancels(qtbot, home, chat_wor
 
 def test_the_status_bar_follows_the_block_size(qtbot, home, chat_worker, echo_pair, restore_theme):
     window = make_window(qtbot, chat_worker, echo_pair)
-    drafters = window.session.pair_info["block_size"]
+    drafters = window.session.loaded.block_size
     assert window.pair_label.text().endswith(f"block {drafters}")
     dialog = window.open_settings()
     dialog.block_size.setValue(drafters // 2)

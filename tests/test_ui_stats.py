@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QLabel, QWidget
 
 from dflash_desktop import session
 from dflash_desktop import settings as settings_mod
+from dflash_desktop.pairs import LoadedPair
 from dflash_desktop.session import BaselineRecord, diagnose
 from ui.stats_panel import BarChart, Metric, Sparkline
 
@@ -133,11 +134,11 @@ def test_the_panel_shows_the_memory_the_worker_measured(qtbot, home, chat_worker
     size = f"{peak / 2**20:.0f} MB" if peak < 2**30 else f"{peak / 1e9:.1f} GB"
     assert shown(window)["memory"] == f"Engine memory in this answer: {size} at peak"
     assert panel.memory.isVisible() and panel.memory.toolTip()
-    panel.set_runtime({"engine": "torch", "device": "cuda:0", "dtype": "bfloat16",
-                       "cuda_peak_bytes": 3_000_000_000, "cuda_reserved_bytes": 3_500_000_000})
+    panel.set_runtime(LoadedPair.of({"engine": "torch", "device": "cuda:0", "dtype": "bfloat16",
+                                     "cuda_peak_bytes": 3_000_000_000, "cuda_reserved_bytes": 3_500_000_000}))
     assert shown(window)["memory"] == "GPU memory after loading: 3.0 GB at peak · 3.5 GB reserved by torch"
-    panel.set_runtime({"engine": "torch", "device": "cpu", "dtype": "float32",
-                       "cuda_peak_bytes": None, "cuda_reserved_bytes": None})
+    panel.set_runtime(LoadedPair.of({"engine": "torch", "device": "cpu", "dtype": "float32",
+                                     "cuda_peak_bytes": None, "cuda_reserved_bytes": None}))
     assert shown(window)["memory"] is None and not panel.memory.isVisible()
 
 

@@ -13,7 +13,7 @@ def test_unload_frees_the_pair_and_the_next_message_loads_it_again(qtbot, home, 
     assert re.search(r"ready \d+\.\d s after you asked; reading the model took \d+\.\d s", window.session.ready_text)
     with qtbot.waitSignal(window.session.pairUnloaded, timeout=ANSWER_TIMEOUT_MS):
         window.unload_action.trigger()
-    assert chat_worker.pair_info is None and window.session.pair_info is None          # the worker's own answer
+    assert chat_worker.pair_info is None and window.session.loaded is None          # the worker's own answer
     assert window.status_label.text().startswith("Model unloaded: its memory is freed.")
     assert re.search(r"went from [\d,]+ MB to [\d,]+ MB", window.status_label.text())
     assert window.pair_label.text().endswith("unloaded")

@@ -12,7 +12,7 @@ from dflash_desktop import session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.cpu_load import CpuMeter
-from dflash_desktop.offers import Offers
+from dflash_desktop.pairs import LoadedPair
 from dflash_desktop.qt_worker import QtWorker
 
 from .chat_settings_dialog import greedy_question
@@ -56,21 +56,21 @@ class ChatController(QObject):
         view.thinking.toggled.connect(self._on_thinking_toggled)
 
     @property
-    def pair_info(self) -> dict | None:
-        return self.session.pair_info
+    def loaded(self) -> LoadedPair | None:
+        return self.session.loaded
 
     @property
     def generating(self) -> bool:
         return self._gen is not None
 
-    def _on_loaded(self, ev: dict) -> None:
+    def _on_loaded(self, loaded: LoadedPair) -> None:
         """What the chat shows depends on the model: thinking switch, starter cards, context meter."""
-        pair = self.session.pair or {}
-        self.view.thinking.setVisible(bool(ev.get("supports_thinking")))
-        if pair.get("thinking") is not None:   # match the drafter's training, so drafts get accepted
-            self.view.thinking.setChecked(bool(pair["thinking"]))
-        self.view.set_examples(bool(ev.get("chat_template")), demo=pair.get("id") == "demo")
-        self.view.set_context(limit=ev.get("max_positions") or 0)
+        pair = self.session.pair
+        self.view.thinking.setVisible(loaded.supports_thinking)
+        if pair.thinking is not None:   # match the drafter's training, so drafts get accepted
+            self.view.thinking.setChecked(pair.thinking)
+        self.view.set_examples(loaded.chat_template, demo=pair.id == "demo")
+        self.view.set_context(limit=loaded.max_positions)
         self.count_context()
 
     def _on_load_failed(self, ev: dict, way_out) -> None:
@@ -107,7 +107,7 @@ class ChatController(QObject):
         self.conversation_id = conv.id
         try:
             messages = self.store.messages(conv.id)
-            self.view.load(messages, conv.system_prompt, self.pair_info)
+            self.view.load(messages, conv.system_prompt, self.loaded)
             self.view.show_chat_settings(conv.overrides)
             self.show_stats_of(messages)
         except Exception as exc:  # noqa: BLE001 - whatever a damaged row makes the drawing raise
@@ -176,7 +176,7 @@ class ChatController(QObject):
 
     def generation_settings(self) -> dict:
         """The worker's settings for the chat on screen: the global ones, with the chat's own on top."""
-        return {**self.settings.generation((self.pair_info or {}).get("block_size")), **self.chat_overrides()}
+        return {**self.settings.generation(self.loaded.block_size if self.loaded else None), **self.chat_overrides()}
 
     # -- answers ------------------------------------------------------------------------------------
     def send_typed(self, text: str) -> None:
@@ -267,7 +267,7 @@ class ChatController(QObject):
                 widget.set_prefix(question[-1].content)
             widget.set_content(shown.content, shown.spans or [[shown.content, False]])
             widget.set_footer(shown.stats, shown.stop_reason)
-            self.view.set_error_under(widget, shown.error, self.pair_info)
+            self.view.set_error_under(widget, shown.error, self.loaded)
             ahead, back = ((widget.next_button, widget.previous_button) if forward else
                            (widget.previous_button, widget.next_button))
             on_arrows = ahead.hasFocus() or back.hasFocus()
@@ -311,7 +311,7 @@ class ChatController(QObject):
                 self.statusMessage.emit("No model loaded: choose one with Models… (Ctrl+M).")
 
     def _on_thinking_toggled(self, on: bool) -> None:
-        trained = (self.session.pair or {}).get("thinking")
+        trained = self.session.pair.thinking if self.session.pair else None
         if trained is None or on == trained:
             return
         mode = "on" if trained else "off"
@@ -330,7 +330,7 @@ class ChatController(QObject):
         """generate()'s prompt fields for this chat with `history` as its turns; count_tokens takes the same."""
         conv = self.store.conversation(self.conversation_id) if self.conversation_id is not None else None
         request = session.request_for(history, conv.system_prompt if conv else self._pending_system_prompt,
-                                      bool(self.pair_info.get("chat_template")))
+                                      self.loaded.chat_template)
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
         return {**request, "enable_thinking": thinking}
 
@@ -340,7 +340,7 @@ class ChatController(QObject):
         answer is not stored yet; its end sets the meter from its stats), and not without a local model:
         the meter then keeps its estimate."""
         typed = self.view.input.toPlainText() if typed is None else typed
-        if self.pair_info is None or self._gen is not None:
+        if self.loaded is None or self._gen is not None:
             return
         messages = self.store.messages(self.conversation_id) if self.conversation_id is not None else []
         history = [{"role": m.role, "content": m.content} for m in messages]
@@ -371,7 +371,7 @@ class ChatController(QObject):
         request = self._request(history)
         gen["widget"].footer.setText("thinking…")
         gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
-        if Offers.of(self.pair_info).local:   # a server's answer does not run on this machine's CPU
+        if self.loaded.offers.local:   # a server's answer does not run on this machine's CPU
             gen["meter"] = CpuMeter([self.session.worker_pid()]).start()
         gen["id"] = self.worker.generate(**request, settings={**self.generation_settings(), **gen["overrides"]},
                                          on_event=functools.partial(self._on_answer_event, gen))
@@ -424,10 +424,10 @@ class ChatController(QObject):
             if self.view.input.toPlainText():
                 self.count_context()     # typed while the answer was written: count it with the answer
             if is_error and ev.get("code") == "prompt_too_long":
-                self.view.add_error(ev, self.pair_info, action=("Drop the oldest turns and retry",
+                self.view.add_error(ev, self.loaded, action=("Drop the oldest turns and retry",
                                                                 self.drop_oldest_and_retry))
             elif is_error:
-                self.view.add_error(ev, self.pair_info, action=self.session.crash_way_out(ev))
+                self.view.add_error(ev, self.loaded, action=self.session.crash_way_out(ev))
             self.view.mark_last()
         self.view.set_busy(False)
         if is_error and ev.get("code") == "prompt_too_long":
@@ -477,14 +477,14 @@ class ChatController(QObject):
             self.statusMessage.emit("Your message alone is longer than the model's context: shorten it, or start "
                                     "a new chat with the part that matters.")
             self.view.load(self.store.messages(self.conversation_id), conv.system_prompt if conv else "",
-                           self.pair_info)
+                           self.loaded)
             return
         oldest = [m.id for m in messages if m.id < users[1].id]
         self.store.delete_messages(oldest)
         if failed is not None:
             self.store.new_version(failed.id, retry_prompt)
         kept = self.store.messages(self.conversation_id)
-        self.view.load(kept, conv.system_prompt if conv else "", self.pair_info)
+        self.view.load(kept, conv.system_prompt if conv else "", self.loaded)
         if failed is not None:
             self.view.remove_from(self.view.user_widget(failed.id))   # _start_answer draws it again
         used, estimated = self._context_used(kept)
@@ -496,9 +496,8 @@ class ChatController(QObject):
 
     def _context(self, stats: dict, text: str, prompt: str, token_ids: list | None = None) -> dict:
         """What session.diagnose needs besides the stats, from measurements and the loaded pair."""
-        info = self.pair_info or {}
-        trained = (self.session.pair or {}).get("thinking")
+        trained = self.session.pair.thinking if self.session.pair else None
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
         return {"cpu_other": stats.get("cpu_other"), "cpu_wall_s": stats.get("cpu_wall_s"), "text": text, "prompt": prompt, "token_ids": token_ids,
-                "chat_template": bool(info.get("chat_template")) if info else None,
+                "chat_template": self.loaded.chat_template if self.loaded else None,
                 "thinking_mismatch": trained is not None and thinking is not None and thinking != trained}

@@ -8,6 +8,8 @@ from PySide6.QtGui import QFont, QKeyEvent
 from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
                                QScrollArea, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
+from dflash_desktop.pairs import LoadedPair
+
 from . import theme
 from .errors import ErrorBubble
 from .message_widget import MessageWidget
@@ -375,7 +377,7 @@ class ChatView(QWidget):
         self.messages = []
         self.empty.show()
 
-    def load(self, messages, system_prompt: str = "", pair_info: dict | None = None) -> None:
+    def load(self, messages, system_prompt: str = "", loaded: LoadedPair | None = None) -> None:
         """Show a stored conversation (chat_store.Message objects)."""
         self.clear()
         self.system_prompt.setText(system_prompt)
@@ -389,7 +391,7 @@ class ChatView(QWidget):
                 w.set_footer(m.stats, m.stop_reason)
                 w.set_versions(m.version, len(m.versions or ()) or 1)
                 if m.error:
-                    self.add_error(m.error, pair_info)
+                    self.add_error(m.error, loaded)
         self.mark_last()
 
     def _add(self, widget: QFrame) -> None:
@@ -416,12 +418,12 @@ class ChatView(QWidget):
         self._add(w)
         return w
 
-    def add_error(self, error: dict, pair_info: dict | None = None, action=None) -> ErrorBubble:
-        bubble = ErrorBubble(error, pair_info, parent=self.column, action=action)
+    def add_error(self, error: dict, loaded: LoadedPair | None = None, action=None) -> ErrorBubble:
+        bubble = ErrorBubble(error, loaded, parent=self.column, action=action)
         self._add(bubble)
         return bubble
 
-    def set_error_under(self, widget: QFrame, error: dict | None, pair_info: dict | None = None) -> None:
+    def set_error_under(self, widget: QFrame, error: dict | None, loaded: LoadedPair | None = None) -> None:
         """The error bubble under an answer follows the version shown: dropped, or made for this error."""
         index = self.messages.index(widget)
         after = self.messages[index + 1] if index + 1 < len(self.messages) else None
@@ -429,7 +431,7 @@ class ChatView(QWidget):
             self._drop(after)
             self.messages.remove(after)
         if error:
-            bubble = ErrorBubble(error, pair_info, parent=self.column)
+            bubble = ErrorBubble(error, loaded, parent=self.column)
             self.column_layout.insertWidget(self.column_layout.indexOf(widget) + 1, bubble)
             self.messages.insert(index + 1, bubble)
 

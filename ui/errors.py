@@ -13,10 +13,11 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from dflash_desktop import paths
+from dflash_desktop.pairs import LoadedPair
 from engine.worker import app_version
 
 
-def diagnostics_text(error: dict, pair_info: dict | None = None) -> str:
+def diagnostics_text(error: dict, loaded: LoadedPair | None = None) -> str:
     """Plain text for a bug report."""
     import PySide6
     lines = [f"DFlash Desktop {app_version()} — error report",
@@ -29,8 +30,8 @@ def diagnostics_text(error: dict, pair_info: dict | None = None) -> str:
     lines += [f"log: {error.get('log_path') or paths.logs_dir()}",
               f"python: {sys.version.split()[0]}  PySide6: {PySide6.__version__}",
               f"system: {platform.platform()}"]
-    if pair_info:
-        lines.append(f"model: {pair_info.get('name')} on {pair_info.get('device')} ({pair_info.get('dtype')})")
+    if loaded:
+        lines.append(f"model: {loaded.name} on {loaded.device} ({loaded.dtype})")
     tail = error.get("stderr_tail") or []
     if tail:
         lines += ["", "engine stderr (last lines):", *tail]
@@ -48,11 +49,11 @@ class ErrorBubble(QFrame):
     """Shown in place of (or under) the answer that failed; `action` (label, callback) offers a way out,
     such as loading on the CPU when the GPU cannot be used."""
 
-    def __init__(self, error: dict, pair_info: dict | None = None, parent: QWidget | None = None,
+    def __init__(self, error: dict, loaded: LoadedPair | None = None, parent: QWidget | None = None,
                  action: tuple[str, Callable[[], None]] | None = None):
         super().__init__(parent)
         self.error = dict(error)
-        self.diagnostics = diagnostics_text(self.error, pair_info)
+        self.diagnostics = diagnostics_text(self.error, loaded)
         self.setObjectName("bubble_error")
         self.setAccessibleName("Error")
         layout = QVBoxLayout(self)

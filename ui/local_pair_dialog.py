@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtWidgets import (QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
+from dflash_desktop.pairs import PairRequest
 from dflash_desktop.run_plan import AUTO
 
 from .dialog_parts import ok_cancel, warning_label
@@ -87,9 +88,8 @@ class LocalPairDialog(QDialog):
             return
         super().accept()
 
-    def pair(self) -> dict:
-        """The chosen pair in the shape the chat controller loads (its id keeps its baselines apart)."""
+    def pair(self) -> PairRequest:
+        """The chosen pair as a load request (its id keeps its baselines apart)."""
         target, draft = self.target_path, self.draft_path
-        return {"id": f"local:{target}", "name": target.stem if target.is_file() else target.name,
-                "target_dir": str(target), "draft_dir": str(draft) if draft else None,
-                "plan": {**AUTO, "engine": engine_for(target)}, "thinking": None}
+        return PairRequest(f"local:{target}", target.stem if target.is_file() else target.name, str(target),
+                           str(draft) if draft else None, plan={**AUTO, "engine": engine_for(target)})

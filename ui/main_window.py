@@ -11,6 +11,7 @@ actions (`new_chat_action`, `models_action`, `demo_action`, `highlight_action`, 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, Qt, QTimer
@@ -23,6 +24,7 @@ from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import CatalogError, load_catalog
 from dflash_desktop.chat_store import ChatStore, ChatStoreError, open_store
 from dflash_desktop.offers import Offers
+from dflash_desktop.pairs import LoadedPair, PairRequest
 from dflash_desktop.qt_worker import QtWorker
 from engine.backends import ENGINES, device_class_of, missing_engines
 
@@ -75,15 +77,14 @@ class ElidedLabel(QLabel):
         self._elide()
 
 
-def embedded_request(pair) -> dict | None:
+def embedded_request(pair) -> PairRequest | None:
     """A built-in pair as a load request, or None when its files are not here."""
     if not pair.installed():
         return None
-    draft = pair.local_path("drafter")
-    return {"id": pair.id, "name": pair.name, "target_dir": str(pair.local_path("target")), "draft_dir": str(draft)}
+    return PairRequest(pair.id, pair.name, str(pair.local_path("target")), str(pair.local_path("drafter")))
 
 
-def demo_pair() -> dict | None:
+def demo_pair() -> PairRequest | None:
     """The code pair, whose files ship inside the app, as a load request (None when they are missing)."""
     try:
         return embedded_request(load_catalog().demo)
@@ -91,7 +92,7 @@ def demo_pair() -> dict | None:
         return None
 
 
-def starter_pair() -> dict | None:
+def starter_pair() -> PairRequest | None:
     """What a first start opens: the chat pair where its model is installed, else the code pair."""
     try:
         return embedded_request(load_catalog().starter())
@@ -99,17 +100,17 @@ def starter_pair() -> dict | None:
         return None
 
 
-def startup_pair(settings: settings_mod.Settings) -> dict | None:
+def startup_pair(settings: settings_mod.Settings) -> PairRequest | None:
     """The last pair if its files still exist (or it is on a server), else the starter pair."""
-    last = settings.last_pair
-    if last and (last.get("remote") or Path(last.get("target_dir", "")).exists()):
+    last = PairRequest.of(settings.last_pair) if settings.last_pair else None   # checked when the settings load
+    if last and (last.remote or Path(last.target_dir or "").exists()):
         return last
     return starter_pair()
 
 
 class MainWindow(QMainWindow):
     def __init__(self, worker: QtWorker | None = None, store: ChatStore | None = None,
-                 settings: settings_mod.Settings | None = None, pair: dict | None = None, autoload: bool = True,
+                 settings: settings_mod.Settings | None = None, pair: PairRequest | dict | None = None, autoload: bool = True,
                  store_notice: str | None = None):
         """Without ``store`` the chat store is opened with ``open_store``, whose notice (a damaged file moved
         aside, a read-only store) becomes ``store_notice``; a given store may come with its own notice."""
@@ -127,7 +128,7 @@ class MainWindow(QMainWindow):
             store, store_notice = open_store()
         self.store, self.store_notice = store, store_notice
         self.demo = None
-        self._shown_pair: dict | None = None   # the loaded event the status bar shows
+        self._shown_pair: LoadedPair | None = None   # the loaded pair the status bar shows
 
         self.chat_view = ChatView()
         self.chat_view.set_highlight(self.settings.highlight_drafted)
@@ -165,7 +166,7 @@ class MainWindow(QMainWindow):
         last = self.settings.last_conversation
         if last and self.store.conversation(last) is not None:
             self.controller.open_conversation(last)
-        pair = pair or startup_pair(self.settings)
+        pair = PairRequest.of(pair) if pair else startup_pair(self.settings)
         if autoload and pair:   # with the engine Settings > Engine prefers, as every later load
             QTimer.singleShot(0, lambda: self.load_pair(self.with_engine(pair)))
         elif autoload:
@@ -312,7 +313,7 @@ class MainWindow(QMainWindow):
         p.loadingChanged.connect(self._loading)
         p.pairLoaded.connect(self._show_pair)
         p.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
-        p.pairUnloaded.connect(lambda: self.pair_label.setText(f"{(p.pair or {}).get('name', 'Model')}  ·  unloaded"))
+        p.pairUnloaded.connect(lambda: self.pair_label.setText(f"{p.display_name or 'Model'}  ·  unloaded"))
         c.statusMessage.connect(self.status_label.setText)
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
@@ -391,14 +392,14 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
-    def _show_pair(self, ev: dict) -> None:
-        self._shown_pair = ev
-        if not Offers.of(ev).local:
-            self.pair_label.setText(f"{ev['display_name']}  ·  on {ev.get('device')}")
+    def _show_pair(self, loaded: LoadedPair) -> None:
+        self._shown_pair = loaded
+        name = self.session.display_name
+        if not loaded.offers.local:
+            self.pair_label.setText(f"{name}  ·  on {loaded.device}")
             return
-        self.pair_label.setText(f"{ev['display_name']}  ·  {ev.get('engine')} on {ev.get('device')}, "
-                                f"{ev.get('dtype')}  ·  {self._block_text(ev.get('block_size'))}"
-                                + ("" if ev.get("has_drafter") else "  ·  no drafter"))
+        self.pair_label.setText(f"{name}  ·  {loaded.engine} on {loaded.device}, {loaded.dtype}  ·  "
+                                f"{self._block_text(loaded.block_size)}" + ("" if loaded.has_drafter else "  ·  no drafter"))
 
     def _block_text(self, drafters: int | None) -> str:
         """The block size answers run with: the setting's, where it overrides the drafter's own."""
@@ -423,14 +424,14 @@ class MainWindow(QMainWindow):
         elif ev.get("code") in ("worker_crashed", "worker_start_failed"):
             self.statusBar().showMessage("The engine stopped; your next message restarts it.", 10_000)
 
-    def load_pair(self, pair: dict) -> None:
+    def load_pair(self, pair: PairRequest | dict) -> None:
         """Load a pair in place of the loaded one; an answer being written stops first."""
         self.controller.stop()
         self.session.load_pair(pair)
 
     def unload(self) -> None:
         """Free the model's memory; an answer being written stops first."""
-        if Offers.of(self.session.pair_info).unload:
+        if self.session.loaded and self.session.loaded.offers.unload:
             self.controller.stop()
         self.session.unload()
 
@@ -449,7 +450,9 @@ class MainWindow(QMainWindow):
     def _served_name(self) -> str | None:
         """The model name clients see: the catalog id of a local pair, the server's own name of a remote one."""
         info = self.worker.pair_info or {}
-        return (self.session.pair or {}).get("id") if Offers.of(info).local else info.get("name")
+        if not Offers.of(info).local:
+            return info.get("name")
+        return self.session.pair.id if self.session.pair else None
 
     def _server_changed(self, url: str | None) -> None:
         self.server_status.show_url(url)
@@ -500,9 +503,9 @@ class MainWindow(QMainWindow):
         return self._message(QMessageBox.Icon.Information, f"<table>{text}</table>")
 
     def show_about(self) -> QMessageBox:
-        info = self.session.pair_info or {}
+        loaded = self.session.loaded
         return self._message(QMessageBox.Icon.Information, about_text(
-            f"{info.get('engine')} engine on {info.get('device')}" if info else "no model loaded"))
+            f"{loaded.engine} engine on {loaded.device}" if loaded else "no model loaded"))
 
     def show_welcome(self) -> WelcomeDialog:
         """The first-run welcome (app.py shows it once per profile); Help > Welcome reopens it."""
@@ -582,11 +585,11 @@ class MainWindow(QMainWindow):
 
     def _demo_baseline(self, done: dict, cpu_other) -> None:
         """The speedup demo's plain run becomes the loaded pair's baseline: one baseline, everywhere."""
-        info = self.session.pair_info or {}
-        same_pair = (self.worker.pair_info or {}).get("target") == info.get("target")
-        if Offers.of(info).baseline and same_pair:
+        loaded = self.session.loaded
+        same_pair = loaded is not None and (self.worker.pair_info or {}).get("target") == loaded.target
+        if same_pair and loaded.offers.baseline:
             from dflash_desktop.session import BaselineRecord
-            self.session.record_baseline(BaselineRecord.from_done(done, info.get("device", "cpu"), "speedup demo",
+            self.session.record_baseline(BaselineRecord.from_done(done, loaded.device, "speedup demo",
                                                                      cpu_other))
 
     def open_model_picker(self, catalog=None, hardware=None):
@@ -605,39 +608,38 @@ class MainWindow(QMainWindow):
 
     def open_settings(self) -> SettingsDialog:
         """Open the settings dialog (non-blocking); returns it so tests and scripts can drive it."""
-        info = self.session.pair_info or {}
+        loaded = self.session.loaded
         engines = [(name, ENGINES[name].label) for name in self.engine_choices()]
-        dialog = SettingsDialog(self.settings, info.get("block_size"), self, engines=engines)
+        dialog = SettingsDialog(self.settings, loaded.block_size if loaded else None, self, engines=engines)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings))
         dialog.open()
         return dialog
 
-    def engine_choices(self, pair: dict | None = None) -> list[str]:
+    def engine_choices(self, pair: PairRequest | None = None) -> list[str]:
         """Engines that can run the pair (default: the loaded one) here from its folders (run_plan.py)."""
-        pair = pair or self.session.pair
-        info = self.session.pair_info or {}
-        try:
-            entry = load_catalog().get(pair["id"])
-        except (KeyError, TypeError, CatalogError):
+        pair, loaded = pair or self.session.pair, self.session.loaded
+        if pair is None:
             return []
-        current = (pair.get("plan") or {}).get("engine") or info.get("engine") or "torch"
-        device = str(info.get("device") or "cpu")
-        device_class = device_class_of(str(info.get("engine") or ""), device)
+        try:
+            entry = load_catalog().get(pair.id)
+        except (KeyError, CatalogError):
+            return []
+        current = (pair.plan or {}).get("engine") or (loaded and loaded.engine) or "torch"
+        device_class = device_class_of(loaded.engine or "" if loaded else "", loaded.device if loaded else "cpu")
         return run_plan.engine_choices(entry, current, device_class, missing_engines())
 
-    def with_engine(self, pair: dict) -> dict:
+    def with_engine(self, pair: PairRequest | dict) -> PairRequest:
         """The pair with the engine the settings prefer, where that engine can run it from its folders. The
         model picker's plan (``planned``: engine, device and weights, quantized where the GPU needs it) wins
         whenever it names that engine."""
-        plan = pair.get("plan") or run_plan.AUTO
-        planned = pair.get("planned")
-        engine = self.settings.engine
+        pair = PairRequest.of(pair)
+        planned, engine = pair.planned, self.settings.engine
         if planned and engine in ("auto", planned["engine"]):
-            return {**pair, "plan": dict(planned)}
-        if engine == "auto" or engine == plan["engine"] or engine not in self.engine_choices(pair):
+            return replace(pair, plan=dict(planned))
+        if engine == "auto" or engine == pair.run_plan["engine"] or engine not in self.engine_choices(pair):
             return pair
-        return {**pair, "plan": {**plan, "engine": engine, "dtype": None}}
+        return pair.with_plan(engine=engine, dtype=None)
 
     def apply_settings(self, new: settings_mod.Settings | None) -> None:
         if new is None:
@@ -649,11 +651,10 @@ class MainWindow(QMainWindow):
         downloads.set_offline(self.settings.offline)
         app = QApplication.instance()
         theme.apply(app, self.settings.theme, self.settings.font_size)   # every widget follows (theme.py)
-        if self.session.pair_info and self._shown_pair:
+        if self.session.loaded and self._shown_pair:
             self._show_pair(self._shown_pair)            # the block size it shows may have changed
         if reload:                                       # automatic: the worker's choice (engine "auto")
-            pair, plan = self.session.pair, self.session.pair.get("plan") or run_plan.AUTO
-            self.load_pair(self.with_engine({**pair, "plan": {**plan, "engine": "auto", "dtype": None}}))
+            self.load_pair(self.with_engine(self.session.pair.with_plan(engine="auto", dtype=None)))
 
     def _message(self, icon: QMessageBox.Icon, text: str) -> QMessageBox:
         box = QMessageBox(icon, "DFlash Desktop", text, QMessageBox.StandardButton.Ok, self)
@@ -691,7 +692,7 @@ class MainWindow(QMainWindow):
     def show_error(self, error: dict):
         """Show an engine error the way a real one appears (bubble in the chat + status line)."""
         self.status_label.setText(f"Error: {error.get('message', '')}")
-        return self.chat_view.add_error(error, self.session.pair_info)
+        return self.chat_view.add_error(error, self.session.loaded)
 
     # -- lifetime -----------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QApplication, QDialog, QFrame, QHBoxLayout, QLabe
 from dflash_desktop import downloads, variant_folder
 from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
+from dflash_desktop.pairs import PairRequest
 
 from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
 from .local_pair_dialog import LocalPairDialog
@@ -138,8 +139,8 @@ class _PairDelegate(QStyledItemDelegate):
 class ModelPicker(QDialog):
     """Lists the catalog pairs with fit and download state; emits `pairChosen` for the pair to load."""
 
-    pairChosen = Signal(dict)  # id, name, target_dir, draft_dir (None when only the target fits), plan, thinking;
-    #                            or id, name, remote {base_url, api_key} for a server (Add a server…)
+    pairChosen = Signal(object)  # a PairRequest: a catalog pair (no draft_dir when only the target fits), one
+    #                              from disk (Open from disk…) or a server (Add a server…)
     ready = Signal()           # catalog, hardware and disk scan are in
 
     def __init__(self, parent: QWidget | None = None, catalog: Catalog | None = None,
@@ -383,10 +384,9 @@ class ModelPicker(QDialog):
         if not idx.isValid() or not idx.data(Roles.CanLoad):
             return
         row = self.model.pair_row(idx.row())
-        self.pairChosen.emit({"id": idx.data(Roles.Id), "name": idx.data(Roles.Name),
-                              "target_dir": idx.data(Roles.TargetDir), "draft_dir": idx.data(Roles.DraftDir),
-                              "plan": idx.data(Roles.Plan), "planned": idx.data(Roles.Plan),
-                              "thinking": row.pair.thinking})
+        self.pairChosen.emit(PairRequest(idx.data(Roles.Id), idx.data(Roles.Name), idx.data(Roles.TargetDir),
+                                         idx.data(Roles.DraftDir), plan=idx.data(Roles.Plan),
+                                         planned=idx.data(Roles.Plan), thinking=row.pair.thinking))
         self.accept()
 
     def open_local(self) -> LocalPairDialog:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import replace
 
 import psutil
 from PySide6.QtCore import QObject, Signal
 
-from dflash_desktop import run_plan, session
+from dflash_desktop import session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.cpu_load import CpuMeter
-from dflash_desktop.offers import Offers
+from dflash_desktop.pairs import LoadedPair, PairRequest
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.session import BaselineRecord
 from engine.backends import ENGINES
@@ -23,7 +24,7 @@ from .stats_panel import StatsPanel
 class PairSession(QObject):
     statusMessage = Signal(str)           # one line for the status bar
     loadingChanged = Signal(bool, str)    # busy loading or measuring?, what is happening
-    pairLoaded = Signal(dict)             # the loaded event (+ the pair's display name as "display_name")
+    pairLoaded = Signal(object)           # the LoadedPair
     loadFailed = Signal(dict, object)     # the error event, and a way out (button text, slot) or None
     pairUnloaded = Signal()               # the user unloaded the model: memory freed
     baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
@@ -33,8 +34,8 @@ class PairSession(QObject):
                  parent: QObject | None = None):
         super().__init__(parent)
         self.worker, self.settings, self.panel = worker, settings, panel
-        self.pair: dict | None = None         # what was asked for (run_plan.py's shape; remembered once loaded)
-        self.pair_info: dict | None = None    # the loaded event of that pair
+        self.pair: PairRequest | None = None  # what was asked for (remembered once it loads)
+        self.loaded: LoadedPair | None = None # what the worker (or the server) says loaded
         self.unloaded = False                 # the user unloaded it: the next message loads it again
         self.ready_text = ""                  # the last "ready" line (the status bar may have moved on)
         self._loading = False
@@ -49,32 +50,36 @@ class PairSession(QObject):
     def ready(self) -> bool:
         """A pair is loaded and no load or calibration is in flight; other callers' generations (the speedup
         demo, the local server) do not matter: the job queue runs ours after them."""
-        return self.pair_info is not None and not self._loading and not self._measuring
+        return self.loaded is not None and not self._loading and not self._measuring
 
     @property
     def loading(self) -> bool:
         return self._loading
 
+    @property
+    def display_name(self) -> str:
+        """The pair's own name (the catalog's, the file's), else the name the engine gave it."""
+        return (self.pair.name if self.pair else "") or (self.loaded.name if self.loaded else "")
+
     # -- loading ------------------------------------------------------------------------------------
-    def load_pair(self, pair: dict) -> None:
-        """pair: {id, name, target_dir, draft_dir, plan: {engine, device, dtype} (run_plan.py; absent:
-        the engine's own choice), thinking}, or {id, name, remote: {base_url, api_key}} for a pair on a
-        server; remembered as the last pair once it loads."""
+    def load_pair(self, pair: PairRequest | dict) -> None:
+        """Load a pair in place of the loaded one; remembered as the last pair once it loads."""
         self.unloaded, self._measuring, self._loading = False, False, True
         self._epoch += 1
         self._load_started = time.monotonic()
         on_event = functools.partial(self._on_load_event, self._epoch)
-        self.pair, self.pair_info = dict(pair), None
+        self.pair, self.loaded = PairRequest.of(pair), None
         self.panel.set_baseline(self.baseline())
         self.baselineChanged.emit(self.baseline())
-        if pair.get("remote"):
-            self.worker.load_remote(**pair["remote"], on_event=on_event)
-            self.loadingChanged.emit(True, f"Connecting to {pair['remote']['base_url']}…")
+        pair = self.pair
+        if pair.remote:
+            self.worker.load_remote(**pair.remote, on_event=on_event)
+            self.loadingChanged.emit(True, f"Connecting to {pair.remote['base_url']}…")
             return
-        plan = pair.get("plan") or run_plan.AUTO
-        self.worker.load_pair(pair["target_dir"], pair.get("draft_dir"), **plan, on_event=on_event)
+        plan = pair.run_plan
+        self.worker.load_pair(pair.target_dir, pair.draft_dir, **plan, on_event=on_event)
         where = "" if plan["device"] == "auto" else f" on {plan['device']}"
-        self.loadingChanged.emit(True, f"Loading {pair.get('name', 'model')}{where}…")
+        self.loadingChanged.emit(True, f"Loading {pair.name or 'the model'}{where}…")
 
     def reload(self) -> None:
         """The same pair again (after the user unloaded it, or after a crash)."""
@@ -84,7 +89,7 @@ class PairSession(QObject):
     def load_on_cpu(self) -> None:
         """After the chosen device failed: the same pair with the engine's CPU defaults."""
         if self.pair is not None:
-            self._load_again((self.pair.get("plan") or run_plan.AUTO)["engine"], "cpu")
+            self._load_again(self.pair.run_plan["engine"], "cpu")
 
     def load_with_engine(self, engine: str) -> None:
         """After the engine crashed on this computer: the same pair with another engine that runs it."""
@@ -92,7 +97,7 @@ class PairSession(QObject):
 
     def _load_again(self, engine: str, device: str) -> None:
         if self.pair is not None:
-            self.load_pair({**self.pair, "plan": {"engine": engine, "device": device, "dtype": None}})
+            self.load_pair(replace(self.pair, plan={"engine": engine, "device": device, "dtype": None}))
 
     def crash_way_out(self, ev: dict):
         """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
@@ -115,33 +120,34 @@ class PairSession(QObject):
             self._loading = False
             self.loadingChanged.emit(False, "")
             self.statusMessage.emit(f"Could not load the model: {ev.get('message', '')}")
-            device = (self.pair.get("plan") or run_plan.AUTO)["device"] if self.pair else "cpu"
+            device = self.pair.run_plan["device"] if self.pair else "cpu"
             way_out = (("Load on the CPU", self.load_on_cpu)
                        if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
                        else self.crash_way_out(ev))
             self.loadFailed.emit(ev, way_out)
 
     def _loaded(self, ev: dict) -> None:
-        self._loading, self.pair_info = False, ev
-        if self.pair.get("remote"):   # named after the model the server serves
-            self.pair = {**self.pair, "name": ev.get("name")}
-            settings_mod.remember_server(self.settings, ev["base_url"], self.pair["remote"].get("api_key") or "")
-        self.settings.last_pair = self.pair
+        loaded = LoadedPair.of(ev)
+        self._loading, self.loaded = False, loaded
+        if self.pair.remote:   # named after the model the server serves
+            self.pair = self.pair.named(loaded.name)
+            settings_mod.remember_server(self.settings, loaded.base_url, self.pair.remote.get("api_key") or "")
+        self.settings.last_pair = self.pair.to_dict()
         self.save_settings()
-        self.panel.has_drafter = bool(ev.get("has_drafter"))
+        self.panel.has_drafter = loaded.has_drafter
         self.loadingChanged.emit(False, "")
-        if not Offers.of(ev).local:
-            self.statusMessage.emit(f"{ev.get('name')} ready on {ev.get('device')}: chats run there; this computer's "
+        if not loaded.offers.local:
+            self.statusMessage.emit(f"{loaded.name} ready on {loaded.device}: chats run there; this computer's "
                                     "engine is not started.")
         else:
-            self.ready_text = (f"{self.pair.get('name', ev.get('name'))} ready: {ev.get('engine')} engine on "
-                               f"{ev.get('device')}, {ev.get('dtype')} (block size {ev.get('block_size')}, "
+            self.ready_text = (f"{self.display_name} ready: {loaded.engine} engine on {loaded.device}, "
+                               f"{loaded.dtype} (block size {loaded.block_size}, "
                                f"ready {time.monotonic() - self._load_started:.1f} s after you asked; "
-                               f"reading the model took {ev.get('load_s', 0):.1f} s of that)")
+                               f"reading the model took {loaded.load_s:.1f} s of that)")
             self.statusMessage.emit(self.ready_text)
-        self.panel.set_runtime(ev)
-        self.pairLoaded.emit({**ev, "display_name": self.pair.get("name", ev.get("name"))})
-        if self.baseline() is None and Offers.of(ev).baseline:
+        self.panel.set_runtime(loaded)
+        self.pairLoaded.emit(loaded)
+        if self.baseline() is None and loaded.offers.baseline:
             self.calibrate()
         self.readyChanged.emit()
 
@@ -149,7 +155,7 @@ class PairSession(QObject):
     def unload(self) -> None:
         """Free the model's memory (the worker keeps running); the next message loads the same pair again.
         The chat controller stops an answer being written first (MainWindow.unload)."""
-        if not Offers.of(self.pair_info).unload or self._unloading:
+        if self.loaded is None or not self.loaded.offers.unload or self._unloading:
             return
         self._unloading = True
         self._rss_before_unload = self._worker_rss()
@@ -162,7 +168,7 @@ class PairSession(QObject):
         if ev.get("event") != "ok":
             self.statusMessage.emit(f"The model could not be unloaded: {ev.get('message', '')}")
             return
-        self.pair_info, self.unloaded = None, True
+        self.loaded, self.unloaded = None, True
         before, after = self._rss_before_unload, self._worker_rss()
         memory = (f" The engine process went from {before / 2**20:,.0f} MB to {after / 2**20:,.0f} MB."
                   if before and after else "")
@@ -184,26 +190,27 @@ class PairSession(QObject):
 
     # -- baseline -----------------------------------------------------------------------------------
     def baseline(self) -> BaselineRecord | None:
-        return BaselineRecord.from_dict(self.settings.baselines.get(session.pair_key(self.pair)))
+        return BaselineRecord.from_dict(self.settings.baselines.get(self.pair.key)) if self.pair else None
 
-    def record_baseline(self, record: BaselineRecord, pair: dict | None = None) -> None:
+    def record_baseline(self, record: BaselineRecord, pair: PairRequest | None = None) -> None:
         """Make ``record`` the baseline of ``pair`` (default: the loaded one) on this machine: saved, shown, and
         every figure derived from it recomputed. The calibration and the speedup demo both come here."""
-        key = session.pair_key(pair or self.pair)
-        if not key:
+        pair = pair or self.pair
+        if pair is None:
             return
+        key = pair.key
         self.settings.baselines[key] = record.to_dict()
         self.save_settings()
-        if key == session.pair_key(self.pair):
+        if self.pair is not None and key == self.pair.key:
             self.panel.set_baseline(record)
             self.baselineChanged.emit(record)
 
     def calibrate(self) -> None:
         """Measure plain decoding of the same target on this machine (64 tokens, greedy). It waits in the job
         queue behind an answer being written, so it never shares the CPU with one."""
-        if self.pair_info is None or self._measuring or self._loading:
+        if self.loaded is None or self._measuring or self._loading:
             return
-        if not Offers.of(self.pair_info).baseline:
+        if not self.loaded.offers.baseline:
             self.statusMessage.emit("A server runs its own speculative decoding on every request, so plain "
                                     "decoding cannot be measured there.")
             return
@@ -211,12 +218,11 @@ class PairSession(QObject):
         self.panel.set_baseline(self.baseline(), measuring=True)
         self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
         meter = CpuMeter([self.worker_pid()]).start()
-        on_event = functools.partial(self._on_calibration_event, self._epoch, self.pair,
-                                     self.pair_info.get("device", "cpu"), meter)
+        on_event = functools.partial(self._on_calibration_event, self._epoch, self.pair, self.loaded.device, meter)
         self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
             "max_new_tokens": session.CALIBRATION_TOKENS, "temperature": 0.0}, on_event=on_event)
 
-    def _on_calibration_event(self, epoch: int, pair: dict, device: str, meter: CpuMeter, ev: dict) -> None:
+    def _on_calibration_event(self, epoch: int, pair: PairRequest, device: str, meter: CpuMeter, ev: dict) -> None:
         if ev.get("event") not in ("done", "error"):
             return
         cpu_other = meter.stop()

@@ -8,6 +8,7 @@ import urllib.parse
 from PySide6.QtWidgets import (QComboBox, QDialog, QFormLayout, QLabel, QLineEdit, QVBoxLayout,
                                QWidget)
 
+from dflash_desktop.pairs import PairRequest
 from dflash_desktop.remote import normalize_base_url
 
 from .dialog_parts import ok_cancel, warning_label
@@ -54,8 +55,8 @@ class AddServerDialog(QDialog):
             return
         super().accept()
 
-    def pair(self) -> dict:
-        """The chosen server as a pair for the chat controller; its name becomes the served model's on load."""
+    def pair(self) -> PairRequest:
+        """The chosen server as a load request; its name becomes the served model's on load."""
         host = urllib.parse.urlsplit(self.base_url).netloc
-        return {"id": f"remote:{self.base_url}", "name": f"Server at {host}",
-                "remote": {"base_url": self.base_url, "api_key": self.key.text().strip()}}
+        return PairRequest(f"remote:{self.base_url}", f"Server at {host}",
+                           remote={"base_url": self.base_url, "api_key": self.key.text().strip()})

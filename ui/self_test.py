@@ -122,11 +122,11 @@ class _Check:
         self.report["seconds"] = round(time.monotonic() - self.t0, 2)
         return self.report
 
-    def on_loaded(self, ev: dict) -> None:
-        if self.engine != "auto" and ev.get("engine") != self.engine:
-            return self.fail(f"the demo pair loaded with {ev.get('engine')}, not the {self.engine} engine asked for")
-        self.step("demo pair loaded", engine=ev.get("engine"), device=ev.get("device"), dtype=ev.get("dtype"),
-                  load_s=ev.get("load_s"))
+    def on_loaded(self, loaded) -> None:
+        if self.engine != "auto" and loaded.engine != self.engine:
+            return self.fail(f"the demo pair loaded with {loaded.engine}, not the {self.engine} engine asked for")
+        self.step("demo pair loaded", engine=loaded.engine, device=loaded.device, dtype=loaded.dtype,
+                  load_s=loaded.load_s)
         self.window.controller.send(PROMPT)
 
     def on_answer(self, ev: dict) -> None:

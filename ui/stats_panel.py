@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QDockWidget, QFrame, QGridLayout, QHBoxLayout, QL
                                QVBoxLayout, QWidget)
 
 from dflash_desktop.session import BaselineRecord, diagnose, speedup
-from dflash_desktop.offers import Offers
+from dflash_desktop.pairs import LoadedPair
 
 from . import theme
 from .pair_list_model import memory
@@ -339,20 +339,20 @@ class StatsPanel(QDockWidget):
             chart.update()
 
     # -- updates ------------------------------------------------------------------------------------
-    def set_runtime(self, loaded: dict) -> None:
-        """The loaded event's engine, device and dtype, as the worker (or the remote server) reports them."""
-        self.remote = not Offers.of(loaded).local
-        text = (f"Runs on {loaded.get('device')} · remote server, its own speculative decoding" if self.remote else
-                f"Runs on {loaded.get('device')} · {loaded.get('engine')} engine · {loaded.get('dtype')} weights")
-        if loaded.get("speculation"):        # an engine that chose DFlash's settings or plain decoding itself
-            text += f"\n{loaded['speculation']['reason']}"
-        if loaded.get("engine_note"):        # the worker's own engine pick could not run the pair
-            text += f"\n{loaded['engine_note']}"
-        if not self.remote and not loaded.get("has_drafter", True):
+    def set_runtime(self, loaded: LoadedPair) -> None:
+        """The loaded pair's engine, device and dtype, as the worker (or the remote server) reports them."""
+        self.remote = not loaded.offers.local
+        text = (f"Runs on {loaded.device} · remote server, its own speculative decoding" if self.remote else
+                f"Runs on {loaded.device} · {loaded.engine} engine · {loaded.dtype} weights")
+        if loaded.speculation:        # an engine that chose DFlash's settings or plain decoding itself
+            text += f"\n{loaded.speculation['reason']}"
+        if loaded.engine_note:        # the worker's own engine pick could not run the pair
+            text += f"\n{loaded.engine_note}"
+        if not self.remote and not loaded.has_drafter:
             text += f"\n{NO_DRAFTER}"
         self.runtime.setText(text)
         self.values["runtime"] = text
-        self._show_memory(loaded, "after loading")
+        self._show_memory(loaded.event, "after loading")
 
     def set_baseline(self, record: BaselineRecord | None, measuring: bool = False) -> None:
         """The pair's one baseline changed (or is being measured): every figure derived from it follows."""
