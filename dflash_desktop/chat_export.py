@@ -14,6 +14,7 @@ from engine.limits import LIMITS
 
 from . import paths
 from .chat_store import ChatStore, Conversation, Message
+from .session import author_text
 
 FORMAT = "dflash-desktop-chat"
 FORMAT_VERSION = 1
@@ -37,6 +38,9 @@ STATS_FIELDS = {
     "fallback": {"reason": "text", "after_tokens": "count",
                  **dict.fromkeys(("tau", "break_even", "dflash_step_ms", "plain_step_ms", "speed_share"), "number")},
     "remote": {"server": "text", "note": "text"},
+    "method": "text",
+    "model": {**dict.fromkeys(("id", "name", "engine", "device", "dtype", "baseline_key"), "text"),
+              "has_drafter": "flag", "chat": "flag"},
 }
 ERROR_FIELDS = {"id": "text", "code": "text", "message": "text", "exit_code": "integer", "signal": "text",
                 "pid": "count", "stderr_tail": "texts", "log_path": "text"}
@@ -52,7 +56,10 @@ def to_markdown(conversation: Conversation, messages: list[Message]) -> str:
     if conversation.system_prompt:
         lines += [f"> System prompt: {conversation.system_prompt}", ""]
     for m in messages:
-        speaker = {"user": "You", "assistant": "DFlash", "system": "System"}[m.role]
+        speaker = {"user": "You", "system": "System"}.get(m.role) or author_text(m.stats)
+        model = (m.stats or {}).get("model") if m.role == "assistant" else None
+        if model:
+            speaker += f" ({model.get('engine')} engine on {model.get('device')}, {model.get('dtype')})"
         version = f" (version {m.version + 1} of {len(m.versions)})" if m.versions else ""
         lines += [f"## {speaker}{version}", "", m.content, ""]
     return "\n".join(lines)
@@ -219,6 +226,9 @@ class _Checker:
             return [self.value(item, kind[:-1], f"{field}[{i}]") for i, item in enumerate(value)]
         if kind == "text":
             return self.text(value, field)
+        if kind == "flag":
+            self.that(isinstance(value, bool), f"has a \"{field}\" that is not true or false")
+            return value
         if kind == "number":
             self.that(value is not None, f"has a \"{field}\" that is not a number")
             return self.number(value, field, 0.0, TOP_NUMBER)

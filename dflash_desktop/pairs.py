@@ -69,6 +69,11 @@ class PairRequest:
         """Baselines are per target on this machine: the pair id plus the target folder."""
         return f"{self.id}|{self.target_dir or ''}"
 
+    def baseline_key(self, engine: str | None) -> str:
+        """Baselines are per pair, engine and machine (the settings are this machine's): plain decoding of the
+        same target in the same engine, the only fair denominator for that engine's speculation."""
+        return f"{self.key}|{engine or ''}"
+
     @property
     def run_plan(self) -> dict:
         return self.plan or AUTO

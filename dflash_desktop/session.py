@@ -3,10 +3,11 @@ the plain-language diagnosis when DFlash is not paying off. Kept Qt-free so it i
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 CALIBRATION_PROMPT = "def parse_arguments(argv):\n    \"\"\"Parse command line arguments.\"\"\"\n"
 CALIBRATION_TOKENS = 64
+CALIBRATION_RUNS = 3     # the baseline is the median run: one run is one draw from a machine that may be busy
 LOW_TAU = 1.5
 
 
@@ -22,7 +23,8 @@ class BaselineRecord:
     measured_at: float
     device: str
     method: str = "calibration"     # "calibration" (64 tokens of a fixed prompt) or "speedup demo"
-    cpu_other: float | None = None  # share of the machine's CPU other programs used meanwhile (0-1)
+    cpu_other: float | None = None  # share of the machine's CPU other programs used meanwhile (0-1; the most of any run)
+    runs: list[float] = field(default_factory=list)   # tok/s of each run it is the median of (empty: one run)
 
     @classmethod
     def from_done(cls, done: dict, device: str, method: str = "calibration",
@@ -32,11 +34,23 @@ class BaselineRecord:
                    time.time(), device, method, cpu_other)
 
     @classmethod
+    def median_of(cls, runs: list[tuple[dict, float | None]], device: str, method: str = "calibration"):
+        """The median of several runs (done event, other programs' CPU share), keeping every run's speed and the
+        busiest share."""
+        rates = [float((done.get("stats") or {}).get("decode_tok_s") or 0.0) for done, _ in runs]
+        middle = sorted(range(len(runs)), key=rates.__getitem__)[len(runs) // 2]
+        shares = [cpu for _, cpu in runs if cpu is not None]
+        record = cls.from_done(runs[middle][0], device, method, max(shares) if shares else None)
+        record.runs = rates if len(runs) > 1 else []
+        return record
+
+    @classmethod
     def from_dict(cls, raw: dict | None) -> "BaselineRecord | None":
         try:
             cpu = raw.get("cpu_other")
             return cls(float(raw["tok_s"]), int(raw["tokens"]), float(raw["measured_at"]), str(raw["device"]),
-                       str(raw.get("method") or "calibration"), None if cpu is None else float(cpu))
+                       str(raw.get("method") or "calibration"), None if cpu is None else float(cpu),
+                       [float(r) for r in raw.get("runs") or []])
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
 
@@ -50,7 +64,12 @@ class BaselineRecord:
         today = time.localtime()
         day = "today" if when[:3] == today[:3] else time.strftime("on %d %b", when)
         where = "this CPU" if self.device.startswith("cpu") else f"this {self.device.split(':')[0].upper()} device"
-        how = "calibration run" if self.method == "calibration" else f"plain run of the {self.method}"
+        how = "calibration" if self.method == "calibration" else f"plain run of the {self.method}"
+        if len(self.runs) > 1:
+            how = (f"{how}: the median of {len(self.runs)} runs, {min(self.runs):.0f}–{max(self.runs):.0f} "
+                   "tok/s")
+        elif self.method == "calibration":
+            how = "calibration run"
         text = (f"Baseline {self.tok_s:.0f} tok/s — plain decoding of the same target, measured {day} "
                 f"{time.strftime('%H:%M', when)} on {where}, {self.tokens} tokens ({how})")
         if self.cpu_other is not None:
@@ -62,6 +81,38 @@ BUSY_SHARE = 0.25        # other programs using a quarter of the CPU capacity sl
 REPEAT_SHARE = 0.5       # half the tokens repeating earlier text: drafts of it are easy, not representative
 REPEAT_NGRAM = 4
 MIN_CPU_WALL_S = 0.5     # CPU time is counted in 10 ms ticks: judge a busy machine over half a second or more
+
+
+METHOD_WORDS = {"dflash": "DFlash", "plain": "plain decoding", "server": "the server's own decoding"}
+
+
+def method_of(stats: dict | None) -> str | None:
+    """How a stored answer was decoded (engine.stats.Stats.method); answers stored before the engine said so
+    are read from their counts by the same rule. None without stats."""
+    if not stats:
+        return None
+    if stats.get("method"):
+        return str(stats["method"])
+    if stats.get("block_size") == 0:
+        return "server"
+    drafted_known = "drafted" not in (stats.get("unknown") or ())
+    return "plain" if stats.get("block_size") == 1 or (stats.get("drafted") == 0 and drafted_known) else "dflash"
+
+
+def method_words(stats: dict | None) -> str | None:
+    """"DFlash", "plain decoding", "DFlash, then plain decoding" (the fallback switched mid-answer)…"""
+    method = method_of(stats)
+    if method == "dflash" and (stats.get("fallback") or {}).get("after_tokens"):
+        return "DFlash, then plain decoding"
+    return METHOD_WORDS.get(method or "")
+
+
+def author_text(stats: dict | None, writer: str | None = None) -> str:
+    """The answer's header: the model that wrote it and how it decoded ("SmolLM2-135M-Instruct  ·  plain
+    decoding"), from the answer's own stats; ``writer``: the loaded model's name while it is being written."""
+    name = ((stats or {}).get("model") or {}).get("name") or writer or "Assistant"
+    words = method_words(stats)
+    return f"{name}  ·  {words}" if words else name
 
 
 def speedup(stats: dict | None, baseline: BaselineRecord | None) -> float | None:
@@ -118,6 +169,9 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
     if stats.get("fallback"):
         return (f"{stats['fallback']['reason']} The text is the same either way. (Settings: Plain fallback "
                 "turns this off.)")
+    if method_of(stats) == "plain":
+        return ("Plain decoding: nothing was drafted in this answer (block size 1), so it has no acceptance or "
+                "speedup to judge.")
     tau = float(stats.get("tau") or 0.0)
     rate = float(stats.get("acceptance_rate") or 0.0)
     ratio = speedup(stats, baseline)

@@ -146,7 +146,9 @@ def _is_baseline(raw) -> bool:
     return (isinstance(raw, dict) and _texts(raw, ("device",), ("method",)) and _is_number(raw.get("tok_s"), 0, 1e9)
             and _is_int(raw.get("tokens")) and 0 <= raw["tokens"] <= 2**31
             and _is_number(raw.get("measured_at"), 0, 1e11)
-            and (raw.get("cpu_other") is None or _is_number(raw["cpu_other"], 0, 1)))
+            and (raw.get("cpu_other") is None or _is_number(raw["cpu_other"], 0, 1))
+            and isinstance(raw.get("runs", []), list) and len(raw.get("runs", [])) <= 100
+            and all(_is_number(r, 0, 1e9) for r in raw.get("runs", [])))
 
 
 def load(path: Path | None = None) -> Settings:

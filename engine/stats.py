@@ -63,6 +63,17 @@ class Stats:
             self.position_accepts[k] += 1
 
     @property
+    def method(self) -> str:
+        """How the answer was decoded, for every figure shown beside it: "dflash" (drafts were verified; `fallback`
+        says when it switched to plain decoding), "plain" (nothing drafted: no drafter, a baseline, or the
+        engine's own measured choice from the first token) or "server" (a remote server's own speculation)."""
+        if self.block_size == 0:
+            return "server"
+        if self.block_size == 1 or (self.drafted == 0 and "drafted" not in self.unknown):
+            return "plain"
+        return "dflash"
+
+    @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 
@@ -105,7 +116,7 @@ class Stats:
 
     def to_dict(self) -> dict:
         return {
-            "block_size": self.block_size, "prompt_tokens": self.prompt_tokens,
+            "method": self.method, "block_size": self.block_size, "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens, "drafted": self.drafted,
             "accepted": self.accepted, "steps": self.steps,
             "acceptance_rate": self.acceptance_rate, "tau": self.tau,

@@ -306,12 +306,15 @@ class Worker:
             engine = choice.auto_engine(target, device, draft)
         self._progress(rid, "import", "Loading the engine libraries")
         eng = load_engine(engine)                # a broken install is a clear error here, before anything unloads
-        self._release()                          # a load replaces the pair: on failure nothing is loaded
+        choice.check_files(engine, target, draft)              # a path no engine takes: refused, nothing unloads
+        if not choice.keeps_loaded_pair(self.pair_info, engine, target, draft):
+            self._release()                      # no room for both: on failure nothing is loaded
         pair, engine, note = choice.load_chosen(
             engine, target, draft, device=device, dtype=msg.get("dtype"), cancelled=cancelled, may_fall_back=picked,
             progress=lambda stage, message: self._progress(rid, stage, message))
         if note:
             log.warning("%s", note)
+        self._release()                          # the pair kept while this one loaded, if any
         self._progress(rid, "ready", "Model ready")
         self.pair, self.costs = pair, eng.loop.StepCosts()    # plain step costs belong to this pair
         # what the window may ask of this pair (dflash_desktop/offers.py): a local engine offers it all

@@ -23,15 +23,21 @@ def chat(tmp_path):
     answer = store.add_message(conv.id, "assistant", "use sorted()", spans=[["use ", True], ["sorted()", False]],
                                stats={"tau": 2.5, "decode_tok_s": 40.0}, stop_reason="eos")
     store.new_version(answer.id, "how do I sort a list?")
-    store.update_message(answer.id, content="list.sort()", stats={"tau": 3.0}, stop_reason="length")
+    store.update_message(answer.id, content="list.sort()", stats=LATER_STATS, stop_reason="length")
     return store, conv.id
+
+
+# what the window keeps with an answer: how it decoded and the model that wrote it (PairSession.answer_model)
+LATER_STATS = {"tau": 3.0, "method": "dflash", "model": {
+    "id": "chat", "name": "SmolLM2-135M-Instruct", "engine": "llamacpp", "device": "cpu", "dtype": "q4_1",
+    "has_drafter": True, "baseline_key": "chat|/m/SmolLM2.gguf|llamacpp"}}
 
 
 def test_json_round_trip_keeps_stats_spans_versions_and_settings(chat, tmp_path):
     store, conv_id = chat
     path = export_chat(store, conv_id, tmp_path / "sorting.json")
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data["messages"][1]["stats"] == {"tau": 3.0}
+    assert data["messages"][1]["stats"] == LATER_STATS
     assert [v["content"] for v in data["messages"][1]["versions"]] == ["use sorted()", "list.sort()"]
 
     other = ChatStore(tmp_path / "other.sqlite3")
@@ -50,7 +56,8 @@ def test_markdown_export_reads_as_a_conversation(chat, tmp_path):
     text = export_chat(store, conv_id, tmp_path / "sorting.md").read_text(encoding="utf-8")
     assert text.startswith("# Sorting\n")
     assert "> System prompt: be brief" in text
-    assert text.index("## You") < text.index("how do I sort a list?") < text.index("## DFlash (version 2 of 2)")
+    assert text.index("## You") < text.index("how do I sort a list?") < text.index(
+        "## SmolLM2-135M-Instruct  ·  DFlash (llamacpp engine on cpu, q4_1) (version 2 of 2)")
     assert "list.sort()" in text and "use sorted()" not in text   # the version shown
 
 
@@ -72,6 +79,8 @@ def _exported(chat, tmp_path) -> dict:
     (lambda d: d["messages"][1].update(stats={"generated_tokens": 10**400}),
      "\"message 2 stats.generated_tokens\" that is not a whole number"),
     (lambda d: d["messages"][1].update(stats={"histogram": [1, None]}), "\"message 2 stats.histogram[1]\""),
+    (lambda d: d["messages"][1].update(stats={"model": {"has_drafter": "yes"}}),
+     "\"message 2 stats.model.has_drafter\" that is not true or false"),
     (lambda d: d["messages"][1].update(stats={"fallback": {"tau": 1.0}}), "\"stats.fallback\" gives no \"reason\""),
     (lambda d: d["messages"][1].update(stats={"remote": {"note": ["x"]}}), "\"message 2 stats.remote.note\" that is"),
     (lambda d: d["messages"][1].update(error={"message": 5}), "\"message 2 error.message\" that is not text"),

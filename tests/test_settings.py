@@ -43,6 +43,8 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
     ("baselines", {"demo|/x": {"tok_s": "fast", "tokens": 64, "measured_at": 1.0, "device": "cpu"}}, "Baselines"),
     ("baselines", {"demo|/x": {"tok_s": 40.0, "tokens": 64, "measured_at": 1e300, "device": "cpu"}}, "Baselines"),
     ("baselines", [], "Baselines"),
+    ("baselines", {"demo|/x": {"tok_s": 40.0, "tokens": 64, "measured_at": 1.0, "device": "cpu", "runs": ["x"]}},
+     "Baselines"),
     ("engine", ["torch"], "Engine must be"),
 ])
 def test_absurd_values_are_refused_with_a_clear_message(field, value, message):

@@ -25,6 +25,18 @@ def test_baseline_record_says_when_how_how_many_and_how_busy_and_reads_old_recor
     assert BaselineRecord.from_dict(old) == BaselineRecord(40.0, 64, NOW, "cpu", "calibration", None)
 
 
+def test_the_calibration_baseline_is_the_median_run_with_its_range_and_the_busiest_share():
+    runs = [({"stats": {"decode_tok_s": r, "generated_tokens": 64}}, cpu) for r, cpu in ((50.0, 0.02), (20.0, 0.4),
+                                                                                          (48.0, None))]
+    rec = BaselineRecord.median_of(runs, "cpu")
+    assert (rec.tok_s, rec.tokens, rec.runs, rec.cpu_other) == (48.0, 64, [50.0, 20.0, 48.0], 0.4)
+    text = rec.describe()
+    assert "64 tokens (calibration: the median of 3 runs, 20–50 tok/s)" in text
+    assert "other programs used 40% of the CPU meanwhile" in text
+    assert BaselineRecord.from_dict(rec.to_dict()) == rec
+    assert "A busy" not in (diagnose(SLOW, rec) or "") and "Re-measure on a quiet machine" in diagnose(SLOW, rec)
+
+
 SLOW = {"generated_tokens": 100, "tau": 3.0, "acceptance_rate": 0.5, "decode_tok_s": 30.0, "steps": 33,
         "decode_s": 3.3}
 

@@ -69,7 +69,11 @@ def test_send_streams_answer_with_footer_stats_and_calibrated_baseline(qtbot, ho
     assert [m.role for m in stored] == ["user", "assistant"] and stored[0].content == "def f(x):"
     assert stored[1].content == done["text"] and stored[1].stop_reason == "length"
     measured = {k: stored[1].stats[k] for k in ("cpu_other", "cpu_wall_s")}   # + what the window measured
-    assert stored[1].stats == {**stats, **measured} and 0 <= measured["cpu_other"] <= 1
+    model = stored[1].stats["model"]                                              # + who wrote it
+    assert stored[1].stats == {**stats, **measured, "model": model} and 0 <= measured["cpu_other"] <= 1
+    assert model == {"id": "echo", "name": "Echo test pair", "engine": "torch", "device": "cpu", "dtype": "float32",
+                     "has_drafter": True, "baseline_key": window.session.baseline_key}
+    assert stats["method"] == "dflash" and answer.role_label.text() == "Echo test pair  ·  DFlash"
     assert conv.title == "def f(x):"
 
 

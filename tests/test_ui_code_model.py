@@ -64,3 +64,36 @@ def test_a_chat_model_gets_no_banner_and_a_system_prompt(qtbot):
     view.set_examples(True)
     assert not view.banner.isVisible() and view.system_prompt.isEnabled()
     assert [b.text() for b in view.example_buttons] == list(CHAT_EXAMPLES)
+
+
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
+
+def test_a_chat_keeps_the_mode_of_the_model_that_wrote_it(qtbot, home, chat_worker, echo_pair, tmp_path):
+    """A code completion written by the echo pair stays a code completion (its prompt before it, in the code
+    font) after a chat model is loaded, and that model's chat renders as a chat: each turn is drawn as the
+    model that answered it wrote it, not as the model loaded now."""
+    from tests.tiny_torch import save_random_pair
+    from tests.ui_chat_fixtures import send_and_wait
+    window = make_window(qtbot, chat_worker, echo_pair)
+    send_and_wait(qtbot, window, "def f(x):")
+    code_chat = window.controller.conversation_id
+    target, draft = save_random_pair(tmp_path / "chatty", block_size=8, chat_template=CHAT_TEMPLATE)
+    window.controller.new_chat()
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=ANSWER_TIMEOUT_MS):
+        window.load_pair({"id": "chatty", "name": "Chatty", "target_dir": str(target), "draft_dir": str(draft),
+                          "plan": {"engine": "torch", "device": "auto", "dtype": None}})
+    qtbot.waitUntil(lambda: window.session.ready, timeout=ANSWER_TIMEOUT_MS)
+    assert window.session.loaded.chat_template and not window.chat_view.code_mode
+    send_and_wait(qtbot, window, "hello")
+    chat_chat = window.controller.conversation_id
+
+    def turns():
+        return [(w.role, w.code_only) for w in window.chat_view.messages if isinstance(w, MessageWidget)]
+    window.controller.open_conversation(code_chat)
+    assert turns() == [("user", True), ("assistant", True)]
+    answer = window.chat_view.messages[-1]
+    assert answer.prefix == "def f(x):" and answer.role_label.text().startswith("Echo test pair")
+    window.controller.open_conversation(chat_chat)
+    assert turns() == [("user", False), ("assistant", False)]
+    assert window.chat_view.messages[-1].role_label.text().startswith("Chatty")

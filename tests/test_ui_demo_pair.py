@@ -63,8 +63,9 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
     conv = window.store.conversations()[0]
     stored = window.store.messages(conv.id)
     assert [(m.role, m.content) for m in stored] == [("user", CODE_EXAMPLES[0]), ("assistant", done["text"])]
-    # the window keeps the CPU meter of the answer beside the engine's stats (tests/test_stats_truth.py)
-    assert {k: v for k, v in stored[1].stats.items() if not k.startswith("cpu_")} == stats
+    # the window keeps the CPU meter of the answer and who wrote it beside the engine's stats
+    assert {k: v for k, v in stored[1].stats.items() if not k.startswith("cpu_") and k != "model"} == stats
+    assert stored[1].stats["model"]["name"] == pair.name and stored[1].stats["model"]["engine"] == window.session.loaded.engine
     chose = window.session.loaded.speculation or {}
     if chose.get("n_max") == 0:
         # the engine (llama.cpp, the first start's choice on a CPU where it is built) timed plain decoding

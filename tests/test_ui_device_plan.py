@@ -49,12 +49,13 @@ def test_the_pickers_plan_reaches_a_real_worker(qtbot, home, chat_worker, echo_p
     window = make_window(qtbot, chat_worker, {**echo_pair, "plan": plan.request}, wait_ready=refusal is None)
     assert sent[0] == plan.request
     if refusal:
-        qtbot.waitUntil(lambda: any(isinstance(w, ErrorBubble) for w in window.chat_view.messages),
-                        timeout=LOAD_TIMEOUT_MS)
-        bubble = next(w for w in window.chat_view.messages if isinstance(w, ErrorBubble))
-        assert refusal in bubble.message.text() and bubble.error["code"] == "device_unavailable"
-        assert bubble.action_button.text() == "Load on the CPU"
-        bubble.action_button.click()
+        qtbot.waitUntil(lambda: window.load_error_box is not None, timeout=LOAD_TIMEOUT_MS)
+        box = window.load_error_box      # a dialog, not a card in whichever chat is open
+        assert box.isVisible() and not any(isinstance(w, ErrorBubble) for w in window.chat_view.messages)
+        assert refusal in box.informativeText() and box.error["code"] == "device_unavailable"
+        assert box.text() == "Could not load Echo test pair." and "No model is loaded now" in box.informativeText()
+        assert box.action_button.text() == "Load on the CPU"
+        box.action_button.click()
         qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
         assert sent[1] == {"engine": "torch", "device": "cpu", "dtype": None}
     loaded = window.session.loaded

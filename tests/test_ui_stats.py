@@ -38,6 +38,7 @@ def test_remeasure_recomputes_speedup_and_warning_from_the_new_baseline(qtbot, h
         panel.remeasure_button.click()
     record = changed.args[0]
     assert record.method == "calibration" and record.tokens == session.CALIBRATION_TOKENS
+    assert len(record.runs) == session.CALIBRATION_RUNS and min(record.runs) <= record.tok_s <= max(record.runs)
     assert record.cpu_other is not None and 0 <= record.cpu_other <= 1
     assert window.session.baseline() == record           # the one record, saved for the pair
     ratio = stats["decode_tok_s"] / record.tok_s
@@ -88,7 +89,7 @@ def test_the_panel_follows_the_chat_on_screen(qtbot, home, chat_worker, echo_pai
     assert shown(window)["dflash_tok_s"] == second["decode_tok_s"]
     c.open_conversation(chat_a)
     assert shown(window)["dflash_tok_s"] == first["decode_tok_s"] and shown(window)["histogram"] == first["histogram"]
-    assert window.stats_panel.subject.text() == "Answer 1 of this chat."
+    assert window.stats_panel.subject.text() == "Answer 1 of this chat — Echo test pair  ·  DFlash"   # and who wrote it
     c.open_conversation(chat_b)
     assert shown(window)["dflash_tok_s"] == second["decode_tok_s"]
 
@@ -113,9 +114,9 @@ def test_the_speedup_demos_plain_run_becomes_the_panels_baseline(qtbot, home, ch
     window.toggle_demo(True)
     demo = window.demo
     with qtbot.waitSignal(window.session.baselineChanged, timeout=ANSWER_TIMEOUT_MS) as changed:
-        assert demo.start("def g(y):", {"max_new_tokens": 24, "temperature": 0.0})
+        assert demo.start("def g(y):", {"max_new_tokens": 200, "temperature": 0.0})   # runs long enough to agree
     record = changed.args[0]
-    assert record.method == "speedup demo" and record.tokens == 24
+    assert record.method == "speedup demo" and record.tokens == 200
     assert record.tok_s == pytest.approx(demo.plain.stats["decode_tok_s"])
     assert window.session.baseline() == record and window.stats_panel.baseline_label.text() == f"{record.tok_s:.1f}"
     assert "speedup demo" in window.stats_panel.baseline_note.text()
@@ -148,13 +149,60 @@ def test_an_answer_decoded_plainly_shows_no_speedup(qtbot, home, chat_worker, ec
     window = make_window(qtbot, chat_worker, echo_pair,
                          settings=settings_mod.Settings(max_new_tokens=24, draft_cutoff=0.0, block_size=1))
     assert window.session.baseline() is not None
-    stats = send_and_wait(qtbot, window, "p = ")["stats"]
-    assert stats["drafted"] == 0 and stats["decode_tok_s"] > 0
+    panel = window.stats_panel
+    live: list[tuple] = []      # what the panel showed while the answer streamed (after each batch of tokens)
+
+    def snapshot(_ev: dict) -> None:
+        live.append((panel.speedup_label.text(), panel.acceptance_label.text(), panel.dflash_metric.caption.text()))
+    chat_worker.tokens.connect(snapshot)
+    try:
+        stats = send_and_wait(qtbot, window, "p = ")["stats"]
+    finally:
+        chat_worker.tokens.disconnect(snapshot)
+    assert stats["drafted"] == 0 and stats["decode_tok_s"] > 0 and stats["method"] == "plain"
+    assert live and all(shown[:2] == ("—", "—") and "DFlash" not in shown[2] for shown in live), live
+    assert window.chat_view.messages[-1].role_label.text() == "Echo test pair  ·  plain decoding"
     assert shown(window)["speedup"] is None and window.stats_panel.speedup_label.text() == "—"
     assert window.stats_panel.speedup_metric.toolTip().startswith("This answer drafted nothing")
-    panel = window.stats_panel
     assert panel.acceptance_label.text() == panel.tau_label.text() == "—"     # not "0%" of nothing drafted
     assert panel.acceptance_metric.toolTip().startswith("This answer drafted nothing")
     footer = window.chat_view.messages[-1].footer.text()
     assert "plain decoding" in footer and "τ" not in footer
     assert shown(window)["dflash_tok_s"] == stats["decode_tok_s"]
+
+
+def test_each_chat_keeps_the_figures_of_the_model_that_wrote_it(qtbot, home, chat_worker, echo_pair):
+    """A chat with the echo pair (DFlash), then a switch to its target alone (no drafter) in a new chat: each
+    answer is headed by its own model and method, and reopening the first chat shows its speedup against its
+    own baseline, never the loaded model's, nor a diagnosis of the other model."""
+    window = make_window(qtbot, chat_worker, echo_pair)
+    panel, c = window.stats_panel, window.controller
+    first = send_and_wait(qtbot, window, "def f(x):")["stats"]
+    chat_a, speed_a = c.conversation_id, shown(window)["speedup"]
+    baseline_a = window.session.baseline()
+    assert speed_a == pytest.approx(first["decode_tok_s"] / baseline_a.tok_s)
+
+    alone = {**echo_pair, "id": "echo-alone", "name": "Echo target alone", "draft_dir": None}
+    c.new_chat()
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=ANSWER_TIMEOUT_MS):
+        window.load_pair(alone)
+    qtbot.waitUntil(lambda: window.session.ready, timeout=ANSWER_TIMEOUT_MS)
+    # the target alone gets its own baseline, far from the echo pair's (its own calibration)
+    record = BaselineRecord(baseline_a.tok_s * 10, 64, time.time(), "cpu")
+    window.session.record_baseline(record)
+    second = send_and_wait(qtbot, window, "def g(y):")["stats"]
+    stored = window.store.messages(c.conversation_id)[-1].stats
+    assert second["method"] == "plain" and stored["model"]["name"] == "Echo target alone"
+    assert not stored["model"]["has_drafter"] and stored["model"]["baseline_key"] == window.session.baseline_key
+    assert window.chat_view.messages[-1].role_label.text() == "Echo target alone  ·  plain decoding"
+    assert shown(window)["speedup"] is None and panel.acceptance_label.text() == "no drafter"
+
+    c.open_conversation(chat_a)
+    answer = window.chat_view.messages[-1]
+    assert answer.role_label.text() == "Echo test pair  ·  DFlash"
+    assert shown(window)["speedup"] == pytest.approx(speed_a)          # its own baseline, not the loaded one's
+    assert shown(window)["acceptance_rate"] == first["acceptance_rate"]
+    assert panel.subject.text() == "Answer 1 of this chat — Echo test pair  ·  DFlash"
+    assert "No drafter" not in (shown(window)["warning"] or "")
+    window.session.record_baseline(BaselineRecord(1.0, 64, time.time(), "cpu"))   # the loaded model's, again
+    assert shown(window)["speedup"] == pytest.approx(speed_a)          # still the echo pair's own

@@ -206,9 +206,11 @@ def test_engine_errors_are_clear_and_the_worker_survives(client, pair_dirs):
     assert bad["code"] == "bad_message" and "vocabulary" in bad["message"]
     bad = client.wait(client.generate(messages=[], settings={"max_new_tokens": 2}), T)
     assert bad["code"] == "bad_message" and "messages is empty" in bad["message"]
+    info = client.pair_info
     missing = client.wait(client.load_pair("/no/such/model", None), T)
     assert missing["code"] == "bad_checkpoint" and "/no/such/model" in missing["message"]
-    assert client.pair_info is None
+    assert missing["pair"]["target"] == info["target"] and client.pair_info is info   # refused before unloading
+    assert client.wait(client.unload(), T)["event"] == "ok"
     nopair = client.wait(client.generate(prompt="x"), T)
     assert nopair["code"] == "no_pair"
     ensure_loaded(client, pair_dirs)
@@ -240,6 +242,19 @@ def test_kill_9_reports_within_a_second_and_next_request_restarts(client, pair_d
     assert done["event"] == "done" and done["stats"]["generated_tokens"] == 8
     assert client.pid != old_pid and client.pair_info is not None  # reloaded without being asked
     assert any(e["event"] == "loaded" and e["id"].startswith("auto-reload") for e in client.events)
+
+
+def test_a_load_that_fails_leaves_the_loaded_pair_working(client, pair_dirs, tmp_path):
+    """A folder that is not a model (it exists, so only the engine's load finds out): the pair loaded before
+    stays loaded in the worker, the error says so, and it still answers."""
+    ensure_loaded(client, pair_dirs)
+    info = client.pair_info
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "not-a-model" / "config.json").write_text('{"model_type": "llama", "hidden_size": "big"}')
+    err = client.wait(client.load_pair(tmp_path / "not-a-model", None, engine="torch"), T)
+    assert err["event"] == "error" and err["pair"]["target"] == info["target"] and client.pair_info is info
+    done = client.wait(client.generate(prompt="Still here", settings={"max_new_tokens": 4}), T)
+    assert done["event"] == "done" and done["stats"]["generated_tokens"] == 4
 
 
 def test_refused_load_and_unload_keep_the_pair(client, pair_dirs):
@@ -384,9 +399,10 @@ def test_cancel_stops_a_running_load_between_stages(patched, pair_dirs):
     wait_for(lambda: [e["stage"] for e in of(patched, rid, "progress")] == ["import", "weights"], T, "the first stage")
     assert patched.wait(patched.cancel(), 10)["cancelled"] == rid  # no target: the load that runs
     err = patched.wait(rid, T)
-    assert err["code"] == "cancelled" and err["pair"] is None and patched.pair_info is None
-    assert not of(patched, rid, "loaded")
-    assert patched.wait(patched.generate(prompt="x"), T)["code"] == "no_pair"  # nothing stays loaded
+    kept = patched.pair_info
+    assert err["code"] == "cancelled" and err["pair"]["target"] == kept["target"] == str(pair_dirs[0])
+    assert not of(patched, rid, "loaded")   # the pair loaded before stays: it fits beside the one that was loading
+    assert patched.wait(patched.generate(prompt="x", settings={"max_new_tokens": 2}), T)["event"] == "done"
 
 
 def test_cancel_answers_a_queued_load_without_loading_it(patched, pair_dirs):

@@ -63,7 +63,8 @@ def make_window(qtbot, worker, pair, settings=None, store=None, wait_ready=True)
     qtbot.addWidget(window)
     window.show()
     window.activateWindow()
-    qtbot.waitUntil(window.isActiveWindow, timeout=5000)   # shortcuts reach the active window only
+    # shortcuts reach the active window only (a failed load's dialog may take it first: it is window-modal)
+    qtbot.waitUntil(lambda: window.isActiveWindow() or window.load_error_box is not None, timeout=5000)
     if wait_ready:
         qtbot.waitUntil(lambda: window.session.ready, timeout=LOAD_TIMEOUT_MS)
     return window

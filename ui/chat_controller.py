@@ -14,6 +14,7 @@ from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.pairs import LoadedPair
 from dflash_desktop.qt_worker import QtWorker
+from dflash_desktop.session import author_text
 
 from .chat_settings_dialog import greedy_question
 from .chat_view import ChatView
@@ -43,8 +44,8 @@ class ChatController(QObject):
         self._waiting = False              # an answer is queued behind a load or a calibration
         self._count: tuple[str, int | None, str] | None = None   # the count asked last: id, chat, typed text
         pair.pairLoaded.connect(self._on_loaded)
-        pair.loadFailed.connect(self._on_load_failed)
         pair.readyChanged.connect(self._run_waiting)
+        pair.baselineChanged.connect(self._baseline_changed)
         worker.warning.connect(self._on_warning)   # any request's (a bound method: the worker outlives us)
         view.sendRequested.connect(self.send_typed)
         view.stopRequested.connect(self.stop)
@@ -73,12 +74,13 @@ class ChatController(QObject):
         self.view.set_context(limit=loaded.max_positions)
         self.count_context()
 
-    def _on_load_failed(self, ev: dict, way_out) -> None:
-        """A load failed: the answer waiting for it ends with the error; else the error shows in the chat."""
-        if self._gen is not None:
-            self._finish(ev)
-        else:
-            self.view.add_error(ev, action=way_out)
+    def fail_waiting(self, ev: dict) -> bool:
+        """A load failed: the answer waiting for it ends with the error (in its chat). False when none waits,
+        and the window says it in a dialog instead."""
+        if self._gen is None or not self._waiting:
+            return False
+        self._finish(ev)
+        return True
 
     # -- conversations ------------------------------------------------------------------------------
     def new_chat(self) -> None:
@@ -133,11 +135,24 @@ class ChatController(QObject):
         if not answers:
             self.panel.clear_answer()
             return
-        last = answers[-1]
+        self._show_answer_stats(messages, answers[-1])
+
+    def _show_answer_stats(self, messages, last) -> None:
+        """A stored answer's figures, against the baseline of the model that wrote it (none when it does not
+        say: answers stored before answers kept their model)."""
         before = [m for m in messages if m.role == "user" and m.id < last.id]
         context = self._context(last.stats, text=last.content, prompt=before[-1].content if before else "")
         number = sum(1 for m in messages if m.role == "assistant" and m.id <= last.id)
-        self.panel.set_stats(last.stats, context, subject=f"Answer {number} of this chat.")
+        self.panel.set_stats(last.stats, context, subject=f"Answer {number} of this chat — {author_text(last.stats)}",
+                             baseline=self.session.baseline_of(last.stats.get("model")))
+
+    def _baseline_changed(self, record) -> None:
+        """The loaded model's baseline was measured again: the answer on screen follows it if that model wrote
+        it (an answer of another model keeps its own)."""
+        shown = self.panel.stats
+        if shown and self.session.baseline_key and \
+                (shown.get("model") or {}).get("baseline_key") == self.session.baseline_key:
+            self.panel.set_answer_baseline(record)
 
     def delete_conversation(self, conversation_id: int) -> None:
         if conversation_id == self.conversation_id:
@@ -297,6 +312,7 @@ class ChatController(QObject):
         widget.set_versions(message.version, len(message.versions or ()) or 1)
         self._gen = {"id": None, "widget": widget, "message_id": message.id, "conversation_id": self.conversation_id,
                      "overrides": overrides or {}}
+        widget.set_author(None, self.session.display_name or None)
         self.view.set_busy(True)
         self.view.mark_last()
         self.panel.start_answer()
@@ -373,6 +389,8 @@ class ChatController(QObject):
         gen["prompt"] = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
         if self.loaded.offers.local:   # a server's answer does not run on this machine's CPU
             gen["meter"] = CpuMeter([self.session.worker_pid()]).start()
+        gen["model"] = self.session.answer_model()      # who writes it, kept with its stats
+        gen["widget"].set_author(None, self.session.display_name)
         gen["id"] = self.worker.generate(**request, settings={**self.generation_settings(), **gen["overrides"]},
                                          on_event=functools.partial(self._on_answer_event, gen))
 
@@ -410,6 +428,8 @@ class ChatController(QObject):
         cpu_other = meter.stop() if meter else None
         if stats and cpu_other is not None:   # measured by the window: kept with the answer
             stats = {**stats, "cpu_other": cpu_other, "cpu_wall_s": meter.wall_s}
+        if stats and gen.get("model"):
+            stats = {**stats, "model": gen["model"]}
         stop_reason = "error" if is_error else ev.get("stop_reason")
         error = {k: v for k, v in ev.items() if k != "event"} if is_error else None
         self.store.update_message(gen["message_id"], content=text, spans=spans, stats=stats,
@@ -437,7 +457,8 @@ class ChatController(QObject):
             self.statusMessage.emit(f"Error: {ev.get('message', '')}")
         elif stats and visible:
             context = self._context(stats, text=text, prompt=gen.get("prompt", ""), token_ids=ev.get("token_ids"))
-            self.panel.set_stats(stats, context)
+            self.panel.set_stats(stats, context, subject=f"The last answer — {author_text(stats)}",
+                                 baseline=self.session.baseline_of(gen.get("model")))
         self.conversationsChanged.emit()
         self.answerFinished.emit(ev)
 

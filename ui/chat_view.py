@@ -381,12 +381,17 @@ class ChatView(QWidget):
         """Show a stored conversation (chat_store.Message objects)."""
         self.clear()
         self.system_prompt.setText(system_prompt)
-        for m in messages:
+        for i, m in enumerate(messages):
+            # each turn renders as the model that answered it wrote (a code completion, or a chat), whatever is
+            # loaded now; turns without such an answer as the loaded model would
+            answer = m if m.role == "assistant" else next((x for x in messages[i + 1:] if x.role == "assistant"), None)
+            model = ((answer.stats if answer else None) or {}).get("model") or {}
+            code_only = not model["chat"] if "chat" in model else None
             if m.role == "user":
-                self.add_user(m.id, m.content)
+                self.add_user(m.id, m.content, code_only)
             elif m.role == "assistant":
                 before = [x for x in messages if x.role == "user" and x.id < m.id]
-                w = self.add_assistant(m.id, prefix=before[-1].content if before else "")
+                w = self.add_assistant(m.id, prefix=before[-1].content if before else "", code_only=code_only)
                 w.set_content(m.content, m.spans or [[m.content, False]])
                 w.set_footer(m.stats, m.stop_reason)
                 w.set_versions(m.version, len(m.versions or ()) or 1)
@@ -400,17 +405,20 @@ class ChatView(QWidget):
         self.column_layout.insertWidget(self.column_layout.count() - 1, widget)
         self.messages.append(widget)
 
-    def add_user(self, message_id: int | None, text: str) -> MessageWidget:
-        w = MessageWidget("user", message_id, code_only=self.code_mode, parent=self.column)
+    def add_user(self, message_id: int | None, text: str, code_only: bool | None = None) -> MessageWidget:
+        w = MessageWidget("user", message_id, code_only=self.code_mode if code_only is None else code_only,
+                          parent=self.column)
         w.set_content(text)
         w.editSubmitted.connect(self.editSubmitted)
         self._add(w)
         return w
 
-    def add_assistant(self, message_id: int | None = None, prefix: str = "") -> MessageWidget:
-        """prefix: the user's turn a completion continues (shown before it for a code completion model)."""
-        w = MessageWidget("assistant", message_id, highlight=self.highlight, code_only=self.code_mode,
-                          parent=self.column)
+    def add_assistant(self, message_id: int | None = None, prefix: str = "",
+                      code_only: bool | None = None) -> MessageWidget:
+        """prefix: the user's turn a completion continues (shown before it for a code completion model);
+        code_only: render as a code completion (None: as the loaded model writes)."""
+        w = MessageWidget("assistant", message_id, highlight=self.highlight,
+                          code_only=self.code_mode if code_only is None else code_only, parent=self.column)
         if prefix:
             w.set_prefix(prefix)
         w.regenerateRequested.connect(self.regenerateRequested)
@@ -481,5 +489,5 @@ class ChatView(QWidget):
         """Keep the newest text in view while streaming, unless the user scrolled up to read."""
         bar = self.scroll.verticalScrollBar()
         if self._stick_to_bottom or bar.value() >= bar.maximum() - 80:
-            QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))
+            QTimer.singleShot(0, bar, lambda: bar.setValue(bar.maximum()))   # dropped with the bar
             self._stick_to_bottom = False

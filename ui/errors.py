@@ -10,7 +10,7 @@ from typing import Callable
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
 from dflash_desktop import paths
 from dflash_desktop.pairs import LoadedPair
@@ -89,3 +89,25 @@ class ErrorBubble(QFrame):
     def copy_diagnostics(self) -> None:
         QGuiApplication.clipboard().setText(self.diagnostics)
         self.copy_button.setText("Copied")
+
+
+class LoadErrorDialog(QMessageBox):
+    """A load that failed: said in a window-modal box, not in whichever chat is open, with the way out (load on
+    the CPU, another engine) and whether the model loaded before is still there to chat with."""
+
+    def __init__(self, error: dict, name: str, kept: str | None, parent: QWidget | None = None,
+                 action: tuple[str, Callable[[], None]] | None = None):
+        super().__init__(QMessageBox.Icon.Warning, "DFlash Desktop", f"Could not load {name}.",
+                         QMessageBox.StandardButton.Close, parent)
+        self.error = dict(error)
+        self.setInformativeText(f"{self.error.get('message') or 'The engine reported an error.'}\n\n"
+                                + (f"{kept} is still loaded: your chats go on with it." if kept else
+                                   "No model is loaded now: choose one with Models… (Ctrl+M)."))
+        self.setDetailedText(diagnostics_text(self.error))
+        self.action_button = None
+        if action is not None:
+            self.action_button = self.addButton(action[0], QMessageBox.ButtonRole.AcceptRole)
+            self.action_button.clicked.connect(action[1])
+            self.setDefaultButton(self.action_button)
+        self.open_logs_button = self.addButton("Open logs", QMessageBox.ButtonRole.HelpRole)
+        self.open_logs_button.clicked.connect(lambda: open_logs(self.error))

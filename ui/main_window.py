@@ -157,6 +157,7 @@ class MainWindow(QMainWindow):
                                          self.stats_panel, self)
         self.local_server = LocalServer(self.worker, self._served_name, self)
         self._reloading_after_crash = False   # set by _worker_error, cleared by the next successful load
+        self.load_error_box = None            # the last failed load's dialog (tests and screenshots read it)
         self._build_actions()
         self._build_status_bar()
         self._wire()
@@ -168,7 +169,7 @@ class MainWindow(QMainWindow):
             self.controller.open_conversation(last)
         pair = PairRequest.of(pair) if pair else startup_pair(self.settings)
         if autoload and pair:   # with the engine Settings > Engine prefers, as every later load
-            QTimer.singleShot(0, lambda: self.load_pair(self.with_engine(pair)))
+            QTimer.singleShot(0, self, lambda: self.load_pair(self.with_engine(pair)))
         elif autoload:
             QTimer.singleShot(0, lambda: self.status_label.setText(
                 "No model yet: the built-in models are not installed. Choose one with Models… (Ctrl+M)."))
@@ -314,6 +315,7 @@ class MainWindow(QMainWindow):
         p.pairLoaded.connect(self._show_pair)
         p.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
         p.pairUnloaded.connect(lambda: self.pair_label.setText(f"{p.display_name or 'Model'}  ·  unloaded"))
+        p.loadFailed.connect(self._load_failed)
         c.statusMessage.connect(self.status_label.setText)
         c.conversationsChanged.connect(self.refresh_conversations)
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
@@ -420,9 +422,24 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("The engine stopped; the local server is on, so the model is loading "
                                          "again.", 10_000)
             pair = self.session.pair
-            QTimer.singleShot(0, lambda: self.load_pair(pair))
+            QTimer.singleShot(0, self, lambda: self.load_pair(pair))
         elif ev.get("code") in ("worker_crashed", "worker_start_failed"):
             self.statusBar().showMessage("The engine stopped; your next message restarts it.", 10_000)
+
+    def _load_failed(self, ev: dict, way_out, failed: str, kept: str | None) -> None:
+        """An answer waiting for the load shows the error in its chat; otherwise a dialog says it, with the
+        way out, and whether the model loaded before is still there."""
+        if kept:
+            self._show_pair(self.session.loaded)
+        else:
+            self.pair_label.setText("No model loaded")
+        if self.controller.fail_waiting(ev):
+            return
+        from .errors import LoadErrorDialog
+        if self.load_error_box is not None:
+            self.load_error_box.deleteLater()         # kept until the next one: tests and screenshots read it
+        self.load_error_box = LoadErrorDialog(ev, failed, kept, self, action=way_out)
+        self.load_error_box.open()
 
     def load_pair(self, pair: PairRequest | dict) -> None:
         """Load a pair in place of the loaded one; an answer being written stops first."""

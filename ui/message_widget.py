@@ -8,6 +8,8 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
+from dflash_desktop.session import author_text, method_of
+
 from . import markdown, theme
 
 COPIED_MS = 1500   # how long "Copied" stays on what was clicked
@@ -20,7 +22,7 @@ def footer_text(stats: dict | None, stop_reason: str | None) -> str:
     place of τ for an answer that drafted nothing."""
     if not stats:
         return STOP_WORDS.get(stop_reason or "", stop_reason or "")
-    plain = stats.get("drafted") == 0 and "drafted" not in (stats.get("unknown") or ())
+    plain = method_of(stats) == "plain"
     parts = [f"{float(stats.get('decode_tok_s') or 0):.1f} tok/s",
              f"first token {float(stats.get('ttft_s') or 0):.2f} s",
              f"{int(stats.get('generated_tokens') or 0)} tokens",
@@ -75,7 +77,7 @@ class MessageWidget(QFrame):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(14, 10, 14, 8)
         outer.setSpacing(4)
-        self.role_label = QLabel("You" if role == "user" else "DFlash")
+        self.role_label = QLabel("You" if role == "user" else author_text(None))
         self.role_label.setObjectName("role")
         outer.addWidget(self.role_label)
         self.browser = AutoHeightBrowser(self)
@@ -154,6 +156,11 @@ class MessageWidget(QFrame):
 
     def set_footer(self, stats: dict | None, stop_reason: str | None) -> None:
         self.footer.setText(footer_text(stats, stop_reason))
+        if self.role == "assistant" and stats:
+            self.set_author(stats)
+
+    def set_author(self, stats: dict | None, writer: str | None = None) -> None:
+        self.role_label.setText(author_text(stats, writer))
 
     def set_versions(self, index: int, count: int) -> None:
         """Show ``index + 1 / count`` with < > when the answer has more than one version."""

@@ -25,7 +25,8 @@ class PairSession(QObject):
     statusMessage = Signal(str)           # one line for the status bar
     loadingChanged = Signal(bool, str)    # busy loading or measuring?, what is happening
     pairLoaded = Signal(object)           # the LoadedPair
-    loadFailed = Signal(dict, object)     # the error event, and a way out (button text, slot) or None
+    loadFailed = Signal(dict, object, str, object)   # the error, a way out (button text, slot) or None, the
+    #                                                  name of the pair that failed, that of the one still loaded
     pairUnloaded = Signal()               # the user unloaded the model: memory freed
     baselineChanged = Signal(object)      # the loaded pair's BaselineRecord (or None): one source of truth
     readyChanged = Signal()               # a load or a calibration ended: answers waiting for it may start
@@ -44,6 +45,7 @@ class PairSession(QObject):
         self._load_started = 0.0              # when the user asked for the load: the wait they really had
         self._rss_before_unload: int | None = None
         self._epoch = 0                       # one per load: a superseded load's or calibration's events are stale
+        self._previous: tuple[PairRequest, LoadedPair] | None = None   # the pair loaded before this load
         panel.remeasureRequested.connect(self.calibrate)
 
     @property
@@ -68,6 +70,8 @@ class PairSession(QObject):
         self._epoch += 1
         self._load_started = time.monotonic()
         on_event = functools.partial(self._on_load_event, self._epoch)
+        if self.loaded is not None:           # what stays if this load fails and the worker kept it
+            self._previous = (self.pair, self.loaded)
         self.pair, self.loaded = PairRequest.of(pair), None
         self.panel.set_baseline(self.baseline())
         self.baselineChanged.emit(self.baseline())
@@ -86,26 +90,27 @@ class PairSession(QObject):
         if self.pair is not None and not self._loading:
             self.load_pair(self.pair)
 
-    def load_on_cpu(self) -> None:
-        """After the chosen device failed: the same pair with the engine's CPU defaults."""
-        if self.pair is not None:
-            self._load_again(self.pair.run_plan["engine"], "cpu")
+    def load_on_cpu(self, pair: PairRequest | None = None) -> None:
+        """After the chosen device failed: the pair (default: the one asked for last) with the engine's CPU
+        defaults."""
+        pair = pair or self.pair
+        if pair is not None:
+            self.load_pair(replace(pair, plan={"engine": pair.run_plan["engine"], "device": "cpu", "dtype": None}))
 
-    def load_with_engine(self, engine: str) -> None:
-        """After the engine crashed on this computer: the same pair with another engine that runs it."""
-        self._load_again(engine, "auto")
+    def load_with_engine(self, engine: str, pair: PairRequest | None = None) -> None:
+        """After the engine crashed on this computer: the pair with another engine that runs it."""
+        pair = pair or self.pair
+        if pair is not None:
+            self.load_pair(replace(pair, plan={"engine": engine, "device": "auto", "dtype": None}))
 
-    def _load_again(self, engine: str, device: str) -> None:
-        if self.pair is not None:
-            self.load_pair(replace(self.pair, plan={"engine": engine, "device": device, "dtype": None}))
-
-    def crash_way_out(self, ev: dict):
+    def crash_way_out(self, ev: dict, pair: PairRequest | None = None):
         """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
         others = ev.get("alternatives") or []
         if ev.get("code") != "engine_crashed" or not others:
             return None
         name = others[0]
-        return f"Load with {ENGINES[name].label if name in ENGINES else name}", lambda: self.load_with_engine(name)
+        label = f"Load with {ENGINES[name].label if name in ENGINES else name}"
+        return label, lambda: self.load_with_engine(name, pair)
 
     def _on_load_event(self, epoch: int, ev: dict) -> None:
         if epoch != self._epoch:          # a load asked for since replaces this one
@@ -117,14 +122,30 @@ class PairSession(QObject):
         elif kind == "loaded":
             self._loaded(ev)
         elif kind == "error":
-            self._loading = False
-            self.loadingChanged.emit(False, "")
-            self.statusMessage.emit(f"Could not load the model: {ev.get('message', '')}")
-            device = self.pair.run_plan["device"] if self.pair else "cpu"
-            way_out = (("Load on the CPU", self.load_on_cpu)
-                       if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
-                       else self.crash_way_out(ev))
-            self.loadFailed.emit(ev, way_out)
+            self._load_failed(ev)
+
+    def _load_failed(self, ev: dict) -> None:
+        """The worker says what is loaded after a failed load: the pair loaded before, when there was room to
+        keep it while the new one loaded (engine/backends/choice.py), else nothing."""
+        self._loading = False
+        failed, previous, self._previous = self.pair, self._previous, None
+        device = failed.run_plan["device"] if failed else "cpu"
+        way_out = (("Load on the CPU", lambda: self.load_on_cpu(failed))
+                   if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
+                   else self.crash_way_out(ev, failed))
+        still = ev.get("pair")
+        kept = previous if previous and still and previous[1].target == still.get("target") else None
+        if kept is not None:
+            self.pair, self.loaded = kept
+            self.panel.set_runtime(self.loaded)
+            self.panel.set_baseline(self.baseline())
+        self.loadingChanged.emit(False, "")
+        name = kept[0].name if kept else None
+        self.statusMessage.emit(f"Could not load {failed.name if failed else 'the model'}: {ev.get('message', '')}"
+                                + (f" {name} is still loaded." if name else ""))
+        self.loadFailed.emit(ev, way_out, (failed.name if failed else "") or "the model", name)
+        if kept is not None:
+            self.readyChanged.emit()
 
     def _loaded(self, ev: dict) -> None:
         loaded = LoadedPair.of(ev)
@@ -146,6 +167,8 @@ class PairSession(QObject):
                                f"reading the model took {loaded.load_s:.1f} s of that)")
             self.statusMessage.emit(self.ready_text)
         self.panel.set_runtime(loaded)
+        self.panel.set_baseline(self.baseline())      # known now: baselines are per engine too
+        self.baselineChanged.emit(self.baseline())
         self.pairLoaded.emit(loaded)
         if self.baseline() is None and loaded.offers.baseline:
             self.calibrate()
@@ -189,25 +212,47 @@ class PairSession(QObject):
             return None
 
     # -- baseline -----------------------------------------------------------------------------------
-    def baseline(self) -> BaselineRecord | None:
-        return BaselineRecord.from_dict(self.settings.baselines.get(self.pair.key)) if self.pair else None
+    @property
+    def baseline_key(self) -> str | None:
+        """The loaded pair's baselines key (pair and engine; None until it loads)."""
+        return self.pair.baseline_key(self.loaded.engine) if self.pair and self.loaded else None
 
-    def record_baseline(self, record: BaselineRecord, pair: PairRequest | None = None) -> None:
-        """Make ``record`` the baseline of ``pair`` (default: the loaded one) on this machine: saved, shown, and
-        every figure derived from it recomputed. The calibration and the speedup demo both come here."""
-        pair = pair or self.pair
-        if pair is None:
+    def baseline(self, key: str | None = None) -> BaselineRecord | None:
+        """The baseline stored under ``key`` (default: the loaded pair's)."""
+        key = key or self.baseline_key
+        return BaselineRecord.from_dict(self.settings.baselines.get(key)) if key else None
+
+    def baseline_of(self, model: dict | None) -> BaselineRecord | None:
+        """The baseline of the model an answer names (its stats' `model`); None when it names none."""
+        key = (model or {}).get("baseline_key")
+        return self.baseline(key) if key else None
+
+    def record_baseline(self, record: BaselineRecord, key: str | None = None) -> None:
+        """Make ``record`` the baseline under ``key`` (default: the loaded pair's) on this machine: saved, shown,
+        and every figure derived from it recomputed. The calibration and the speedup demo both come here."""
+        key = key or self.baseline_key
+        if key is None:
             return
-        key = pair.key
         self.settings.baselines[key] = record.to_dict()
         self.save_settings()
-        if self.pair is not None and key == self.pair.key:
+        if key == self.baseline_key:
             self.panel.set_baseline(record)
             self.baselineChanged.emit(record)
 
+    def answer_model(self) -> dict | None:
+        """Who writes an answer now, kept in its stats: every figure shown beside it later belongs to this model
+        (its name, engine, weights and baseline), whatever is loaded by then."""
+        if self.pair is None or self.loaded is None:
+            return None
+        loaded = self.loaded
+        return {"id": self.pair.id, "name": self.display_name, "engine": loaded.engine, "device": loaded.device,
+                "dtype": loaded.dtype, "has_drafter": loaded.has_drafter, "chat": loaded.chat_template,
+                "baseline_key": self.baseline_key}
+
     def calibrate(self) -> None:
-        """Measure plain decoding of the same target on this machine (64 tokens, greedy). It waits in the job
-        queue behind an answer being written, so it never shares the CPU with one."""
+        """Measure plain decoding of the same target on this machine: CALIBRATION_RUNS runs of 64 tokens, greedy,
+        the median kept with the range and the busiest CPU share. Each run waits in the job queue behind an
+        answer being written, so none shares the CPU with one."""
         if self.loaded is None or self._measuring or self._loading:
             return
         if not self.loaded.offers.baseline:
@@ -216,19 +261,30 @@ class PairSession(QObject):
             return
         self._measuring = True
         self.panel.set_baseline(self.baseline(), measuring=True)
-        self.loadingChanged.emit(True, "Measuring the baseline (plain decoding, 64 tokens)…")
+        self._calibration_run(self._epoch, self.baseline_key, self.loaded.device, [])
+
+    def _calibration_run(self, epoch: int, key: str, device: str, runs: list) -> None:
+        self.loadingChanged.emit(True, f"Measuring the baseline (plain decoding, {session.CALIBRATION_TOKENS} tokens, "
+                                       f"run {len(runs) + 1} of {session.CALIBRATION_RUNS})…")
         meter = CpuMeter([self.worker_pid()]).start()
-        on_event = functools.partial(self._on_calibration_event, self._epoch, self.pair, self.loaded.device, meter)
+        on_event = functools.partial(self._on_calibration_event, epoch, key, device, runs, meter)
         self.worker.generate(prompt=session.CALIBRATION_PROMPT, mode="baseline", settings={
             "max_new_tokens": session.CALIBRATION_TOKENS, "temperature": 0.0}, on_event=on_event)
 
-    def _on_calibration_event(self, epoch: int, pair: PairRequest, device: str, meter: CpuMeter, ev: dict) -> None:
+    def _on_calibration_event(self, epoch: int, key: str, device: str, runs: list, meter: CpuMeter,
+                              ev: dict) -> None:
         if ev.get("event") not in ("done", "error"):
             return
         cpu_other = meter.stop()
-        record = BaselineRecord.from_done(ev, device, "calibration", cpu_other) if ev["event"] == "done" else None
+        if ev["event"] == "done" and ev.get("stop_reason") != "cancelled":
+            runs.append((ev, cpu_other))
+            if len(runs) < session.CALIBRATION_RUNS:
+                if epoch == self._epoch:           # another load since: it measures its own pair
+                    self._calibration_run(epoch, key, device, runs)
+                return
+        record = BaselineRecord.median_of(runs, device) if len(runs) == session.CALIBRATION_RUNS else None
         if record is not None:    # it measured that pair, even if another one was asked for since
-            self.record_baseline(record, pair)
+            self.record_baseline(record, key)
         if epoch != self._epoch:
             return
         self._measuring = False
@@ -237,7 +293,7 @@ class PairSession(QObject):
             self.statusMessage.emit(record.describe())
         else:
             self.panel.set_baseline(self.baseline())
-            self.statusMessage.emit(f"Baseline measurement failed: {ev.get('message', '')}")
+            self.statusMessage.emit(f"Baseline measurement failed: {ev.get('message', 'it was stopped')}")
         self.readyChanged.emit()
 
     def save_settings(self) -> None:

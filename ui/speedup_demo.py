@@ -1,10 +1,15 @@
 """Side-by-side speed comparison: plain decoding against DFlash, on the same prompt and model.
 
 Running both at once on one device would make each slow the other down, so the comparison would lie.
-Instead the two runs are measured one after the other on the same worker, every token chunk is
-stamped with the engine's own clock (`elapsed_s` in each `tokens` event: seconds since the request
-began, prefill included, free of pipe and repaint delays), and the two panes are then replayed together
-at exactly those timings. The label says so.
+Instead the runs are measured one after the other on the same worker, every token chunk is stamped with the
+engine's own clock (`elapsed_s` in each `tokens` event: seconds since the request began, prefill included,
+free of pipe and repaint delays), and the two panes are then replayed together at exactly those timings. The
+label says so.
+
+One pair of runs is one draw from a noisy machine: the methods alternate for ROUNDS rounds (plain, DFlash, then
+DFlash, plain, ...), each run's share of the CPU that other programs took is measured, and the headline is the
+median of the rounds' ratios with their range. When other programs took much of the CPU, or the rounds
+disagree, the demo shows the range and says why instead of a headline.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPro
 
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.offers import Offers
+from dflash_desktop.session import BUSY_SHARE
 from dflash_desktop.qt_worker import QtWorker
 
 from . import theme
@@ -36,6 +42,8 @@ DEFAULT_CHAT_PROMPT = ("Write a Python function that returns the paths of all .p
 # (llama.cpp's calibrated choice on a CPU, or the fallback when acceptance is low): the demo measures DFlash
 DEFAULT_SETTINGS = {"max_new_tokens": 200, "temperature": 0.0, "seed": 0, "plain_fallback": False}
 WARMUP_TOKENS = 8
+ROUNDS = 3                # alternations of the two methods: a median and a range, not a single draw
+SPREAD_LIMIT = 1.5        # rounds whose ratios lie further apart than this are too noisy to headline
 BAD_COLOR = "#d1242f"  # readable on both themes; the theme has no text colour for "bad"
 REPLAY_NOTE = "Replay at measured speed — runs were measured one after the other"
 PLAIN_TITLE, DFLASH_TITLE = "Plain decoding (baseline)", "DFlash"
@@ -52,6 +60,9 @@ class Measurement:
     token_ids: list[int] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     stop_reason: str = ""
+    cpu_other: float | None = None   # share of the CPU other programs used during the run
+    cpu_wall_s: float = 0.0          # over how long that share was measured
+    done: dict = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -130,7 +141,8 @@ class SpeedupDemo(QWidget):
 
     stateChanged = Signal(str)  # idle, measuring, replaying, finished
     # the plain run's done event and the CPU share other programs took meanwhile: it becomes the pair's
-    # one baseline (ChatController.record_baseline), so the stats panel and this demo agree
+    # one baseline (PairSession.record_baseline), so the stats panel and this demo agree; only from a quiet
+    # machine whose rounds agree (`headline`)
     baselineMeasured = Signal(dict, object)
 
     def __init__(self, worker: QtWorker, parent: QWidget | None = None):
@@ -138,8 +150,9 @@ class SpeedupDemo(QWidget):
         self.worker = worker
         self.settings = dict(DEFAULT_SETTINGS)
         self.state = "idle"
-        self.plain: Measurement | None = None
-        self.dflash: Measurement | None = None
+        self.plain: Measurement | None = None     # the run shown for each method: the latest while measuring,
+        self.dflash: Measurement | None = None    # the median one once all rounds are in
+        self.runs: list[Measurement] = []         # the timed runs, in the order they ran
         self._current: Measurement | None = None
         self._queue: list[Measurement] = []
         self._rid: str | None = None
@@ -273,7 +286,7 @@ class SpeedupDemo(QWidget):
                                 "this computer to compare.")
         self._prompt, self._chat = prompt, bool(info.get("chat_template"))
         self.error_label.hide()
-        self.plain, self.dflash = Measurement("baseline"), Measurement("dflash")
+        self.plain = self.dflash = None
         for pane in (self.plain_pane, self.dflash_pane):
             pane.clear()
         self.speedup_label.clear()
@@ -281,7 +294,10 @@ class SpeedupDemo(QWidget):
         self.identical_label.clear()
         self.progress.setRange(0, int(self.settings.get("max_new_tokens", 256)))
         self._set_state("measuring")
-        self._queue = [Measurement("baseline", warmup=True), Measurement("dflash", warmup=True), self.plain, self.dflash]
+        # plain, DFlash, then DFlash, plain, ...: neither method always runs first in a round
+        order = [("baseline", "dflash") if r % 2 == 0 else ("dflash", "baseline") for r in range(ROUNDS)]
+        self.runs = [Measurement(mode) for pair in order for mode in pair]
+        self._queue = [Measurement("baseline", warmup=True), Measurement("dflash", warmup=True), *self.runs]
         self._measure(self._queue.pop(0))
         return True
 
@@ -291,6 +307,12 @@ class SpeedupDemo(QWidget):
 
     def _measure(self, m: Measurement) -> None:
         self._current = m
+        if not m.warmup:            # its pane shows this run as it streams
+            if m.mode == "baseline":
+                self.plain = m
+            else:
+                self.dflash = m
+            self._pane_of(m).clear()
         self._meter = CpuMeter([getattr(self.worker.client, "pid", None)]).start()
         self.progress.setValue(0)
         self._show_progress(0)
@@ -305,13 +327,13 @@ class SpeedupDemo(QWidget):
         if self._current.warmup:
             self.status.setText("Warming up: a short untimed run of each method, so neither pays first-call costs…")
             return
-        what = "plain decoding" if self._current is self.plain else "DFlash"
-        step = "1 of 2" if self._current is self.plain else "2 of 2"
+        what = "plain decoding" if self._current.mode == "baseline" else "DFlash"
+        step = f"run {self.runs.index(self._current) + 1} of {len(self.runs)}"
         set_text(self.status, f"Measuring {what}… {tokens} tokens  ({step}, each run alone on this device)")
         self.progress.setValue(min(tokens, self.progress.maximum()))
 
     def _pane_of(self, m: Measurement) -> _Pane:
-        return self.plain_pane if m is self.plain else self.dflash_pane
+        return self.plain_pane if m.mode == "baseline" else self.dflash_pane
 
     def _on_tokens(self, ev: dict) -> None:
         m = self._current
@@ -319,7 +341,7 @@ class SpeedupDemo(QWidget):
             return
         m.chunks.append((float(ev["elapsed_s"]), [list(s) for s in ev["spans"]]))
         m.generated = int(ev.get("generated", m.generated))
-        self._pane_of(m).append(ev["spans"], highlight=m is self.dflash)
+        self._pane_of(m).append(ev["spans"], highlight=m.mode == "dflash")
         self._show_progress(m.generated)
 
     def _on_done(self, ev: dict) -> None:
@@ -327,25 +349,28 @@ class SpeedupDemo(QWidget):
         if m is None or ev.get("id") != self._rid:
             return
         m.token_ids, m.stats, m.stop_reason = list(ev.get("token_ids") or []), ev.get("stats") or {}, ev["stop_reason"]
+        m.done = ev
         self._current, self._rid = None, None
-        cpu_other = self._meter.stop() if getattr(self, "_meter", None) else None
-        if m is self.plain and m.stop_reason != "cancelled" and m.stats.get("decode_tok_s"):
-            self.baselineMeasured.emit(ev, cpu_other)
+        m.cpu_other = self._meter.stop() if getattr(self, "_meter", None) else None
+        m.cpu_wall_s = (self._meter.wall_s or 0.0) if m.cpu_other is not None else 0.0
         if m.stop_reason == "cancelled":
-            self._queue, self.plain, self.dflash = [], None, None
+            self._queue, self.plain, self.dflash, self.runs = [], None, None, []
             self.status.setText("Stopped. Run again to measure both methods.")
             self._set_state("idle")
         elif self._queue:
             self._measure(self._queue.pop(0))
         else:
+            self.plain, self.dflash = self._median_run("baseline"), self._median_run("dflash")
             self._set_state("finished")
             self._show_results()
+            if self.headline and float(self.plain.stats.get("decode_tok_s") or 0):
+                self.baselineMeasured.emit(self.plain.done, self.plain.cpu_other)
             self.replay()
 
     def _on_error(self, ev: dict) -> None:
         if self._current is None or ev.get("id") not in (self._rid, None):
             return
-        self._current, self._rid, self._queue = None, None, []
+        self._current, self._rid, self._queue, self.runs = None, None, [], []
         self.plain = self.dflash = None
         self._show_error(ev.get("message") or "The engine reported an error.")
         self.status.setText("The comparison did not finish. Fix the problem above and run it again.")
@@ -360,12 +385,41 @@ class SpeedupDemo(QWidget):
         self.error_label.show()
 
     # -- results ----------------------------------------------------------------------------------
+    def _median_run(self, mode: str) -> Measurement:
+        runs = sorted((m for m in self.runs if m.mode == mode), key=lambda m: m.tok_s)
+        return runs[len(runs) // 2]
+
+    @property
+    def ratios(self) -> list[float]:
+        """DFlash tok/s over plain tok/s, round by round (each round: one run of each, back to back)."""
+        if not self._measured():
+            return []
+        plain = [m for m in self.runs if m.mode == "baseline"]
+        dflash = [m for m in self.runs if m.mode == "dflash"]
+        return [d.tok_s / p.tok_s for p, d in zip(plain, dflash) if p.tok_s > 0]
+
     @property
     def speedup(self) -> float | None:
-        """DFlash tokens per second over plain tokens per second, both as measured alone."""
-        if not (self._measured() and self.plain.tok_s > 0):
-            return None
-        return self.dflash.tok_s / self.plain.tok_s
+        """The median of the rounds' ratios."""
+        ratios = sorted(self.ratios)
+        return ratios[len(ratios) // 2] if ratios else None
+
+    @property
+    def busiest(self) -> float | None:
+        """The share of the CPU other programs took over all the timed runs (each run weighed by its length: a
+        run of a few ticks alone says little)."""
+        measured = [m for m in self.runs if m.cpu_other is not None and m.cpu_wall_s > 0]
+        wall = sum(m.cpu_wall_s for m in measured)
+        return sum(m.cpu_other * m.cpu_wall_s for m in measured) / wall if wall else None
+
+    @property
+    def headline(self) -> bool:
+        """Whether the rounds can be summed up in one number: a quiet machine, and rounds that agree."""
+        ratios = self.ratios
+        if not ratios:
+            return False
+        quiet = self.busiest is None or self.busiest < BUSY_SHARE
+        return quiet and max(ratios) <= SPREAD_LIMIT * min(ratios)
 
     @property
     def greedy(self) -> bool:
@@ -373,10 +427,10 @@ class SpeedupDemo(QWidget):
 
     @property
     def identical(self) -> bool | None:
-        """For greedy decoding, whether DFlash produced exactly the plain tokens (None otherwise)."""
+        """For greedy decoding, whether every DFlash run produced exactly the plain tokens (None otherwise)."""
         if not (self.greedy and self._measured()):
             return None
-        return first_difference(self.plain.token_ids, self.dflash.token_ids) is None
+        return all(first_difference(self.plain.token_ids, m.token_ids) is None for m in self.runs)
 
     def _final_stats(self, m: Measurement) -> str:
         text = f"<b>{m.tok_s:.1f} tok/s</b> · {m.seconds:.2f} s · {m.tokens} tokens<br>"
@@ -386,37 +440,51 @@ class SpeedupDemo(QWidget):
         return text + "one token per target pass"
 
     def _show_results(self) -> None:
-        s = self.speedup or 0.0
+        s, ratios = self.speedup or 0.0, self.ratios
         info = self.worker.pair_info or {}
         where = f" on {info.get('device', 'this device')}" if info else ""
-        self.speedup_label.setText(f"{s:.2f}× faster" if s >= 1 else f"{s:.2f}× — slower than plain decoding")
-        color = theme.current().good if s >= 1 else BAD_COLOR
-        self.speedup_label.setStyleSheet(f"color: {color};")
-        detail = (f"DFlash {self.dflash.tok_s:.1f} tok/s vs plain {self.plain.tok_s:.1f} tok/s{where}, "
-                  "each measured alone.")
-        tau = self.dflash.stats.get("tau", 0.0)
-        if s < 1 and tau < 2:
-            detail += (f" The target kept few drafted tokens (τ {tau:.2f}); drafters do best on the kind of text "
-                       "they were trained on.")
-        elif s < 1:
-            detail += (f" Drafts were accepted (τ {tau:.2f}), but here a draft-and-verify step costs more than the "
-                       "tokens it saves; DFlash pays off with larger models, on a GPU.")
-        plain_decode = float(self.plain.stats.get("decode_tok_s") or 0.0)
-        if plain_decode:
-            detail += (f" This plain run is now the pair's baseline in the stats panel: {plain_decode:.1f} tok/s "
-                       "decoding alone, the first token and the prompt not counted.")
-        self.speedup_detail.setText(detail)
+        spread = f"{min(ratios):.2f}×–{max(ratios):.2f}×"
+        rounds = f"median of {len(ratios)} rounds, {spread}"
+        if not self.headline:
+            busy = self.busiest is not None and self.busiest >= BUSY_SHARE
+            self.speedup_label.setText(spread)
+            self.speedup_label.setStyleSheet("")
+            why = (f"The machine was busy: other programs used {self.busiest:.0%} of the CPU during the runs"
+                   if busy else "The rounds disagree")
+            self.speedup_detail.setText(f"{why}, so the {len(ratios)} rounds measured DFlash at {spread} of plain "
+                                        "decoding's speed: no single figure would be honest. Run it again when the "
+                                        "computer is quiet. The baseline in the stats panel was left as it was.")
+        else:
+            self.speedup_label.setText(f"{s:.2f}× faster" if s >= 1 else f"{s:.2f}× — slower than plain decoding")
+            color = theme.current().good if s >= 1 else BAD_COLOR
+            self.speedup_label.setStyleSheet(f"color: {color};")
+            detail = (f"DFlash {self.dflash.tok_s:.1f} tok/s vs plain {self.plain.tok_s:.1f} tok/s{where}, each run "
+                      f"alone, {rounds}.")
+            tau = self.dflash.stats.get("tau", 0.0)
+            if s < 1 and tau < 2:
+                detail += (f" The target kept few drafted tokens (τ {tau:.2f}); drafters do best on the kind of text "
+                           "they were trained on.")
+            elif s < 1:
+                detail += (f" Drafts were accepted (τ {tau:.2f}), but here a draft-and-verify step costs more than "
+                           "the tokens it saves; DFlash pays off with larger models, on a GPU.")
+            plain_decode = float(self.plain.stats.get("decode_tok_s") or 0.0)
+            if plain_decode:
+                detail += (f" The median plain run is now the pair's baseline in the stats panel: {plain_decode:.1f} "
+                           "tok/s decoding alone, the first token and the prompt not counted.")
+            self.speedup_detail.setText(detail)
         if self.identical is None:
             self.identical_label.setText("Sampling (temperature > 0): the outputs may differ, but both follow the "
                                          "target model's own distribution exactly.")
             self.identical_label.setStyleSheet("")
         elif self.identical:
-            self.identical_label.setText(f"Outputs identical ✓  (all {self.plain.tokens} tokens, greedy decoding)")
+            self.identical_label.setText(f"Outputs identical ✓  (all {self.plain.tokens} tokens of every run, greedy "
+                                         "decoding)")
             self.identical_label.setStyleSheet(f"color: {theme.current().good}; font-weight: bold;")
         else:
-            i = first_difference(self.plain.token_ids, self.dflash.token_ids)
+            other = next(m for m in self.runs if first_difference(self.plain.token_ids, m.token_ids) is not None)
+            i = first_difference(self.plain.token_ids, other.token_ids)
             self.identical_label.setText(f"Outputs differ ✗  first difference at token {i} of "
-                                         f"{max(self.plain.tokens, self.dflash.tokens)}. Greedy DFlash should "
+                                         f"{max(self.plain.tokens, other.tokens)}. Greedy DFlash should "
                                          "match plain decoding exactly; please report this.")
             self.identical_label.setStyleSheet(f"color: {BAD_COLOR}; font-weight: bold;")
 
@@ -439,7 +507,7 @@ class SpeedupDemo(QWidget):
         for m in (self.plain, self.dflash):
             pane, pos = self._pane_of(m), self._replay_pos[m.mode]
             while pos < len(m.chunks) and m.chunks[pos][0] <= now:
-                pane.append(m.chunks[pos][1], highlight=m is self.dflash)
+                pane.append(m.chunks[pos][1], highlight=m.mode == "dflash")
                 pos += 1
             self._replay_pos[m.mode] = pos
             set_text(pane.stats, self._final_stats(m) if pos >= len(m.chunks) else f"{now:.1f} s …")

@@ -10,7 +10,7 @@ from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QDockWidget, QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea,
                                QVBoxLayout, QWidget)
 
-from dflash_desktop.session import BaselineRecord, diagnose, speedup
+from dflash_desktop.session import BaselineRecord, diagnose, method_of, speedup
 from dflash_desktop.pairs import LoadedPair
 
 from . import theme
@@ -219,6 +219,8 @@ class StatsPanel(QDockWidget):
         self.values: dict = {}   # what is shown, in numbers (tests and the screenshot script read it)
         self.stats: dict | None = None     # the shown answer's final stats (None: live or nothing)
         self.context: dict = {}            # what the diagnosis needs besides the stats (session.diagnose)
+        self.answer_baseline: BaselineRecord | None = None   # the shown answer's own model's baseline
+        self.answer_has_drafter = True
         self._live_steps: list[list[int]] = []
         self._live_rates: list[float] = []
         self._live_tok_s = 0.0
@@ -355,7 +357,9 @@ class StatsPanel(QDockWidget):
         self._show_memory(loaded.event, "after loading")
 
     def set_baseline(self, record: BaselineRecord | None, measuring: bool = False) -> None:
-        """The pair's one baseline changed (or is being measured): every figure derived from it follows."""
+        """The loaded pair's one baseline changed (or is being measured): the live figures follow; a finished
+        answer keeps its own model's baseline (set_stats), which the chat controller passes again when it
+        changes."""
         self.baseline = record
         if measuring:
             self.baseline_note.setText("Measuring the baseline: plain decoding of the same target, 64 tokens…")
@@ -364,9 +368,7 @@ class StatsPanel(QDockWidget):
         self.remeasure_button.setEnabled(not measuring)
         self.baseline_label.setText(f"{record.tok_s:.1f}" if record else "—")
         self.values["baseline_tok_s"] = record.tok_s if record else None
-        if self.stats is not None:
-            self._render_final()
-        else:
+        if self.stats is None:
             self._show(self._live_tok_s, None, None, keep=True)
 
     def clear_answer(self, subject: str = "No answer in this chat yet.") -> None:
@@ -422,14 +424,26 @@ class StatsPanel(QDockWidget):
             self.histogram.set_values(hist)
             self.values.update(position_rates=rates, histogram=hist)
 
-    def set_stats(self, stats: dict, context: dict | None = None, subject: str = "The last answer.") -> None:
+    def set_stats(self, stats: dict, context: dict | None = None, subject: str = "The last answer.",
+                  baseline: BaselineRecord | None = None) -> None:
         """Final numbers of an answer (the done event's, or a stored answer's); they replace the live estimates
         exactly. Counts a server did not report (`unknown`) are shown as not reported, never as zeros.
-        context: what session.diagnose needs to explain a slow or unrepresentative answer."""
+        context: what session.diagnose needs to explain a slow or unrepresentative answer. baseline: plain
+        decoding of the model that wrote this answer (None: not measured, or the answer does not say which
+        model wrote it), so a ratio never mixes two models."""
         self.stats, self.context = dict(stats), dict(context or {})
+        self.answer_baseline = baseline
+        model = self.stats.get("model") or {}
+        self.answer_has_drafter = bool(model.get("has_drafter", self.has_drafter))
         self.subject.setText(subject)
         self._show_memory(self.stats, "in this answer")
         self._render_final()
+
+    def set_answer_baseline(self, record: BaselineRecord | None) -> None:
+        """The shown answer's model was measured again: its figures follow."""
+        self.answer_baseline = record
+        if self.stats is not None:
+            self._render_final()
 
     def _render_final(self) -> None:
         stats = self.stats or {}
@@ -443,7 +457,7 @@ class StatsPanel(QDockWidget):
         self.histogram.set_values(hist)
         self.values.update(position_rates=rates, histogram=hist)
         note = (stats.get("remote") or {}).get("note") if unknown else None
-        self.set_diagnosis(note or diagnose(stats, self.baseline, self.has_drafter, self.context))
+        self.set_diagnosis(note or diagnose(stats, self.answer_baseline, self.answer_has_drafter, self.context))
 
     def _show(self, tok_s: float, acceptance: float | None, tau: float | None, missing: str = "—",
               keep: bool = False) -> None:
@@ -452,24 +466,32 @@ class StatsPanel(QDockWidget):
         # without a drafter, or in an answer the engine decoded plainly (llama.cpp's calibrated choice, or
         # the plain fallback from the first token), both numbers measure plain decoding: a ratio would only
         # show noise and the window's own share of the CPU, not DFlash
+        final = self.stats is not None
         stats = self.stats or {}
-        plain = stats.get("drafted") == 0 and "drafted" not in (stats.get("unknown") or ())
-        ratio = speedup({"decode_tok_s": tok_s}, self.baseline) if self.has_drafter and not plain else None
+        # live: nothing is drafted until a step proposes drafts (a plainly decoded answer never does)
+        plain = method_of(stats) == "plain" if final else not self._live_steps
+        baseline = self.answer_baseline if final else self.baseline
+        has_drafter = self.answer_has_drafter if final else self.has_drafter
+        ratio = speedup({"decode_tok_s": tok_s}, baseline) if has_drafter and not plain else None
         self.dflash_label.setText(f"{tok_s:.1f}" if tok_s else "—")
         self.speedup_label.setText(f"{ratio:.2f}×" if ratio else "—")
         self.values.update(dflash_tok_s=tok_s or None, speedup=ratio)
-        if plain and self.has_drafter:
+        if plain and has_drafter:
             self.speedup_metric.set_tip("This answer drafted nothing: the engine decoded it plainly (the lines "
                                         f"above say why), so it has no DFlash speedup. {TIPS['speedup']}")
+        elif final and has_drafter and not ratio and not self.remote:
+            self.speedup_metric.set_tip("No baseline of the model that wrote this answer is measured on this "
+                                        f"machine, so it has no speedup to show. {TIPS['speedup']}")
         if ratio:
-            base = self.baseline
+            base = baseline
             self.speedup_metric.set_tip(f"{tok_s:.1f} tok/s with DFlash ÷ {base.tok_s:.1f} tok/s plain (baseline "
                                         f"measured {time.strftime('%H:%M', time.localtime(base.measured_at))}) "
                                         f"= {ratio:.2f}×. {TIPS['speedup']}")
         if keep:
             return
-        self.dflash_metric.caption.setText("DFlash tok/s" if self.has_drafter else "tok/s, plain decoding")
-        if not self.has_drafter:           # plain decoding by design: say so instead of empty figures
+        self.dflash_metric.caption.setText("DFlash tok/s" if has_drafter and not plain else
+                                           "tok/s, plain decoding" if final or not has_drafter else "tok/s")
+        if not has_drafter:                # plain decoding by design: say so instead of empty figures
             acceptance, tau, missing = None, None, "no drafter"
             for metric in (self.acceptance_metric, self.tau_metric, self.speedup_metric):
                 metric.set_tip(f"{NO_DRAFTER} Load a pair with a DFlash drafter to see how many drafted tokens "

@@ -133,3 +133,33 @@ def other_engines(info: dict) -> list[str]:
     arch, missing = str(info.get("architecture") or ""), missing_engines()
     return [name for name, e in ENGINES.items() if name != info.get("engine") and name not in missing
             and e.runs(arch, "cpu")]
+
+
+# a pair in memory takes up to this many times its files' bytes while it loads (a bfloat16 checkpoint in float32,
+# a quantized GGUF unpacked by torch takes more, and llama.cpp maps its file once)
+LOAD_GROWTH = {"llamacpp": 1.5, "default": 2.5, "gguf_unpacked": 8.0}
+KEEP_SHARE = 0.6          # the new pair may take at most this share of the memory free now
+
+
+def _bytes_of(path) -> int:
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def keeps_loaded_pair(loaded: dict | None, engine: str, target, draft=None, available: int | None = None) -> bool:
+    """Whether the pair loaded now stays while another loads, so that a load that fails leaves it working: only
+    a pair in the computer's memory (not a GPU's, which two models rarely share), and only when the new pair
+    fits beside it in the memory free now. Otherwise it goes first, and a failed load leaves nothing loaded."""
+    if loaded is None:
+        return False
+    if str(loaded.get("device") or "cpu") != "cpu":
+        return False
+    if available is None:
+        import psutil
+        available = psutil.virtual_memory().available
+    unpacked = engine != "llamacpp" and Path(target).suffix.lower() == ".gguf"
+    growth = LOAD_GROWTH["gguf_unpacked" if unpacked else engine if engine in LOAD_GROWTH else "default"]
+    needed = growth * (_bytes_of(target) + (_bytes_of(draft) if draft else 0))
+    return needed <= KEEP_SHARE * available
