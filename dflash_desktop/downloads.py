@@ -444,7 +444,8 @@ class DownloadJob:
         allow, ignore = (files, FILES_IGNORE) if files else (self.allow, self.ignore)
         storage = storage_folder(self.cache_dir, repo_id)
         if self.offline:
-            return self._plan_offline(repo_id, revision, storage, "Offline mode is on", allow, ignore)
+            return self._plan_offline(repo_id, revision, storage, "Offline mode is on",
+                                      "Turn off offline mode in Settings and download it again", allow, ignore)
         api = HfApi(endpoint=self.endpoint, token=self._token, library_name="dflash-desktop")
         try:
             info = api.model_info(repo_id, revision=revision, timeout=self.timeout)
@@ -452,8 +453,8 @@ class DownloadJob:
                     if isinstance(f, RepoFile)]
         except (httpx2.ConnectError, httpx2.TimeoutException) as exc:
             log.info("Hub unreachable (%s); looking in the cache", type(exc).__name__)
-            return self._plan_offline(repo_id, revision, storage,
-                                      f"The hub at {self.endpoint} cannot be reached", allow, ignore)
+            return self._plan_offline(repo_id, revision, storage, f"The hub at {self.endpoint} cannot be reached",
+                                      "Check the internet connection and download it again", allow, ignore)
         except Exception as exc:  # noqa: BLE001 (huggingface_hub raises many kinds; _map_error names each for the user)
             raise self._map_error(exc, repo_id, revision) from None
         if not info.sha:
@@ -496,14 +497,17 @@ class DownloadJob:
                                                "or hostile: report it to its owner, or use another mirror "
                                                "(HF_ENDPOINT).", repo_id) from None
 
-    def _plan_offline(self, repo_id: str, revision: str, storage: Path, reason: str, allow, ignore) -> list[_File]:
+    def _plan_offline(self, repo_id: str, revision: str, storage: Path, reason: str, remedy: str, allow,
+                      ignore) -> list[_File]:
+        """From the cache alone; ``reason``: why (offline mode, or the hub out of reach), ``remedy``: what to do
+        about that one, so the message never points at a switch that is not on."""
         snap, missing = missing_from_cache(repo_id, revision, self.cache_dir, allow, ignore)
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            which = "" if revision == "main" else f" (revision '{revision}')"
             raise DownloadError("offline_missing",
-                                f"{reason} and {repo_id} (revision '{revision}') is not fully on this computer: "
-                                f"missing {shown}. Connect to the internet (or turn off offline mode in Settings) "
-                                "and download it again; finished files are kept.", repo_id)
+                                f"{reason}, and {repo_id}{which} is not fully on this computer (missing {shown}). "
+                                f"{remedy}; the files already downloaded are kept.", repo_id)
         self.result[repo_id] = snap
         return []
 

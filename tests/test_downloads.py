@@ -237,7 +237,8 @@ def test_the_settings_offline_switch_stops_every_request(hub, tmp_path, request)
         j = run(job(hub, [("org/m", "main")], tmp_path))
     finally:
         downloads.set_offline(False)
-    assert j.error.kind == "offline_missing" and "turn off offline mode in Settings" in j.error.message
+    assert j.error.kind == "offline_missing" and "Turn off offline mode in Settings" in j.error.message
+    assert "revision" not in j.error.message          # "main" is what every download takes: not worth naming
 
 
 def test_unreachable_hub_reuses_a_complete_cache(hub, tmp_path):
@@ -249,6 +250,10 @@ def test_unreachable_hub_reuses_a_complete_cache(hub, tmp_path):
     j = run(DownloadJob([("org/m", "main")], cache_dir=tmp_path, endpoint=dead, token=False))
     assert j.state == "done", j.error
     assert j.result == online.result
+    # a repo not on this computer: the message names the unreachable hub, not an offline mode that is off
+    j = run(DownloadJob([("org/other", "main")], cache_dir=tmp_path, endpoint=dead, token=False))
+    assert j.error.kind == "offline_missing" and j.error.message.startswith(f"The hub at {dead} cannot be reached")
+    assert "offline mode" not in j.error.message and "Check the internet connection" in j.error.message
 
 
 def test_not_enough_disk_space_fails_before_downloading(hub, tmp_path):

@@ -302,6 +302,9 @@ def test_shortcuts_trigger_their_actions(qtbot, home, chat_worker, echo_pair):
     assert fired == [True] and window.stack.currentWidget() is window.demo
     qtbot.keyClick(window, Qt.Key.Key_D, Qt.KeyboardModifier.ControlModifier)
     assert window.stack.currentWidget() is window.chat_view
+    qtbot.keyClick(window, Qt.Key.Key_D, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)   # a new chat leaves the demo
+    assert window.stack.currentWidget() is window.chat_view and not window.demo_action.isChecked()
     # every toolbar button and chat control has an accessible name
     from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QLineEdit, QPlainTextEdit
     controls = [w for kind in (QAbstractButton, QLineEdit, QPlainTextEdit, QAbstractSpinBox)
@@ -354,3 +357,25 @@ def test_worker_killed_mid_answer_shows_error_and_keeps_conversation(qtbot, home
     assert stored[1].stop_reason == "length" and stored[3].stop_reason == "error"
     assert stored[3].error["code"] == "worker_crashed" and stored[3].content == answers(window)[-1].text
     assert window.chat_view.send_button.text() == "Send"
+
+
+def test_the_edit_box_sends_with_enter_and_closes_with_escape(qtbot, home, chat_worker, echo_pair):
+    """Ctrl+Shift+E edits the newest message from the keyboard: Esc leaves it as it was, Enter sends the
+    edited text (Shift+Enter adds a line), and the answer is written again as a new version."""
+    window = make_window(qtbot, chat_worker, echo_pair)
+    send_and_wait(qtbot, window, "first")
+    user = window.chat_view.messages[0]
+    qtbot.keyClick(window, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert user.editor is not None
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is user.editor, timeout=2000)   # ready to type in
+    qtbot.keyClick(user.editor, Qt.Key.Key_Escape)
+    assert user.editor is None and user.text == "first" and window.controller.generating is False
+    window.edit_last_action.trigger()
+    user.editor.selectAll()
+    qtbot.keyClicks(user.editor, "second")
+    qtbot.keyClick(user.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(user.editor, "line")
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS):
+        qtbot.keyClick(user.editor, Qt.Key.Key_Return)
+    stored = window.store.messages(window.controller.conversation_id)
+    assert stored[0].content == "second\nline" and len(stored[1].versions) == 2

@@ -59,5 +59,6 @@ def test_models_open_from_disk_loads_the_pair_in_the_real_worker(qtbot, tmp_path
             dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok).click()
         assert window.session.pair.id == f"local:{(DEMO_DIR / 'target').resolve()}"
         assert window.session.loaded.has_drafter
+        assert window._served_name() is None     # the local server names it "target", not by its path
     finally:
         worker.shutdown(10)

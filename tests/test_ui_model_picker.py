@@ -125,6 +125,28 @@ def test_offline_mode_is_shown_and_disables_downloads(picker):
     assert not picker.download_button.isEnabled()
 
 
+def test_a_hub_out_of_reach_turns_download_off_and_a_failure_is_said_once(qtbot, picker, monkeypatch):
+    """A hub nobody answers at: the red dot, and Download off (saying why) instead of a click that fails; a
+    failed download's reason is shown once, under the facts, which only say that it failed."""
+    import socket
+
+    from huggingface_hub import constants
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", dead)
+    select(picker, "qwen3-4b")
+    picker._refresh_offline()
+    qtbot.waitUntil(lambda: "Can't reach" in picker.offline_label.text(), timeout=WAIT_MS)
+    assert not picker.download_button.isEnabled() and "cannot be reached" in picker.download_button.toolTip()
+    picker.model.set_download("qwen3-4b", "error", error="The hub at x cannot be reached, and org/target is not here.")
+    select(picker, "qwen3-4b")
+    assert "Download failed (why, below)" in picker.facts.text() and "org/target" not in picker.facts.text()
+    assert picker.reason.text() == "The hub at x cannot be reached, and org/target is not here."
+
+
 def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub, monkeypatch):
     from huggingface_hub import constants
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

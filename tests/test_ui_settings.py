@@ -143,3 +143,16 @@ def test_a_widget_made_later_needs_nothing_to_follow_the_theme(qtbot, home, chat
     theme.apply(app, "dark", 15)
     assert card.label.font().pointSizeF() == 15
     assert theme.DARK.drafted in window.stats_panel.legend.text()
+
+
+def test_without_a_drafter_the_block_size_says_so_instead_of_a_range_of_one(qtbot):
+    from dflash_desktop.settings import Settings
+    from PySide6.QtWidgets import QFormLayout, QLabel
+    from ui.settings_dialog import SettingsDialog
+    for drafters, label, enabled in ((1, "Block size (no drafter loaded)", False), (16, "Block size (1–16)", True),
+                                     (None, "Block size (up to the drafter's)", True)):
+        dialog = SettingsDialog(Settings(), drafters)
+        qtbot.addWidget(dialog)
+        form = dialog.findChild(QFormLayout)
+        shown = form.labelForField(dialog.block_size)
+        assert isinstance(shown, QLabel) and shown.text() == label and dialog.block_size.isEnabled() is enabled

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QKeyEvent
-from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton,
                                QScrollArea, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
 
 from dflash_desktop.pairs import LoadedPair
 
 from . import theme
+from .composer import Composer
 from .errors import ErrorBubble
 from .message_widget import MessageWidget
 
@@ -36,43 +37,6 @@ RAW_BANNER = ("<b>Completion model:</b> it has no chat template, so it continues
               "answering it. Give it the beginning of what you want written; there is no system prompt.")
 SYSTEM_PROMPT_OFF = ("No system prompt: this model has no chat template, so it cannot take instructions; it only "
                      "continues your text.")
-
-
-class Composer(QPlainTextEdit):
-    """Enter or Ctrl+Enter submits; Shift+Enter inserts a newline. Tab moves the focus on (keyboard users
-    must be able to leave the box); Ctrl+Tab inserts a tab."""
-    submitted = Signal()
-    focusChanged = Signal(bool)
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setTabChangesFocus(True)
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
-            self.submitted.emit()
-            return
-        if event.key() == Qt.Key.Key_Tab and event.modifiers() & Qt.KeyboardModifier.ControlModifier:
-            self.insertPlainText("\t")
-            return
-        super().keyPressEvent(event)
-
-    def event(self, event) -> bool:
-        # Ctrl+Tab reaches a text box as a shortcut override first; take it for the tab character
-        if event.type() == event.Type.ShortcutOverride and event.key() == Qt.Key.Key_Tab and \
-                event.modifiers() & Qt.KeyboardModifier.ControlModifier:
-            event.accept()
-            return True
-        return super().event(event)
-
-    def focusInEvent(self, event) -> None:
-        super().focusInEvent(event)
-        self.focusChanged.emit(True)
-
-    def focusOutEvent(self, event) -> None:
-        super().focusOutEvent(event)
-        self.focusChanged.emit(False)
 
 
 class ExampleCard(QFrame):

@@ -28,7 +28,7 @@ from dflash_desktop.pairs import LoadedPair, PairRequest
 from dflash_desktop.qt_worker import QtWorker
 from engine.backends import ENGINES, device_class_of, missing_engines
 
-from . import theme
+from . import theme, tooltips
 from .chat_controller import ChatController
 from .pair_session import PairSession
 from .chat_settings_dialog import ChatSettingsDialog
@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         """Without ``store`` the chat store is opened with ``open_store``, whose notice (a damaged file moved
         aside, a read-only store) becomes ``store_notice``; a given store may come with its own notice."""
         super().__init__()
+        tooltips.install(QApplication.instance())      # long tips as paragraphs, not screen-wide lines
         self.setWindowTitle("DFlash Desktop")
         self.setObjectName("mainWindow")
         self.resize(1280, 820)
@@ -321,6 +322,8 @@ class MainWindow(QMainWindow):
         c.currentConversationChanged.connect(lambda cid: self.sidebar.select(cid if cid >= 0 else None))
         c.chatUnreadable.connect(self._chat_unreadable)
         self.sidebar.conversationChosen.connect(c.open_conversation)
+        self.sidebar.conversationChosen.connect(lambda _cid: self.toggle_demo(False))   # a chosen chat is shown
+        c.currentConversationChanged.connect(lambda _cid: self.toggle_demo(False))
         self.sidebar.newChatRequested.connect(c.new_chat)
         self.sidebar.deleteRequested.connect(c.delete_conversation)
         self.sidebar.renameRequested.connect(c.rename_conversation)
@@ -465,11 +468,13 @@ class MainWindow(QMainWindow):
             self.local_server.stop()
 
     def _served_name(self) -> str | None:
-        """The model name clients see: the catalog id of a local pair, the server's own name of a remote one."""
+        """The model name clients see: the catalog id of a catalog pair, the server's own name of a remote one;
+        for a model opened from disk None, so the server names it after its folder or file, never by its path."""
         info = self.worker.pair_info or {}
         if not Offers.of(info).local:
             return info.get("name")
-        return self.session.pair.id if self.session.pair else None
+        pair = self.session.pair
+        return pair.id if pair and not pair.id.startswith("local:") else None
 
     def _server_changed(self, url: str | None) -> None:
         self.server_status.show_url(url)

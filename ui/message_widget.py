@@ -4,13 +4,14 @@ an answer written more than once)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
 from dflash_desktop.session import author_text, method_of
 
 from . import markdown, theme
+from .composer import Composer
 
 COPIED_MS = 1500   # how long "Copied" stays on what was clicked
 STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop string",
@@ -218,8 +219,11 @@ class MessageWidget(QFrame):
         (the earlier ones are kept) and drops the turns after it."""
         if self.editor is not None:
             return
-        self.editor = QPlainTextEdit(self.text, self)
-        self.editor.setAccessibleName("Edit message")
+        self.editor = Composer(self, cancel_on_escape=True)   # Enter sends, Shift+Enter a new line, Esc cancels: as the box
+        self.editor.setPlainText(self.text)
+        self.editor.setAccessibleName("Edit message (Enter sends, Esc cancels)")
+        self.editor.submitted.connect(self._submit_edit)
+        self.editor.cancelled.connect(self._end_edit)
         self.editor.setMinimumHeight(80)
         layout: QVBoxLayout = self.layout()
         layout.insertWidget(2, self.editor)
@@ -237,7 +241,9 @@ class MessageWidget(QFrame):
         layout.insertWidget(3, self._edit_row)
         cancel.clicked.connect(self._end_edit)
         send.clicked.connect(self._submit_edit)
-        self.editor.setFocus()
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)
+        # once it is laid out and shown: focus given before that goes to the chat's scroll area instead
+        QTimer.singleShot(0, self.editor, self.editor.setFocus)
 
     def _submit_edit(self) -> None:
         text = self.editor.toPlainText().strip() if self.editor else ""

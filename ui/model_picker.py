@@ -152,7 +152,7 @@ class ModelPicker(QDialog):
         self.servers = servers or []     # remote servers used before, the latest first
         self.server_dialog: AddServerDialog | None = None
         self.model = PairListModel(self)
-        self.online = False
+        self.online: bool | None = None   # the hub answered (None: not asked yet, or offline mode)
         self._jobs: dict[str, downloads.DownloadJob] = {}
         self._build()
         self._load_in_background()
@@ -313,7 +313,7 @@ class ModelPicker(QDialog):
                          name="hub-check", daemon=True).start()
 
     def _show_online(self, endpoint: str | None, reachable: bool) -> None:
-        self.online = reachable
+        self.online = None if endpoint is None else reachable     # offline mode asks no hub
         if endpoint is None:
             text = '<span style="color:#bf8700">●</span> Offline mode: no downloads; downloaded models still load'
         elif reachable:
@@ -322,6 +322,7 @@ class ModelPicker(QDialog):
             text = (f'<span style="color:#d1242f">●</span> Can\'t reach {endpoint.split("//")[-1]}: '
                     "downloaded models still load")
         self.offline_label.setText(text)
+        self._refresh_detail()          # Download follows what the hub answered
 
     # -- detail pane ------------------------------------------------------------------------------
     def _refresh_detail(self) -> None:
@@ -365,8 +366,11 @@ class ModelPicker(QDialog):
         can_download = (row.pair.needs_download and state in ("not_downloaded", "error")
                         and verdict not in ("wont_fit", "unsupported", "unknown"))
         self.download_button.setVisible(row.pair.needs_download and not downloading)
-        self.download_button.setEnabled(can_download and not downloads.offline_mode())
-        self.download_button.setToolTip("Offline mode: downloads are off." if downloads.offline_mode() else "")
+        unreachable = self.online is False and not downloads.offline_mode()
+        self.download_button.setEnabled(can_download and not downloads.offline_mode() and not unreachable)
+        self.download_button.setToolTip("Offline mode: downloads are off." if downloads.offline_mode() else
+                                        "The hub cannot be reached: check the connection, then open Models… "
+                                        "again." if unreachable else "")
         self.cancel_button.setVisible(downloading)
         self.cancel_button.setEnabled(downloading)
         self.load_button.setEnabled(bool(idx.data(Roles.CanLoad)))

@@ -232,7 +232,7 @@ class PairListModel(QAbstractListModel):
             return "Built in · ready" if r.download_state == "ready" else "Built in · not installed"
         return {"ready": "Downloaded · ready", "not_downloaded": "Not downloaded",
                 "downloading": r.download_text or "Downloading…",
-                "error": f"Download failed: {r.error}"}[r.download_state]
+                "error": "Download failed (why, below)"}[r.download_state]
 
     @staticmethod
     def _subtitle(r: PairRow) -> str:

@@ -76,8 +76,12 @@ class SettingsDialog(QDialog):
 
         for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
             form.addRow(LIMITS[name].label, getattr(self, name))
-        limit = f"1–{max_block_size}" if max_block_size else "up to the drafter's"
-        form.addRow(f"Block size ({limit})", self.block_size)
+        if max_block_size == 1:         # no drafter: every answer is plain decoding, nothing to size
+            label = "Block size (no drafter loaded)"
+            self.block_size.setEnabled(False)
+        else:
+            label = f"Block size (1–{max_block_size})" if max_block_size else "Block size (up to the drafter's)"
+        form.addRow(label, self.block_size)
         form.addRow(LIMITS["draft_cutoff"].label, self.draft_cutoff)
         form.addRow("", self.plain_fallback)
         form.addRow("", self.offline)
