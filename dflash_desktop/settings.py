@@ -28,6 +28,7 @@ THEMES = ("system", "light", "dark")
 FONT_SIZES = (7, 32)    # points, smallest and largest
 PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
+MAX_RECENT_PAIRS = 12
 MAX_FILE_BYTES = 4 * 2**20   # far above any settings file this app writes
 
 
@@ -55,6 +56,7 @@ class Settings:
     server_port: int = 8765        # the local OpenAI-compatible server (dflash_desktop/server.py), on 127.0.0.1
     server_api_key: str = ""       # "" = no key asked (the server only listens on this computer)
     remote_servers: list = field(default_factory=list)  # [{base_url, api_key}], the latest first
+    recent_pairs: list = field(default_factory=list)    # pairs loaded before (PairRequest dicts), the latest first
     window_geometry: str = ""      # QMainWindow.saveGeometry(), base64: size and place restored at start
     window_state: str = ""         # QMainWindow.saveState(), base64: the stats dock's width and place
     splitter_state: str = ""       # the chats list / chat splitter, base64
@@ -99,6 +101,9 @@ class Settings:
         need(isinstance(self.remote_servers, list) and len(self.remote_servers) <= MAX_REMOTE_SERVERS and all(
             isinstance(r, dict) and set(r) == {"base_url", "api_key"} and all(isinstance(v, str) for v in r.values())
             for r in self.remote_servers), "Remote servers are a short list of {base_url, api_key}.")
+        need(isinstance(self.recent_pairs, list) and len(self.recent_pairs) <= MAX_RECENT_PAIRS and all(
+            PairRequest.valid(p) for p in self.recent_pairs),
+            "Recent models are a short list of pairs this version can load: {id, name, target_dir, ...}.")
         need(all(isinstance(v, str) and len(v) <= 16384 and _is_base64(v)
                  for v in (self.window_geometry, self.window_state, self.splitter_state)),
              "Window layout fields are short base64 texts.")
@@ -121,6 +126,12 @@ def remember_server(settings: Settings, base_url: str, api_key: str) -> None:
     """Put a remote server first in the list the model picker offers."""
     rest = [r for r in settings.remote_servers if r["base_url"] != base_url]
     settings.remote_servers = [{"base_url": base_url, "api_key": api_key}, *rest][:MAX_REMOTE_SERVERS]
+
+
+def remember_pair(settings: Settings, pair: dict) -> None:
+    """Put a pair that loaded first in the model bar's list of my models (PairRequest.to_dict())."""
+    rest = [p for p in settings.recent_pairs if p.get("id") != pair.get("id")]
+    settings.recent_pairs = [pair, *rest][:MAX_RECENT_PAIRS]
 
 
 def _is_base64(value: str) -> bool:

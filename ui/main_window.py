@@ -17,7 +17,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
-                               QSplitter, QStackedWidget, QToolBar, QToolButton)
+                               QSplitter, QStackedWidget, QToolBar, QToolButton, QVBoxLayout, QWidget)
 
 from dflash_desktop import chat_export, downloads, run_plan
 from dflash_desktop import settings as settings_mod
@@ -30,6 +30,7 @@ from engine.backends import ENGINES, device_class_of, missing_engines
 
 from . import theme, tooltips
 from .chat_controller import ChatController
+from .model_bar import ElidedLabel, ModelBar
 from .pair_session import PairSession
 from .chat_settings_dialog import ChatSettingsDialog
 from .chat_view import ChatView
@@ -39,42 +40,6 @@ from .server_status import LocalServer, ServerStatus
 from .settings_dialog import FIELDS as DIALOG_FIELDS, SettingsDialog
 from .stats_panel import StatsPanel
 from .welcome import WelcomeDialog, about_text
-
-
-class ElidedLabel(QLabel):
-    """One line that never pushes the window wider: cut with … where it does not fit, whole in its tooltip."""
-
-    def __init__(self, text: str = "", parent=None):
-        super().__init__(parent)
-        self._full = ""
-        self.setMinimumWidth(40)
-        self.setText(text)
-
-    def setText(self, text: str) -> None:   # noqa: N802
-        self._full = text
-        self.setToolTip(text)
-        self._elide()
-
-    def text(self) -> str:   # the whole line, as set (what is drawn may be cut)
-        return self._full
-
-    def _elide(self) -> None:
-        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width() - 2, 0))
-        super().setText(shown if self.width() > 0 else self._full)
-
-    def sizeHint(self):   # noqa: N802
-        hint = super().sizeHint()
-        hint.setWidth(min(hint.width(), self.fontMetrics().horizontalAdvance(self._full) + 4))
-        return hint
-
-    def minimumSizeHint(self):   # noqa: N802
-        hint = super().minimumSizeHint()
-        hint.setWidth(40)
-        return hint
-
-    def resizeEvent(self, event) -> None:   # noqa: N802
-        super().resizeEvent(event)
-        self._elide()
 
 
 def embedded_request(pair) -> PairRequest | None:
@@ -151,7 +116,16 @@ class MainWindow(QMainWindow):
         self.stack.setMinimumWidth(300)
         self.splitter = splitter
         self._auto_hidden_sidebar = False
-        self.setCentralWidget(splitter)
+        # the loaded model on top, as LM Studio and Jan show it; the chats list and the chat below
+        self.model_bar = ModelBar(self)
+        self.pair_label = self.model_bar.label
+        central = QWidget(self)
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.model_bar)
+        column.addWidget(splitter, 1)
+        self.setCentralWidget(central)
 
         self.session = PairSession(self.worker, self.settings, self.stats_panel, self)
         self.controller = ChatController(self.worker, self.session, self.store, self.settings, self.chat_view,
@@ -165,6 +139,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.stats_panel], [360], Qt.Orientation.Horizontal)
         self._restore_layout()
         self.refresh_conversations()
+        self._refresh_my_models()
         last = self.settings.last_conversation
         if last and self.store.conversation(last) is not None:
             self.controller.open_conversation(last)
@@ -295,9 +270,6 @@ class MainWindow(QMainWindow):
         self.progress.setTextVisible(False)
         self.progress.setAccessibleName("Model loading progress")
         self.progress.hide()
-        self.pair_label = ElidedLabel("No model")
-        self.pair_label.setObjectName("muted")
-        self.pair_label.setAccessibleName("Loaded model")
         bar.addWidget(self.status_label, 1)
         bar.addPermanentWidget(self.progress)
         self.read_only_label = QLabel("Chats read-only")
@@ -307,7 +279,6 @@ class MainWindow(QMainWindow):
         self.read_only_label.setVisible(bool(self.store.read_only))
         self.server_status = ServerStatus(self.server_action)
         bar.addPermanentWidget(self.server_status)
-        bar.addPermanentWidget(self.pair_label)
 
     def _wire(self) -> None:
         p, c = self.session, self.controller
@@ -316,6 +287,9 @@ class MainWindow(QMainWindow):
         p.pairLoaded.connect(self._show_pair)
         p.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
         p.pairUnloaded.connect(lambda: self.pair_label.setText(f"{p.display_name or 'Model'}  ·  unloaded"))
+        p.pairLoaded.connect(lambda _loaded: self._refresh_my_models())
+        self.model_bar.pairChosen.connect(lambda pair: self.load_pair(self.with_engine(pair)))
+        self.model_bar.browseRequested.connect(self.open_model_picker)
         p.loadFailed.connect(self._load_failed)
         c.statusMessage.connect(self.status_label.setText)
         c.conversationsChanged.connect(self.refresh_conversations)
@@ -403,8 +377,13 @@ class MainWindow(QMainWindow):
         if not loaded.offers.local:
             self.pair_label.setText(f"{name}  ·  on {loaded.device}")
             return
-        self.pair_label.setText(f"{name}  ·  {loaded.engine} on {loaded.device}, {loaded.dtype}  ·  "
-                                f"{self._block_text(loaded.block_size)}" + ("" if loaded.has_drafter else "  ·  no drafter"))
+        rss = self.session.engine_memory()
+        memory = f"  ·  {rss / 2**20:,.0f} MB" if rss else ""
+        chosen = (loaded.speculation or {}).get("n_max")
+        method = ("plain, no drafter" if not loaded.has_drafter else
+                  "plain (measured faster here)" if chosen == 0 and self.settings.plain_fallback else
+                  f"DFlash, {chosen} drafts a step" if chosen else f"DFlash, {self._block_text(loaded.block_size)}")
+        self.pair_label.setText(f"{name}  ·  {loaded.engine} on {loaded.device}, {loaded.dtype}{memory}  ·  {method}")
 
     def _block_text(self, drafters: int | None) -> str:
         """The block size answers run with: the setting's, where it overrides the drafter's own."""
@@ -446,8 +425,27 @@ class MainWindow(QMainWindow):
 
     def load_pair(self, pair: PairRequest | dict) -> None:
         """Load a pair in place of the loaded one; an answer being written stops first."""
+        pair = PairRequest.of(pair)
         self.controller.stop()
         self.session.load_pair(pair)
+        self.pair_label.setText(f"Loading {pair.name or 'the model'}…")
+        self._refresh_my_models()
+
+    def _refresh_my_models(self) -> None:
+        """The model bar's menu: the built-in pairs installed here, then every pair loaded before."""
+        mine: list[PairRequest] = []
+        try:
+            catalog = load_catalog()
+            mine = [r for r in map(embedded_request, catalog.embedded) if r]
+        except (CatalogError, OSError):
+            pass
+        seen = {p.id for p in mine}
+        for raw in self.settings.recent_pairs:
+            pair = PairRequest.of(raw)
+            if pair.id not in seen:
+                mine.append(pair)
+                seen.add(pair.id)
+        self.model_bar.set_models(mine, self.session.pair.id if self.session.pair else None)
 
     def unload(self) -> None:
         """Free the model's memory; an answer being written stops first."""

@@ -154,6 +154,7 @@ class PairSession(QObject):
             self.pair = self.pair.named(loaded.name)
             settings_mod.remember_server(self.settings, loaded.base_url, self.pair.remote.get("api_key") or "")
         self.settings.last_pair = self.pair.to_dict()
+        settings_mod.remember_pair(self.settings, self.pair.to_dict())
         self.save_settings()
         self.panel.has_drafter = loaded.has_drafter
         self.loadingChanged.emit(False, "")
@@ -208,6 +209,14 @@ class PairSession(QObject):
     def _worker_rss(self) -> int | None:
         try:
             return psutil.Process(self.worker_pid()).memory_info().rss if self.worker_pid() else None
+        except (psutil.Error, ValueError):
+            return None
+
+    def engine_memory(self) -> int | None:
+        """Resident bytes of the engine: the worker and what it started (llama.cpp's server holds the model)."""
+        try:
+            root = psutil.Process(self.worker_pid()) if self.worker_pid() else None
+            return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) if root else None
         except (psutil.Error, ValueError):
             return None
 

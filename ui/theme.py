@@ -110,6 +110,11 @@ def style_sheet(c: Colors, font_size: int = 11) -> str:
     QToolBar QToolButton:hover {{ background: {c.alt}; }}
     QToolBar QToolButton#qt_toolbar_ext_button {{ padding: 0px; border: 1px solid {c.border}; }}
     QStatusBar {{ border-top: 1px solid {c.border}; }}
+    QFrame#modelBar {{ background: {c.alt}; border-bottom: 1px solid {c.border}; }}
+    QLabel#modelLine {{ font-weight: 600; }}
+    QFrame#modelBar QToolButton {{ padding: 3px 10px; border: 1px solid {c.border}; border-radius: 6px;
+                                   background: {c.base}; }}
+    QFrame#modelBar QToolButton:focus {{ border: 2px solid {c.accent}; }}
     QListView#conversationList {{ border: none; background: {c.alt}; padding: 6px; }}
     QListView#conversationList::item {{ padding: 8px 10px; border-radius: 6px; margin: 1px 0; }}
     QListView#conversationList::item:selected {{ background: {c.base}; color: {c.text}; }}
