@@ -241,3 +241,15 @@ def test_gated_pair_asks_for_a_token_without_showing_it(qtbot, tmp_path, monkeyp
     assert dialog.token_edit.echoMode() == dialog.token_edit.EchoMode.Password
     select(dialog, "qwen3-4b")
     assert dialog.token_box.isHidden()
+
+
+def test_the_search_box_filters_the_list_by_every_word(qtbot, picker):
+    ids = list(rows(picker))
+    qtbot.keyClicks(picker.search, "qwen3 8b")
+    shown = [pid for pid, i in rows(picker).items() if not picker.list.isRowHidden(i)]
+    assert shown == ["qwen3-8b"] and picker.list.currentIndex().data(Roles.Id) == "qwen3-8b"
+    assert picker.title.text() == picker.list.currentIndex().data(Roles.Name)   # the details follow
+    picker.search.clear()
+    assert all(not picker.list.isRowHidden(i) for i in rows(picker).values()) and len(ids) == 4
+    qtbot.keyClicks(picker.search, "no such model")
+    assert all(picker.list.isRowHidden(i) for i in rows(picker).values())

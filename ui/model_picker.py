@@ -241,8 +241,19 @@ class ModelPicker(QDialog):
         d.addWidget(self.reason)
         d.addLayout(buttons)
 
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search models (name, size, licence, chat mode)")
+        self.search.setAccessibleName("Search models")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self._filter)
+        self.model.modelReset.connect(lambda: self._filter(self.search.text()))
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.search)
+        column.addWidget(self.list, 1)
         split = QSplitter()
-        split.addWidget(self.list)
+        split.addWidget(left)
         split.addWidget(detail)
         split.setStretchFactor(1, 1)
         split.setSizes([420, 560])
@@ -323,6 +334,20 @@ class ModelPicker(QDialog):
                     "downloaded models still load")
         self.offline_label.setText(text)
         self._refresh_detail()          # Download follows what the hub answered
+
+    def _filter(self, text: str) -> None:
+        """Rows whose name, id or subtitle hold every word typed; the selection moves to one still shown."""
+        words = text.lower().split()
+        for i in range(self.model.rowCount()):
+            idx = self.model.index(i)
+            hay = " ".join(str(idx.data(role) or "") for role in (Roles.Name, Roles.Id, Roles.Subtitle)).lower()
+            self.list.setRowHidden(i, not all(w in hay for w in words))
+        current = self.list.currentIndex()
+        if not current.isValid() or self.list.isRowHidden(current.row()):
+            shown = next((i for i in range(self.model.rowCount()) if not self.list.isRowHidden(i)), None)
+            if shown is not None:
+                self.list.setCurrentIndex(self.model.index(shown))
+            self._refresh_detail()
 
     # -- detail pane ------------------------------------------------------------------------------
     def _refresh_detail(self) -> None:
