@@ -72,7 +72,7 @@ def test_send_streams_answer_with_footer_stats_and_calibrated_baseline(qtbot, ho
     model = stored[1].stats["model"]                                              # + who wrote it
     assert stored[1].stats == {**stats, **measured, "model": model} and 0 <= measured["cpu_other"] <= 1
     assert model == {"id": "echo", "name": "Echo test pair", "engine": "torch", "device": "cpu", "dtype": "float32",
-                     "has_drafter": True, "baseline_key": window.session.baseline_key}
+                     "has_drafter": True, "chat": False, "baseline_key": window.session.baseline_key}
     assert stats["method"] == "dflash" and answer.role_label.text() == "Echo test pair  ·  DFlash"
     assert conv.title == "def f(x):"
 

@@ -137,3 +137,26 @@ def test_keyboard_tab_leaves_the_box_and_every_action_has_a_shortcut(qtbot, home
     window.edit_last_action.trigger()
     user = [w for w in window.chat_view.messages if isinstance(w, MessageWidget) and w.role == "user"][-1]
     assert user.editor is not None
+
+
+def test_tab_reads_the_window_in_order_and_the_status_bar_comes_last(qtbot, home, chat_worker, echo_pair):
+    """From Send, Tab goes to the stats panel, then the status bar's server switch, then round to the model bar
+    and the chats list: never to the status bar before the messages."""
+    window = make_window(qtbot, chat_worker, echo_pair)
+    send_and_wait(qtbot, window, "def f(x):")
+
+    def chain(start, steps: int) -> list:
+        out, w = [], start
+        while len(out) < steps:
+            w = w.nextInFocusChain()
+            if w.isVisible() and w.isEnabled() and w.focusPolicy() & Qt.FocusPolicy.TabFocus:
+                out.append(w)
+        return out
+    after_send = chain(window.chat_view.send_button, 12)
+    order = [after_send.index(w) for w in (window.stats_panel.remeasure_button, window.server_status.switch,
+                                           window.model_bar.switch_button, window.sidebar.new_button)]
+    assert order == sorted(order), [type(w).__name__ for w in after_send]
+    answer = next(w for w in window.chat_view.messages if isinstance(w, MessageWidget) and w.role == "assistant")
+    before_input = chain(window.model_bar.switch_button, 30)
+    assert before_input.index(answer.copy_button) < before_input.index(window.chat_view.input) < \
+        before_input.index(window.server_status.switch)

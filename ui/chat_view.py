@@ -368,6 +368,17 @@ class ChatView(QWidget):
         self._stick_to_bottom = True
         self.column_layout.insertWidget(self.column_layout.count() - 1, widget)
         self.messages.append(widget)
+        self._order_tabs()
+
+    def _order_tabs(self) -> None:
+        """Tab reaches the messages' buttons in reading order, then the message box: a widget made later would
+        otherwise come last in the window's focus chain, after the status bar."""
+        chain = [self.scroll]
+        for message in self.messages:
+            chain += [w for w in message.findChildren(QWidget) if w.focusPolicy() & Qt.FocusPolicy.TabFocus]
+        chain += [self.input, self.send_button]
+        for before, after in zip(chain, chain[1:]):
+            QWidget.setTabOrder(before, after)
 
     def add_user(self, message_id: int | None, text: str, code_only: bool | None = None) -> MessageWidget:
         w = MessageWidget("user", message_id, code_only=self.code_mode if code_only is None else code_only,
@@ -406,6 +417,7 @@ class ChatView(QWidget):
             bubble = ErrorBubble(error, loaded, parent=self.column)
             self.column_layout.insertWidget(self.column_layout.indexOf(widget) + 1, bubble)
             self.messages.insert(index + 1, bubble)
+            self._order_tabs()
 
     def remove_from(self, widget: QFrame) -> None:
         """Drop a message widget and every widget after it."""

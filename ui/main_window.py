@@ -135,6 +135,7 @@ class MainWindow(QMainWindow):
         self.load_error_box = None            # the last failed load's dialog (tests and screenshots read it)
         self._build_actions()
         self._build_status_bar()
+        self._tab_order()
         self._wire()
         self.resizeDocks([self.stats_panel], [360], Qt.Orientation.Horizontal)
         self._restore_layout()
@@ -279,6 +280,14 @@ class MainWindow(QMainWindow):
         self.read_only_label.setVisible(bool(self.store.read_only))
         self.server_status = ServerStatus(self.server_action)
         bar.addPermanentWidget(self.server_status)
+
+    def _tab_order(self) -> None:
+        """Tab reads the window as people do: the model bar, the chats list, the chat (its messages, then the
+        message box and Send), the stats panel, and the status bar last."""
+        chain = [self.model_bar.switch_button, self.sidebar, self.chat_view, self.stats_panel.remeasure_button,
+                 self.server_status.switch, self.server_status.copy_button]
+        for before, after in zip(chain, chain[1:]):
+            QWidget.setTabOrder(before, after)
 
     def _wire(self) -> None:
         p, c = self.session, self.controller
