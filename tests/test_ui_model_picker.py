@@ -186,6 +186,22 @@ def test_pair_no_engine_runs_on_this_device_says_where_it_runs():
                                       "and this computer has only a CPU.")
 
 
+def test_the_size_shown_is_what_the_plan_downloads():
+    """On a CPU, Qwen3 4B is planned as its GGUF Q4_K_M for llama.cpp: the list shows that file's size (plus the
+    drafter), not the bfloat16 checkpoint's; where the plan runs the target's own weights, those."""
+    from ui.pair_list_model import pair_size
+    cpu = detect(HardwareProbe.from_dict(json.loads((FIXTURES / "cpu_only_i5.json").read_text())))
+    catalog = load_file(bundled_path())
+    rows = {r.pair.id: r for r in build_rows(catalog, cpu, {})}
+    qwen = rows["qwen3-4b"]
+    variant = qwen.fit.plan.files_variant
+    assert qwen.fit.plan.engine == "llamacpp" and variant is not None and variant.dtype == "q4_k_m"
+    assert qwen.size_bytes == pair_size(qwen.pair, catalog, variant) < pair_size(qwen.pair, catalog)
+    assert qwen.size_bytes - variant.bytes == pair_size(qwen.pair, catalog) - qwen.pair.target.params * 2
+    plain = rows["qwen3.5-4b"]                       # no GGUF of its own: its checkpoint is what downloads
+    assert plain.fit.plan.files_variant is None and plain.size_bytes == pair_size(plain.pair, catalog)
+
+
 def test_target_only_pair_loads_without_its_drafter(catalog, random_pair):
     local = {"qwen3.5-4b": {"target": Path("/t"), "drafter": Path("/d")}}
     model = PairListModel()

@@ -103,10 +103,12 @@ class PairRow:
         return str(self.dirs["drafter"]) if self.dirs.get("drafter") else None
 
 
-def pair_size(pair: Pair, catalog: Catalog) -> int:
-    """Bytes of weights on disk (target in its native dtype plus the drafter)."""
+def pair_size(pair: Pair, catalog: Catalog, variant=None) -> int:
+    """Bytes to download: the target's files (a variant's own, such as a GGUF quantization the plan runs, else
+    the target in its native dtype) plus the drafter."""
     b = catalog.dtype_bytes
-    return int(pair.target.params * b[pair.target["native_dtype"]] + pair.drafter.params * b[pair.drafter["dtype"]])
+    target = variant.bytes if variant is not None else pair.target.params * b[pair.target["native_dtype"]]
+    return int(target + pair.drafter.params * b[pair.drafter["dtype"]])
 
 
 def human_size(n: float) -> str:
@@ -144,6 +146,8 @@ def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict
         if report is not None:
             row.fit = estimate_here(pair, report, dtype_bytes=catalog.dtype_bytes)
             row.supported, row.device = row.fit is not None, report.device
+            if row.fit is not None and row.fit.plan is not None and row.fit.plan.files_variant is not None:
+                row.size_bytes = pair_size(pair, catalog, row.fit.plan.files_variant)   # what the plan downloads
         if pair.id in local_dirs:
             row.download_state, row.dirs = "ready", local_dirs[pair.id]
         elif not pair.needs_download:
