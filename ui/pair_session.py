@@ -143,7 +143,11 @@ class PairSession(QObject):
         name = kept[0].name if kept else None
         self.statusMessage.emit(f"Could not load {failed.name if failed else 'the model'}: {ev.get('message', '')}"
                                 + (f" {name} is still loaded." if name else ""))
-        self.loadFailed.emit(ev, way_out, (failed.name if failed else "") or "the model", name)
+        what = (failed.name if failed else "") or "the model"
+        if kept and failed and kept[0].id == failed.id:      # the same pair another way: say which way failed
+            plan = failed.run_plan
+            what += f" with {plan['engine']} on {plan['device']}"
+        self.loadFailed.emit(ev, way_out, what, name)
         if kept is not None:
             self.readyChanged.emit()
 
