@@ -84,6 +84,7 @@ def test_the_panel_follows_the_chat_on_screen(qtbot, home, chat_worker, echo_pai
     window.new_chat_action.trigger()
     assert shown(window)["dflash_tok_s"] is None and shown(window)["histogram"] == []
     assert window.stats_panel.subject.text() == "No answer in this chat yet."
+    assert window.stats_panel.dflash_metric.caption.text() == "tok/s"   # no method claimed before an answer
     second = send_and_wait(qtbot, window, "b = ")["stats"]
     chat_b = c.conversation_id
     assert shown(window)["dflash_tok_s"] == second["decode_tok_s"]

@@ -377,6 +377,7 @@ class StatsPanel(QDockWidget):
         self._live_steps, self._live_rates, self._last_point, self._live_tok_s = [], [], None, 0.0
         self.subject.setText(subject)
         self.dflash_label.setText("—")
+        self.dflash_metric.caption.setText("tok/s")    # which method writes the next answer is not known yet
         self.speedup_label.setText("—")
         self.acceptance_label.setText("—")
         self.tau_label.setText("—")
