@@ -368,15 +368,16 @@ class ChatView(QWidget):
         self._stick_to_bottom = True
         self.column_layout.insertWidget(self.column_layout.count() - 1, widget)
         self.messages.append(widget)
-        self._order_tabs()
+        self._order_tabs(len(self.messages) - 1)
 
-    def _order_tabs(self) -> None:
+    def _order_tabs(self, start: int) -> None:
         """Tab reaches the messages' buttons in reading order, then the message box: a widget made later would
-        otherwise come last in the window's focus chain, after the status bar."""
-        chain = [self.scroll]
-        for message in self.messages:
-            chain += [w for w in message.findChildren(QWidget) if w.focusPolicy() & Qt.FocusPolicy.TabFocus]
-        chain += [self.input, self.send_button]
+        otherwise come last in the window's focus chain, after the status bar. The messages from ``start`` on
+        are linked after the ones before them, which are in order already."""
+        def focusable(message) -> list:
+            return [w for w in message.findChildren(QWidget) if w.focusPolicy() & Qt.FocusPolicy.TabFocus]
+        anchor = next((f[-1] for m in reversed(self.messages[:start]) if (f := focusable(m))), self.scroll)
+        chain = [anchor, *(w for m in self.messages[start:] for w in focusable(m)), self.input, self.send_button]
         for before, after in zip(chain, chain[1:]):
             QWidget.setTabOrder(before, after)
 
@@ -417,7 +418,7 @@ class ChatView(QWidget):
             bubble = ErrorBubble(error, loaded, parent=self.column)
             self.column_layout.insertWidget(self.column_layout.indexOf(widget) + 1, bubble)
             self.messages.insert(index + 1, bubble)
-            self._order_tabs()
+            self._order_tabs(index + 1)
 
     def remove_from(self, widget: QFrame) -> None:
         """Drop a message widget and every widget after it."""

@@ -117,7 +117,7 @@ class MainWindow(QMainWindow):
         self.splitter = splitter
         self._auto_hidden_sidebar = False
         # the loaded model on top, as LM Studio and Jan show it; the chats list and the chat below
-        self.model_bar = ModelBar(self)
+        self.model_bar = ModelBar(self._my_models, self)
         self.pair_label = self.model_bar.label
         central = QWidget(self)
         column = QVBoxLayout(central)
@@ -140,7 +140,6 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.stats_panel], [360], Qt.Orientation.Horizontal)
         self._restore_layout()
         self.refresh_conversations()
-        self._refresh_my_models()
         last = self.settings.last_conversation
         if last and self.store.conversation(last) is not None:
             self.controller.open_conversation(last)
@@ -296,7 +295,6 @@ class MainWindow(QMainWindow):
         p.pairLoaded.connect(self._show_pair)
         p.pairLoaded.connect(lambda _ev: setattr(self, "_reloading_after_crash", False))
         p.pairUnloaded.connect(lambda: self.pair_label.setText(f"{p.display_name or 'Model'}  ·  unloaded"))
-        p.pairLoaded.connect(lambda _loaded: self._refresh_my_models())
         self.model_bar.pairChosen.connect(lambda pair: self.load_pair(self.with_engine(pair)))
         self.model_bar.browseRequested.connect(self.open_model_picker)
         p.loadFailed.connect(self._load_failed)
@@ -438,10 +436,10 @@ class MainWindow(QMainWindow):
         self.controller.stop()
         self.session.load_pair(pair)
         self.pair_label.setText(f"Loading {pair.name or 'the model'}…")
-        self._refresh_my_models()
 
-    def _refresh_my_models(self) -> None:
-        """The model bar's menu: the built-in pairs installed here, then every pair loaded before."""
+    def _my_models(self) -> tuple[list[PairRequest], str | None]:
+        """The model bar's menu: the built-in pairs installed here, then every pair loaded before; and the id of
+        the one loaded."""
         mine: list[PairRequest] = []
         try:
             catalog = load_catalog()
@@ -454,7 +452,7 @@ class MainWindow(QMainWindow):
             if pair.id not in seen:
                 mine.append(pair)
                 seen.add(pair.id)
-        self.model_bar.set_models(mine, self.session.pair.id if self.session.pair else None)
+        return mine, self.session.pair.id if self.session.pair else None
 
     def unload(self) -> None:
         """Free the model's memory; an answer being written stops first."""

@@ -4,6 +4,7 @@ remembered with its paths) to switch in one click."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
@@ -52,12 +53,13 @@ class ModelBar(QFrame):
     pairChosen = Signal(object)     # a PairRequest from my models
     browseRequested = Signal()      # the model list (Models…)
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, mine: Callable[[], tuple[list[PairRequest], str | None]], parent: QWidget | None = None):
+        """mine(): my models, the latest first, and the id of the one loaded; asked each time the menu opens
+        (the window reads the catalog and the settings then, not at every load)."""
         super().__init__(parent)
         self.setObjectName("modelBar")
         self.setAccessibleName("Loaded model")
-        self.models: list[PairRequest] = []
-        self.current: str | None = None            # the id of the pair loaded (or being loaded)
+        self.mine = mine
         layout = QHBoxLayout(self)
         layout.setContentsMargins(10, 4, 10, 4)
         self.switch_button = QToolButton(self)
@@ -74,25 +76,22 @@ class ModelBar(QFrame):
         layout.addWidget(self.switch_button)
         layout.addWidget(self.label, 1)
 
-    def set_models(self, models: list[PairRequest], current: str | None) -> None:
-        """Mine, the latest first (the window passes built-in pairs and the settings' recent pairs)."""
-        self.models, self.current = list(models), current
-
     def _fill_menu(self) -> None:
         self.menu.clear()
-        for pair in self.models:
+        models, current = self.mine()
+        for pair in models:
             ok = available(pair)
             where = pair.remote["base_url"] if pair.remote else pair.target_dir or ""
             action = QAction(pair.name + ("" if ok else "  (files missing)"), self.menu)
             action.setCheckable(True)
-            action.setChecked(pair.id == self.current)
+            action.setChecked(pair.id == current)
             action.setEnabled(ok)
             action.setToolTip(where)
             action.setStatusTip(where)
             action.triggered.connect(lambda _checked=False, p=pair: self.pairChosen.emit(p))
             self.menu.addAction(action)
         self.menu.setToolTipsVisible(True)
-        if self.models:
+        if models:
             self.menu.addSeparator()
         browse = self.menu.addAction("All models and open from disk…  (Ctrl+M)")
         browse.triggered.connect(self.browseRequested)

@@ -146,7 +146,7 @@ def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict
         if report is not None:
             row.fit = estimate_here(pair, report, dtype_bytes=catalog.dtype_bytes)
             row.supported, row.device = row.fit is not None, report.device
-            if row.fit is not None and row.fit.plan is not None and row.fit.plan.files_variant is not None:
+            if row.fit is not None and row.fit.plan is not None:
                 row.size_bytes = pair_size(pair, catalog, row.fit.plan.files_variant)   # what the plan downloads
         if pair.id in local_dirs:
             row.download_state, row.dirs = "ready", local_dirs[pair.id]

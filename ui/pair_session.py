@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import replace
 
 import psutil
 from PySide6.QtCore import QObject, Signal
@@ -55,10 +54,6 @@ class PairSession(QObject):
         return self.loaded is not None and not self._loading and not self._measuring
 
     @property
-    def loading(self) -> bool:
-        return self._loading
-
-    @property
     def display_name(self) -> str:
         """The pair's own name (the catalog's, the file's), else the name the engine gave it."""
         return (self.pair.name if self.pair else "") or (self.loaded.name if self.loaded else "")
@@ -73,8 +68,7 @@ class PairSession(QObject):
         if self.loaded is not None:           # what stays if this load fails and the worker kept it
             self._previous = (self.pair, self.loaded)
         self.pair, self.loaded = PairRequest.of(pair), None
-        self.panel.set_baseline(self.baseline())
-        self.baselineChanged.emit(self.baseline())
+        self._show_baseline(None)             # baselines are per engine: known once the pair loads
         pair = self.pair
         if pair.remote:
             self.worker.load_remote(**pair.remote, on_event=on_event)
@@ -90,27 +84,15 @@ class PairSession(QObject):
         if self.pair is not None and not self._loading:
             self.load_pair(self.pair)
 
-    def load_on_cpu(self, pair: PairRequest | None = None) -> None:
-        """After the chosen device failed: the pair (default: the one asked for last) with the engine's CPU
-        defaults."""
-        pair = pair or self.pair
-        if pair is not None:
-            self.load_pair(replace(pair, plan={"engine": pair.run_plan["engine"], "device": "cpu", "dtype": None}))
-
-    def load_with_engine(self, engine: str, pair: PairRequest | None = None) -> None:
-        """After the engine crashed on this computer: the pair with another engine that runs it."""
-        pair = pair or self.pair
-        if pair is not None:
-            self.load_pair(replace(pair, plan={"engine": engine, "device": "auto", "dtype": None}))
-
     def crash_way_out(self, ev: dict, pair: PairRequest | None = None):
         """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
         others = ev.get("alternatives") or []
-        if ev.get("code") != "engine_crashed" or not others:
+        pair = pair or self.pair                # the same pair with another engine that runs it
+        if ev.get("code") != "engine_crashed" or not others or pair is None:
             return None
         name = others[0]
         label = f"Load with {ENGINES[name].label if name in ENGINES else name}"
-        return label, lambda: self.load_with_engine(name, pair)
+        return label, lambda: self.load_pair(pair.with_plan(engine=name, device="auto", dtype=None))
 
     def _on_load_event(self, epoch: int, ev: dict) -> None:
         if epoch != self._epoch:          # a load asked for since replaces this one
@@ -130,7 +112,7 @@ class PairSession(QObject):
         self._loading = False
         failed, previous, self._previous = self.pair, self._previous, None
         device = failed.run_plan["device"] if failed else "cpu"
-        way_out = (("Load on the CPU", lambda: self.load_on_cpu(failed))
+        way_out = (("Load on the CPU", lambda: self.load_pair(failed.with_plan(device="cpu", dtype=None)))
                    if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
                    else self.crash_way_out(ev, failed))
         still = ev.get("pair")
@@ -172,8 +154,7 @@ class PairSession(QObject):
                                f"reading the model took {loaded.load_s:.1f} s of that)")
             self.statusMessage.emit(self.ready_text)
         self.panel.set_runtime(loaded)
-        self.panel.set_baseline(self.baseline())      # known now: baselines are per engine too
-        self.baselineChanged.emit(self.baseline())
+        self._show_baseline(self.baseline())          # known now: baselines are per engine too
         self.pairLoaded.emit(loaded)
         if self.baseline() is None and loaded.offers.baseline:
             self.calibrate()
@@ -249,8 +230,11 @@ class PairSession(QObject):
         self.settings.baselines[key] = record.to_dict()
         self.save_settings()
         if key == self.baseline_key:
-            self.panel.set_baseline(record)
-            self.baselineChanged.emit(record)
+            self._show_baseline(record)
+
+    def _show_baseline(self, record: BaselineRecord | None) -> None:
+        self.panel.set_baseline(record)
+        self.baselineChanged.emit(record)
 
     def answer_model(self) -> dict | None:
         """Who writes an answer now, kept in its stats: every figure shown beside it later belongs to this model
