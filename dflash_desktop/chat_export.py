@@ -10,10 +10,11 @@ import json
 import time
 from pathlib import Path
 
+from engine.errors import SettingsError
 from engine.limits import LIMITS
 
 from . import paths
-from .chat_store import ChatStore, Conversation, Message
+from .chat_store import CHAT_SETTINGS, ChatStore, Conversation, Message
 from .session import author_text
 
 FORMAT = "dflash-desktop-chat"
@@ -68,8 +69,7 @@ def to_markdown(conversation: Conversation, messages: list[Message]) -> str:
 def to_json(conversation: Conversation, messages: list[Message]) -> dict:
     return {"format": FORMAT, "version": FORMAT_VERSION, "exported": time.time(),
             "title": conversation.title, "system_prompt": conversation.system_prompt,
-            "created": conversation.created, "temperature": conversation.temperature,
-            "max_new_tokens": conversation.max_new_tokens,
+            "created": conversation.created, **{k: conversation.settings.get(k) for k in CHAT_SETTINGS},
             "messages": [{"role": m.role, "content": m.content, "spans": m.spans, "stats": m.stats,
                           "stop_reason": m.stop_reason, "error": m.error, "created": m.created,
                           "versions": m.versions, "version": m.version} for m in messages]}
@@ -131,16 +131,14 @@ def _parse(data, name: str) -> tuple[Conversation, list[Message]]:
     check.that(version >= 1, f"has an unknown chat export version {version}")
     title = check.text(data.get("title"), "title", allow_empty=False)
     system_prompt = check.text(data.get("system_prompt", ""), "system_prompt")
-    temperature = check.number(data.get("temperature"), "temperature", 0.0, LIMITS["temperature"].high)
-    max_new_tokens, top = data.get("max_new_tokens"), int(LIMITS["max_new_tokens"].high)
-    check.that(max_new_tokens is None or (type(max_new_tokens) is int and 1 <= max_new_tokens <= top),
-               f"has a \"max_new_tokens\" that is not a whole number from 1 to {top:,}")
+    settings = {name: check.setting(data.get(name), name) for name in CHAT_SETTINGS}
     created = check.number(data.get("created"), "created", 0.0, 1e11) or time.time()
     raw = data.get("messages")
     check.that(isinstance(raw, list), "has no \"messages\" list")
     check.that(len(raw) <= MAX_MESSAGES, f"has {len(raw)} messages, more than {MAX_MESSAGES:,}")
     messages = [_message(check, m, i + 1) for i, m in enumerate(raw)]
-    return Conversation(0, title, system_prompt, created, created, temperature, max_new_tokens), messages
+    return Conversation(0, title, system_prompt, created, created,
+                        {k: v for k, v in settings.items() if v is not None}), messages
 
 
 def _message(check: "_Checker", m, number: int) -> Message:
@@ -211,6 +209,16 @@ class _Checker:
         self.that(value is None or (type(value) in (int, float) and low <= value <= high),
                   f"has a \"{field}\" that is not a number from {low:g} to {high:g}")
         return None if value is None else float(value)
+
+    def setting(self, value, name: str):
+        """A chat's own sampling setting, held to the engine's limits, or None (the global one)."""
+        if value is None:
+            return None
+        self.that(type(value) in (int, float), f"has a \"{name}\" that is not a number")
+        try:
+            return LIMITS[name].check(value, name)
+        except SettingsError:
+            self.that(False, f"has a \"{name}\" that is not {LIMITS[name].describe()}")
 
     def optional(self, value, kind, field: str):
         """``value`` checked as ``kind`` (see STATS_FIELDS), or None."""

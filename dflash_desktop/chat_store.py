@@ -4,7 +4,7 @@ Every assistant message keeps its statistics (JSON), its stop reason and the dra
 the footer and the highlighting come back after a restart. An answer written again (regenerate, or an edit of
 the question before it) keeps its earlier versions: the message's own columns hold the version shown, which is
 what later turns are sent with, and ``versions`` (JSON) all of them. A chat may override the global
-temperature and max tokens (NULL: the global setting). The schema carries a version
+sampling settings of CHAT_SETTINGS (NULL: the global setting). The schema carries a version
 (PRAGMA user_version) and upgrades step by step when the app is newer than the file.
 
 Start-up never fails on this file: ``open_store`` moves a damaged file aside, opens a newer or an
@@ -23,8 +23,10 @@ from pathlib import Path
 
 from . import paths
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_TITLE = "New chat"
+# the settings a chat may set itself, each a column of conversations (NULL: the global setting)
+CHAT_SETTINGS = ("temperature", "max_new_tokens", "repeat_penalty", "min_p", "seed", "context_length")
 
 _SCHEMA_V1 = """
 CREATE TABLE conversations (
@@ -53,6 +55,12 @@ ALTER TABLE conversations ADD COLUMN temperature REAL;        -- NULL: the globa
 ALTER TABLE conversations ADD COLUMN max_new_tokens INTEGER;  -- NULL: the global setting
 ALTER TABLE messages ADD COLUMN versions TEXT;   -- JSON [{content, spans, stats, stop_reason, error, prompt}, ...]
 ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0;   -- the one shown (and sent)
+"""
+_SCHEMA_V3 = """
+ALTER TABLE conversations ADD COLUMN repeat_penalty REAL;     -- NULL: the global setting, as the ones below
+ALTER TABLE conversations ADD COLUMN min_p REAL;
+ALTER TABLE conversations ADD COLUMN seed INTEGER;
+ALTER TABLE conversations ADD COLUMN context_length INTEGER;
 """
 _VERSION_FIELDS = ("content", "spans", "stats", "stop_reason", "error")
 
@@ -83,14 +91,12 @@ class Conversation:
     system_prompt: str
     created: float
     updated: float
-    temperature: float | None = None     # None: the global setting
-    max_new_tokens: int | None = None    # None: the global setting
+    settings: dict = field(default_factory=dict)   # of CHAT_SETTINGS, those this chat sets itself
 
     @property
     def overrides(self) -> dict:
         """The generation settings this chat sets itself, for the worker request and the header."""
-        return {k: v for k, v in (("temperature", self.temperature), ("max_new_tokens", self.max_new_tokens))
-                if v is not None}
+        return {k: self.settings[k] for k in CHAT_SETTINGS if self.settings.get(k) is not None}
 
 
 @dataclass
@@ -162,11 +168,12 @@ class ChatStore:
         with self._db:  # written even when current: this is also the check that the file can be written
             if version < 1:
                 self._db.executescript(_SCHEMA_V1)
-            if version < 2:
-                if not self._db.in_transaction:   # one step: a failed upgrade leaves the v1 file as it was
-                    self._db.execute("BEGIN")
-                for statement in filter(str.strip, _SCHEMA_V2.split(";")):
-                    self._db.execute(statement)
+            for step, script in ((2, _SCHEMA_V2), (3, _SCHEMA_V3)):
+                if version < step:
+                    if not self._db.in_transaction:   # one step: a failed upgrade leaves the file as it was
+                        self._db.execute("BEGIN")
+                    for statement in filter(str.strip, script.split(";")):
+                        self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- conversations ------------------------------------------------------------------------------
@@ -204,12 +211,11 @@ class ChatStore:
             self._db.execute(f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?", (*args, conversation_id))
 
     @_writes
-    def set_chat_settings(self, conversation_id: int, *, temperature: float | None,
-                          max_new_tokens: int | None) -> None:
-        """This chat's own temperature and max tokens; None goes back to the global setting."""
+    def set_chat_settings(self, conversation_id: int, overrides: dict) -> None:
+        """This chat's own settings (of CHAT_SETTINGS); one left out goes back to the global setting."""
         with self._db:
-            self._db.execute("UPDATE conversations SET temperature = ?, max_new_tokens = ? WHERE id = ?",
-                             (temperature, max_new_tokens, conversation_id))
+            self._db.execute(f"UPDATE conversations SET {', '.join(f'{k} = ?' for k in CHAT_SETTINGS)} WHERE id = ?",
+                             (*(overrides.get(k) for k in CHAT_SETTINGS), conversation_id))
 
     def search(self, text: str) -> list[Conversation]:
         """Chats whose title or any message (any version of an answer) contains ``text``, ignoring case;
@@ -327,9 +333,10 @@ class ChatStore:
         now = time.time()
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO conversations (title, system_prompt, created, updated, temperature, max_new_tokens) "
-                "VALUES (?, ?, ?, ?, ?, ?)", (conversation.title, conversation.system_prompt, conversation.created,
-                                              now, conversation.temperature, conversation.max_new_tokens))
+                f"INSERT INTO conversations (title, system_prompt, created, updated, {', '.join(CHAT_SETTINGS)}) "
+                f"VALUES (?, ?, ?, ?{', ?' * len(CHAT_SETTINGS)})",
+                (conversation.title, conversation.system_prompt, conversation.created, now,
+                 *(conversation.settings.get(k) for k in CHAT_SETTINGS)))
             self._db.executemany(
                 "INSERT INTO messages (conversation_id, role, content, spans, stats, stop_reason, error, created, "
                 "versions, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -466,8 +473,8 @@ def _move_aside(path: Path) -> Path:
 
 
 def _conversation(r: sqlite3.Row) -> Conversation:
-    return Conversation(r["id"], r["title"], r["system_prompt"], r["created"], r["updated"], r["temperature"],
-                        r["max_new_tokens"])
+    return Conversation(r["id"], r["title"], r["system_prompt"], r["created"], r["updated"],
+                        {k: r[k] for k in CHAT_SETTINGS if r[k] is not None})
 
 
 def _message(r: sqlite3.Row) -> Message:

@@ -17,7 +17,8 @@ from engine.limits import LIMITS, GenerationSettings
 
 ROLES = ("system", "developer", "user", "assistant")
 DFLASH_KEYS = ("mode", "block_size", "draft_cutoff", "plain_fallback")
-FINISH = {"eos": "stop", "stop_string": "stop", "cancelled": "stop", "length": "length", "context_full": "length"}
+FINISH = {"eos": "stop", "stop_string": "stop", "loop": "stop", "cancelled": "stop", "length": "length",
+          "context_full": "length"}
 # worker error code -> HTTP status, OpenAI error type, OpenAI error code
 WORKER_ERRORS = {
     "bad_settings": (400, "invalid_request_error", None),
@@ -126,11 +127,11 @@ def _settings(body: dict) -> dict:
     # OpenAI's newer name wins when it is given; a null in it (some clients send every field) means not given
     tokens = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     given = {tokens: body.get(tokens), "temperature": body.get("temperature"), "top_p": body.get("top_p"),
-             "top_k": body.get("top_k"), "seed": body.get("seed")}
+             "top_k": body.get("top_k"), "seed": body.get("seed"), "min_p": body.get("min_p"),
+             "repeat_penalty": body.get("repeat_penalty")}
     if given["top_k"] == -1:   # vLLM's and SGLang's spelling of "off"
         given["top_k"] = 0
-    names = {tokens: "max_new_tokens", "temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
-             "seed": "seed"}
+    names = {tokens: "max_new_tokens", **{name: name for name in given if name != tokens}}
     for public, value in given.items():
         if value is None:
             continue

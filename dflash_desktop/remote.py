@@ -331,16 +331,21 @@ class RemoteClient:
             sampling["seed"] = s.seed
         if s.stop_strings:
             sampling["stop"] = list(s.stop_strings)
-        if self._kind != "openai":
+        if self._kind != "openai":      # the plain OpenAI API has neither; LM Studio and llama.cpp read these names
             if s.top_k:
                 sampling["top_k"] = s.top_k
+            if s.min_p:
+                sampling["min_p"] = s.min_p
+            if s.penalized:
+                sampling["repeat_penalty" if self._kind == "dflash-desktop" else "repetition_penalty"] = s.repeat_penalty
             usage = {"include_usage": True, "continuous_usage_stats": True}
         else:
             usage = {"include_usage": True}
         prompt, ids, raw = fields.get("prompt"), fields.get("prompt_ids"), fields.get("raw", False)
         if self._kind == "sglang" and (ids is not None or raw):   # /generate reports acceptance per request
             params = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
-                      **({"top_k": s.top_k} if s.top_k else {}), **({"stop": list(s.stop_strings)} if s.stop_strings
+                      **({"top_k": s.top_k} if s.top_k else {}), **({"min_p": s.min_p} if s.min_p else {}),
+                      **({"repetition_penalty": s.repeat_penalty} if s.penalized else {}), **({"stop": list(s.stop_strings)} if s.stop_strings
                                                                      else {})}
             return "/generate", {("input_ids" if ids is not None else "text"): ids if ids is not None else prompt,
                                  "sampling_params": params, "stream": True}

@@ -29,6 +29,9 @@ FONT_SIZES = (7, 32)    # points, smallest and largest
 PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
 MAX_RECENT_PAIRS = 12
+# the generation settings kept here and sent with every answer, each held to engine/limits.py
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_new_tokens", "loop_guard",
+            "context_length")
 MAX_FILE_BYTES = 4 * 2**20   # far above any settings file this app writes
 
 
@@ -42,6 +45,11 @@ class Settings:
     top_p: float = LIMITS["top_p"].default
     top_k: int = LIMITS["top_k"].default
     max_new_tokens: int = LIMITS["max_new_tokens"].default
+    repeat_penalty: float = 1.1    # LM Studio's default (the engine's own is 1: off, as llama.cpp's)
+    min_p: float = 0.05            # LM Studio's and llama.cpp's default
+    seed: int | None = None        # None = a new seed for every answer
+    loop_guard: int = 64           # tokens; 0 = off (the engine's own default)
+    context_length: int | None = None   # None = all the context the engine loaded
     block_size: int = 0            # 0 = the drafter's own block size
     draft_cutoff: float | None = None  # None = the engine's choice by device (see GenerationSettings)
     plain_fallback: bool = True    # plain decoding for the rest of an answer when DFlash stays below break-even
@@ -69,7 +77,7 @@ class Settings:
             if not ok:
                 raise SettingsError(message)
 
-        for name in ("temperature", "top_p", "top_k", "max_new_tokens", "draft_cutoff"):
+        for name in SAMPLING + ("draft_cutoff",):
             try:
                 LIMITS[name].check(getattr(self, name), LIMITS[name].label)
             except EngineSettingsError as exc:
@@ -113,8 +121,8 @@ class Settings:
 
     def generation(self, max_block_size: int | None = None) -> dict:
         """The engine's `settings` dict for a generate request."""
-        out = {"temperature": float(self.temperature), "top_p": float(self.top_p), "top_k": int(self.top_k),
-               "max_new_tokens": int(self.max_new_tokens), "plain_fallback": self.plain_fallback}
+        out = {name: getattr(self, name) for name in SAMPLING if getattr(self, name) is not None}
+        out["plain_fallback"] = self.plain_fallback
         if self.block_size:
             out["block_size"] = min(self.block_size, max_block_size or self.block_size)
         if self.draft_cutoff is not None:

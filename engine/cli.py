@@ -34,6 +34,9 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="also write the results as JSON to this file")
 
 
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "loop_guard")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dflash-desktop", description="DFlash speculative decoding engine")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -41,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_args(g)
     g.add_argument("--prompt", required=True)
     g.add_argument("--baseline", action="store_true", help="plain decoding, no drafter")
-    for name in ("temperature", "top_p", "top_k", "seed"):
+    for name in SAMPLING_FLAGS:
         lim = LIMITS[name]
         g.add_argument("--" + name.replace("_", "-"), type=lim.kind, default=lim.default, help=lim.help)
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
@@ -189,8 +192,8 @@ def resolve_pair(args):
 
 def cmd_generate(args) -> int:
     from .loop import Generation
-    settings = settings_of(args, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                           seed=args.seed, stop_strings=tuple(args.stop))
+    settings = settings_of(args, **{name: getattr(args, name) for name in SAMPLING_FLAGS},
+                           stop_strings=tuple(args.stop))
     pair = resolve_pair(args)
     ids = pair.tokenizer.encode_prompt(args.prompt, raw=args.raw, max_tokens=pair.max_positions)
     run = Generation(pair, ids, settings, baseline=args.baseline)

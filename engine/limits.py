@@ -22,6 +22,8 @@ MAX_REQUEST_BYTES = 8 * 2**20
 # Positions the engines with caches sized once hold (llama.cpp's server, the torch engine's CUDA path) unless
 # the model's own limit is lower; the model picker's memory estimate counts this many (dflash_desktop/fit.py).
 DEFAULT_CONTEXT = 8192
+# The repeat penalty reads this many most recent tokens (prompt and answer), as llama.cpp's repeat_last_n.
+REPEAT_WINDOW = 64
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class Limit:
             if isinstance(value, float) and not value.is_integer():
                 raise SettingsError(f"{name} must be a whole number, got {value!r}.")
             value = int(value)
-        elif not math.isfinite(value):
-            raise SettingsError(f"{name} must be a finite number, got {value!r}.")
+        elif abs(value) > 1e300 or not math.isfinite(value):   # an integer past that never becomes a float
+            raise SettingsError(f"{name} must be a finite number: {self.describe()}.")
         if self.zero and value == 0:
             return self.kind(0)
         below = value <= self.low if self.open_low else value < self.low
@@ -93,6 +95,19 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
           open_high=True, optional=True),
     Limit("seed", int, 0, SEED_MAX, None, "Seed",
           "Random seed for sampling. Empty: a new seed each time.", optional=True),
+    Limit("repeat_penalty", float, 1.0, 2.0, 1.0, "Repeat penalty",
+          f"Makes tokens seen in the last {REPEAT_WINDOW} tokens less likely (their scores are divided by it), "
+          "which keeps small models from looping. 1 turns it off. DFlash applies the same penalty when it "
+          "verifies, so its output stays the model's own."),
+    Limit("min_p", float, 0.0, 1.0, 0.0, "Min-p",
+          "When sampling, drop tokens less likely than this share of the most likely one. 0 turns it off.",
+          open_high=True),
+    Limit("loop_guard", int, 16, 4096, 0, "Loop guard",
+          "Stop an answer once its last this-many tokens are one phrase repeated over and over (at least "
+          "three times in a row). 0 turns it off.", zero="off"),
+    Limit("context_length", int, 16, 1 << 24, None, "Context length",
+          "The most tokens a chat may hold (prompt, history and answer), at most the context the engine "
+          "loaded. Empty: all of it.", optional=True),
 )}
 
 
@@ -109,6 +124,10 @@ class GenerationSettings:
     rule: str = "residual"             # "residual" (exact speculative sampling) or "match" (sample-and-match)
     draft_cutoff: float | None = None  # None: the engine's choice for its device
     plain_fallback: bool = True        # switch to plain decoding when DFlash stays below break-even
+    repeat_penalty: float = LIMITS["repeat_penalty"].default
+    min_p: float = LIMITS["min_p"].default
+    loop_guard: int = LIMITS["loop_guard"].default          # 0: off
+    context_length: int | None = None  # None: the whole context the engine loaded
 
     def __post_init__(self):
         for name, limit in LIMITS.items():
@@ -128,6 +147,10 @@ class GenerationSettings:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        return self.repeat_penalty != 1.0
 
     @classmethod
     def from_dict(cls, raw: dict) -> "GenerationSettings":

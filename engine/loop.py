@@ -4,7 +4,7 @@ One step: the engine's drafter fills a block [last token, MASK x (B-1)] in one p
 verifies the block in one pass, the longest agreeing prefix plus one target token is committed, and
 the engine rolls its caches back to that prefix. Plain decoding is the same loop with block size 1,
 so comparisons are fair. The loop owns the position, the stop rules (EOS, max tokens, stop strings,
-a full context, cancel), the text stream, the statistics and the plain fallback; it never touches a
+the loop guard, a full context, cancel), the text stream, the statistics and the plain fallback; it never touches a
 tensor, so it imports no array library.
 
 Every engine reaches the loop as one stream of timed chunks: an engine that drafts and verifies on its
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .backends import Chunk
 from .errors import PromptTooLongError, SettingsError
 from .limits import GenerationSettings
+from .penalties import LoopGuard
 from .stats import Stats, cuda_memory
 from .text import TextStream
 
@@ -46,7 +47,7 @@ class Step:
     spans: list[tuple[str, bool]]     # settled text, split by drafted/target origin
     proposed: int = 0                 # draft tokens offered this step
     accepted: int = 0                 # of which the target kept
-    stop_reason: str | None = None    # set on the last step: eos, length, stop_string, context_full, cancelled
+    stop_reason: str | None = None    # set on the last step: eos, length, stop_string, loop, context_full, cancelled
     fallback: dict | None = None      # set on the step after which the loop switched to plain decoding
 
     @property
@@ -127,10 +128,12 @@ class Generation:
         self.prompt = list(prompt_ids)
         if not self.prompt:
             raise SettingsError("The prompt is empty: give at least one token.")
-        limit = pair.max_positions
+        self.limit = limit = min(pair.max_positions, settings.context_length or pair.max_positions)
         if len(self.prompt) >= limit:
+            held = ("the model's context holds" if limit == pair.max_positions
+                    else "the context length setting allows")
             raise PromptTooLongError(
-                f"The prompt has {len(self.prompt)} tokens but the model's context holds {limit}. "
+                f"The prompt has {len(self.prompt)} tokens but {held} {limit}. "
                 "Shorten the prompt or start a new conversation.")
         wanted = 1 if baseline or pair.block_size == 1 else (settings.block_size or pair.block_size)
         if wanted > pair.block_size:
@@ -141,6 +144,7 @@ class Generation:
         self.stop_reason: str | None = None
         self.fallback: dict | None = None
         self.stream = TextStream(pair.tokenizer, settings.stop_strings) if pair.tokenizer else None
+        self.loop_guard = LoopGuard(settings.loop_guard)
         self._cancel = threading.Event()
         self._streaming = False          # inside a streaming engine's request (cancel interrupts it)
 
@@ -286,6 +290,12 @@ class Generation:
                     break
             if len(self.tokens) >= self.settings.max_new_tokens:
                 self.stop_reason = "length"
+                break
+            if self.loop_guard.push(tok):
+                self.stop_reason = "loop"
+                break
+            if self.limit < self.pair.max_positions and len(self.prompt) + len(self.tokens) >= self.limit:
+                self.stop_reason = "context_full"
                 break
         return Step(kept, kept_flags, self._take(final=self.stop_reason is not None),
                     proposed=proposed, accepted=accepted, stop_reason=self.stop_reason)

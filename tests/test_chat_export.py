@@ -18,7 +18,7 @@ from dflash_desktop.chat_store import ChatStore
 def chat(tmp_path):
     store = ChatStore(tmp_path / "c.sqlite3")
     conv = store.create_conversation("Sorting", "be brief")
-    store.set_chat_settings(conv.id, temperature=0.4, max_new_tokens=77)
+    store.set_chat_settings(conv.id, {"temperature": 0.4, "max_new_tokens": 77, "repeat_penalty": 1.3, "seed": 5})
     store.add_message(conv.id, "user", "how do I sort?")
     answer = store.add_message(conv.id, "assistant", "use sorted()", spans=[["use ", True], ["sorted()", False]],
                                stats={"tau": 2.5, "decode_tok_s": 40.0}, stop_reason="eos")
@@ -43,7 +43,7 @@ def test_json_round_trip_keeps_stats_spans_versions_and_settings(chat, tmp_path)
     other = ChatStore(tmp_path / "other.sqlite3")
     imported = import_chat(other, path)
     assert (imported.title, imported.system_prompt, imported.overrides) == \
-        ("Sorting", "be brief", {"temperature": 0.4, "max_new_tokens": 77})
+        ("Sorting", "be brief", {"temperature": 0.4, "max_new_tokens": 77, "repeat_penalty": 1.3, "seed": 5})
     before, after = store.messages(conv_id), other.messages(imported.id)
     assert [(m.role, m.content, m.spans, m.stats, m.stop_reason, m.versions, m.version) for m in after] == \
         [(m.role, m.content, m.spans, m.stats, m.stop_reason, m.versions, m.version) for m in before]
@@ -97,7 +97,9 @@ def _exported(chat, tmp_path) -> dict:
     (lambda d: d["messages"][1].update(version=5), "message 2 whose \"version\" does not name"),
     (lambda d: d["messages"][0].update(versions=[{"content": "x"}]), "message 1 whose \"versions\""),
     (lambda d: d.update(title=""), "empty \"title\""),
-    (lambda d: d.update(temperature=9), "\"temperature\" that is not a number from 0 to 2"),
+    (lambda d: d.update(temperature=9), "\"temperature\" that is not 0 (greedy) or from 0.01 to 2"),
+    (lambda d: d.update(repeat_penalty=10**400), "\"repeat_penalty\" that is not from 1 to 2"),
+    (lambda d: d.update(seed=True), "\"seed\" that is not a number"),
     (lambda d: d.update(messages={}), "no \"messages\" list"),
     (lambda d: d.update(title="x" * (chat_export.MAX_TEXT_CHARS + 1)), "more than 4,194,304"),
 ])

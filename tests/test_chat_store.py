@@ -297,17 +297,19 @@ def test_a_version_1_file_upgrades_keeping_everything(tmp_path):
     _v1_file(path)
     store, notice = open_store(path)
     assert notice is None and not store.read_only
-    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     conv = store.conversations()[0]
     assert (conv.title, conv.system_prompt, conv.created, conv.updated) == ("old", "be brief", 1, 2)
-    assert (conv.temperature, conv.max_new_tokens, conv.overrides) == (None, None, {})
+    assert (conv.settings, conv.overrides) == ({}, {})
     user, answer = store.messages(conv.id)
     assert (user.content, answer.content, answer.spans, answer.stats, answer.stop_reason) == \
         ("hi", "hello", [["hello", True]], {"tau": 2.5}, "eos")
     assert (answer.versions, answer.version) == (None, 0)
-    store.set_chat_settings(conv.id, temperature=0.3, max_new_tokens=99)   # the new columns are writable
+    own = {"temperature": 0.3, "max_new_tokens": 99, "repeat_penalty": 1.2, "min_p": 0.1, "seed": 7,
+           "context_length": 512}
+    store.set_chat_settings(conv.id, own)   # the new columns (versions 2 and 3) are writable
     store.close()
-    assert ChatStore(path).conversation(conv.id).overrides == {"temperature": 0.3, "max_new_tokens": 99}
+    assert ChatStore(path).conversation(conv.id).overrides == own
 
 
 def test_versions_of_an_answer_are_kept_browsed_and_survive_a_restart(tmp_path):

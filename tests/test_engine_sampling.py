@@ -7,7 +7,7 @@ from scipy.stats import chisquare
 
 from engine.limits import GenerationSettings
 from engine.loop import Generation
-from engine.backends.torch.sampling import probabilities
+from engine.backends.torch.sampling import penalize, probabilities
 from tests.tiny_torch import random_pair
 
 VOCAB = 6
@@ -29,6 +29,8 @@ def exact_distribution(pair, settings: GenerationSettings, steps: int):
         def cond(prefix):
             target.reset()
             logits, _ = target.forward(torch.tensor([PROMPT + list(prefix)]), last_only=True, features=False)
+            if settings.penalized:     # the tokens seen so far, as plain decoding would penalise them
+                logits = penalize(logits[-1:], [PROMPT + list(prefix)], settings.repeat_penalty)
             return probabilities(logits[-1:], settings)[0]
         for seq in itertools.product(range(VOCAB), repeat=steps):
             p = 1.0
@@ -55,6 +57,12 @@ def test_dflash_samples_follow_the_target_distribution(tiny_vocab_pair, temperat
     """Also with a draft cutoff, which must decide how many drafts to verify without looking at them."""
     assert_follows_the_target(tiny_vocab_pair, GenerationSettings(
         max_new_tokens=3, temperature=temperature, top_k=top_k, top_p=top_p, block_size=4, draft_cutoff=cutoff))
+
+
+def test_samples_under_a_repeat_penalty_and_min_p_follow_the_penalised_target(tiny_vocab_pair):
+    """Each verify row is penalised with the drafts before it, so exact speculative sampling still holds."""
+    assert_follows_the_target(tiny_vocab_pair, GenerationSettings(
+        max_new_tokens=3, temperature=1.0, min_p=0.05, repeat_penalty=1.8, block_size=4, draft_cutoff=0.0))
 
 
 def test_samples_of_a_hybrid_target_follow_its_distribution():

@@ -3,6 +3,7 @@ converted to GGUF decodes greedily token for token like plain llama.cpp and like
 cancel and a killed server end an answer cleanly; bad files and mismatched pairs are refused before a
 server starts; conversion keeps the drafter's dflash settings."""
 import json
+from dataclasses import replace
 import shutil
 import os
 import sys
@@ -105,6 +106,25 @@ def test_greedy_dflash_equals_plain_llamacpp_and_the_torch_engine(pair):
     # over all five (one of them accepts about 1.5 per step in the torch engine too): the drafter reads
     # the target's features, so it accepts far above chance
     assert (accepted + steps) / steps > 2.0
+
+
+def test_the_repeat_penalty_gives_the_torch_engines_tokens_with_and_without_drafts(pair):
+    """llama.cpp's server penalises each verify row after the drafts before it (it samples the rows one at a time);
+    with our request it applies the same rule and window as the torch engine. Short prompts make a block's drafts
+    repeat tokens the history lacks (tests/test_repeat_penalty.py)."""
+    reference = torch_pair(TARGET)
+    settings = GenerationSettings(max_new_tokens=40, repeat_penalty=1.5, plain_fallback=False)
+    identical, changed = 0, 0
+    for text in ("class A:", "x = [", *prompts(2)):
+        ids = pair.tokenizer.encode_prompt(text, raw=True)
+        want = Generation(reference, ids, settings, baseline=True).run().tokens
+        plain = Generation(pair, ids, settings, baseline=True).run()
+        fast = Generation(pair, ids, replace(settings, block_size=16)).run()
+        assert plain.tokens == want, text
+        assert fast.stats.accepted > 0
+        identical += fast.tokens == want
+        changed += want != Generation(reference, ids, GenerationSettings(max_new_tokens=40), baseline=True).run().tokens
+    assert identical >= 3 and changed >= 2
 
 
 def test_drafted_flags_follow_the_steps(pair):

@@ -139,6 +139,24 @@ def test_plain_decoding_on_request_writes_the_same_text(client, reference):
     assert ext["mode"] == "baseline" and ext["block_size"] == 1 and ext["drafted"] == 0 and ext["tau"] == 1.0
 
 
+def test_the_repeat_penalty_and_min_p_of_llama_cpps_api_reach_the_engine(client, reference):
+    """llama-server's and LM Studio's names; the answer is the engine's own under the same penalty."""
+    from engine.backends import load_pair
+    from engine.limits import GenerationSettings
+    from engine.loop import Generation
+    demo = ROOT / "assets" / "demo"
+    pair = load_pair("torch", demo / "target", demo / "draft", device="cpu")
+    ids = pair.tokenizer.encode_prompt(PROMPT, raw=True)
+    want = Generation(pair, ids, GenerationSettings(max_new_tokens=N, repeat_penalty=1.6)).run().text
+    done = client.completions.create(model="demo", prompt=PROMPT, max_tokens=N,
+                                     extra_body={"repeat_penalty": 1.6, "min_p": 0.1})
+    assert done.choices[0].text == want != reference["text"]
+    for name, value in (("repeat_penalty", 3), ("min_p", 1.0)):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model="demo", prompt="x", max_tokens=4, extra_body={name: value})
+        assert info.value.body["param"] == name and name in info.value.body["message"]
+
+
 def test_refusals_are_openai_shaped_and_the_server_keeps_serving(server, client):
     wrong = openai.OpenAI(base_url=server, api_key="wrong-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as info:

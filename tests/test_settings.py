@@ -56,7 +56,7 @@ def test_absurd_values_are_refused_with_a_clear_message(field, value, message):
 def test_defaults_are_valid_and_generation_dict():
     s = S.Settings().validate(16)
     assert s.generation(16) == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256,
-                                "plain_fallback": True}
+                                "min_p": 0.05, "repeat_penalty": 1.1, "loop_guard": 64, "plain_fallback": True}
     assert S.Settings(block_size=12).generation(8)["block_size"] == 8
     assert S.Settings(draft_cutoff=0.0).generation(16)["draft_cutoff"] == 0.0   # None (automatic) is left out
 

@@ -99,7 +99,9 @@ def test_highlight_toggle_tints_drafted_text(qtbot, home, chat_worker, echo_pair
 
 
 def test_stop_mid_generation_keeps_partial_answer(qtbot, home, chat_worker, echo_pair):
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=1500, block_size=2))
+    # the echo pair repeats one token: a loop guard would end its long answer early
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=1500,
+                                                                              block_size=2, loop_guard=0))
     with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
         qtbot.keyClicks(window.chat_view.input, "a")
         qtbot.keyClick(window.chat_view.input, Qt.Key.Key_Return)
@@ -269,6 +271,7 @@ def test_settings_dialog_validates_and_applies(qtbot, home, chat_worker, echo_pa
     saved = settings_mod.load()
     assert (saved.temperature, saved.top_k, saved.block_size, saved.theme) == (0.7, 40, 4, "dark")
     assert window.settings.generation(8) == {"temperature": 0.7, "top_p": 1.0, "top_k": 40, "max_new_tokens": 24,
+                                             "min_p": 0.05, "repeat_penalty": 1.1, "loop_guard": 64,
                                              "block_size": 4, "draft_cutoff": 0.1, "plain_fallback": False}
     done = send_and_wait(qtbot, window, "y")
     assert done["stats"]["block_size"] == 4
@@ -335,7 +338,9 @@ def test_models_action_opens_picker_and_loads_the_chosen_pair(qtbot, home, chat_
 
 def test_worker_killed_mid_answer_shows_error_and_keeps_conversation(qtbot, home, chat_worker, echo_pair):
     """Runs last in this module: it kills the shared worker."""
-    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=1500, block_size=2))
+    # the echo pair repeats one token: a loop guard would end its long answer early
+    window = make_window(qtbot, chat_worker, echo_pair, settings_mod.Settings(draft_cutoff=0.0, max_new_tokens=1500,
+                                                                              block_size=2, loop_guard=0))
     send_and_wait(qtbot, window, "kept")   # an earlier exchange that must survive
     with qtbot.waitSignal(window.controller.answerFinished, timeout=ANSWER_TIMEOUT_MS) as blocker:
         qtbot.keyClicks(window.chat_view.input, "b")

@@ -153,6 +153,6 @@ def test_without_a_drafter_the_block_size_says_so_instead_of_a_range_of_one(qtbo
                                      (None, "Block size (up to the drafter's)", True)):
         dialog = SettingsDialog(Settings(), drafters)
         qtbot.addWidget(dialog)
-        form = dialog.findChild(QFormLayout)
-        shown = form.labelForField(dialog.block_size)
+        shown = next(f.labelForField(dialog.block_size) for f in dialog.findChildren(QFormLayout)
+                     if f.labelForField(dialog.block_size))
         assert isinstance(shown, QLabel) and shown.text() == label and dialog.block_size.isEnabled() is enabled

@@ -15,6 +15,7 @@ from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.pairs import LoadedPair
 from dflash_desktop.qt_worker import QtWorker
 from dflash_desktop.session import author_text
+from engine.limits import LIMITS
 
 from .chat_settings_dialog import greedy_question
 from .chat_view import ChatView
@@ -71,7 +72,7 @@ class ChatController(QObject):
         if pair.thinking is not None:   # match the drafter's training, so drafts get accepted
             self.view.thinking.setChecked(pair.thinking)
         self.view.set_examples(loaded.chat_template, demo=pair.id == "demo")
-        self.view.set_context(limit=loaded.max_positions)
+        self.view.set_context(limit=self.context_limit())
         self.count_context()
 
     def fail_waiting(self, ev: dict) -> bool:
@@ -91,7 +92,7 @@ class ChatController(QObject):
         self._pending_overrides = {}
         self.view.load([], "")
         self.view.show_chat_settings({})
-        self.view.set_context(used=0)
+        self.view.set_context(used=0, **({"limit": self.context_limit()} if self.loaded else {}))
         self.panel.clear_answer()
         self.currentConversationChanged.emit(-1)
 
@@ -111,6 +112,8 @@ class ChatController(QObject):
             messages = self.store.messages(conv.id)
             self.view.load(messages, conv.system_prompt, self.loaded)
             self.view.show_chat_settings(conv.overrides)
+            if self.loaded:
+                self.view.set_context(limit=self.context_limit())
             self.show_stats_of(messages)
         except Exception as exc:  # noqa: BLE001 - whatever a damaged row makes the drawing raise
             log.warning("chat %s could not be shown: %r", conv.id, exc)
@@ -171,7 +174,7 @@ class ChatController(QObject):
             self.store.update_conversation(self.conversation_id, system_prompt=text)
 
     def chat_overrides(self) -> dict:
-        """The temperature and max tokens the chat on screen sets itself (not the global ones)."""
+        """The settings the chat on screen sets itself (not the global ones)."""
         if self.conversation_id is None:
             return dict(self._pending_overrides)
         conv = self.store.conversation(self.conversation_id)
@@ -182,12 +185,18 @@ class ChatController(QObject):
         if self.conversation_id is None:
             self._pending_overrides = dict(overrides)
         else:
-            self.store.set_chat_settings(self.conversation_id, temperature=overrides.get("temperature"),
-                                         max_new_tokens=overrides.get("max_new_tokens"))
+            self.store.set_chat_settings(self.conversation_id, overrides)
         self.view.show_chat_settings(overrides)
-        own = ", ".join(f"{k.replace('max_new_tokens', 'max tokens')} {v:g}" for k, v in overrides.items())
+        own = ", ".join(f"{LIMITS[k].label.lower()} {v:g}" for k, v in overrides.items())
         self.statusMessage.emit(f"This chat now uses its own {own}." if own else
-                                "This chat now follows the global temperature and max tokens.")
+                                "This chat now follows the global settings.")
+        if self.loaded:
+            self.view.set_context(limit=self.context_limit())
+
+    def context_limit(self) -> int:
+        """The tokens the chat on screen may hold: the loaded model's context, or less by the context length."""
+        own = self.generation_settings().get("context_length")
+        return min(self.loaded.max_positions, own or self.loaded.max_positions)
 
     def generation_settings(self) -> dict:
         """The worker's settings for the chat on screen: the global ones, with the chat's own on top."""
@@ -205,8 +214,7 @@ class ChatController(QObject):
         if self.conversation_id is None:
             conv = self.store.create_conversation(session.title_from(text), self._pending_system_prompt)
             if self._pending_overrides:
-                self.store.set_chat_settings(conv.id, temperature=self._pending_overrides.get("temperature"),
-                                             max_new_tokens=self._pending_overrides.get("max_new_tokens"))
+                self.store.set_chat_settings(conv.id, self._pending_overrides)
             self.conversation_id = conv.id
             self.currentConversationChanged.emit(conv.id)
         message = self.store.add_message(self.conversation_id, "user", text)
@@ -376,7 +384,7 @@ class ChatController(QObject):
         self._count = None
         _, conversation_id, typed = asked
         if ev.get("event") == "count" and conversation_id == self.conversation_id and self._gen is None:
-            self.view.set_counted(typed, ev["tokens"], ev.get("context"))
+            self.view.set_counted(typed, ev["tokens"], self.context_limit() if self.loaded else ev.get("context"))
         # an error: no count (the chat is far too long, a model without tokenizer); the estimate stays
 
     def _launch(self) -> None:

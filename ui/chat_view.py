@@ -15,10 +15,11 @@ from .composer import Composer
 from .errors import ErrorBubble
 from .message_widget import MessageWidget
 
-# no example ends with a newline: the demo tokenizer merges a newline with the next line's indentation
+# no example ends with a newline: the demo tokenizer merges a newline with the next line's indentation. These
+# three run to the default max tokens without looping under the default repeat penalty (tests/test_repeat_penalty.py)
 CODE_EXAMPLES = ("import sys\n\n\ndef main(argv=None):",
-                 'def read_config(path):\n    """Read a configuration file and return a dict."""',
-                 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):')
+                 'import json\n\n\ndef load(path):\n    """Load a JSON file."""',
+                 'def word_count(text):\n    """Count the words in text."""')
 CHAT_EXAMPLES = ("Explain the water cycle in a few sentences.", "Write a short thank-you note to a friend who "
                  "helped me move.", "Write a Python function that reverses a string.")   # what small models do well
 MAX_COLUMN = 920
@@ -438,12 +439,15 @@ class ChatView(QWidget):
             w.set_last_answer(w is answers[-1])
 
     def show_chat_settings(self, overrides: dict) -> None:
-        """The header button says when this chat overrides the global temperature or max tokens."""
-        words = {"temperature": "temperature {:g}", "max_new_tokens": "max {} tokens"}
-        own = ", ".join(words[k].format(v) for k, v in overrides.items())
-        self.chat_settings.setText(f"Chat: {own}" if own else "Chat settings")
+        """The header button says when this chat sets its own sampling settings (the first two; all in its tip)."""
+        words = {"temperature": "temperature {:g}", "max_new_tokens": "max {} tokens", "repeat_penalty":
+                 "repeat penalty {:g}", "min_p": "min-p {:g}", "seed": "seed {}", "context_length": "context {}"}
+        parts = [words[k].format(v) for k, v in overrides.items()]
+        own = ", ".join(parts)
+        shown = ", ".join(parts[:2]) + (f" +{len(parts) - 2}" if len(parts) > 2 else "")
+        self.chat_settings.setText(f"Chat: {shown}" if own else "Chat settings")
         self.chat_settings.setToolTip((f"This chat uses its own {own} instead of the global settings. "
-                                       if own else "This chat uses the global temperature and max tokens. ")
+                                       if own else "This chat uses the global sampling settings. ")
                                       + "Click to change them for this chat only (Ctrl+Shift+T).")
 
     def set_highlight(self, on: bool) -> None:

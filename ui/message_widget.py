@@ -15,7 +15,8 @@ from .composer import Composer
 
 COPIED_MS = 1500   # how long "Copied" stays on what was clicked
 STOP_WORDS = {"length": "max tokens", "eos": "end of text", "stop_string": "stop string",
-              "context_full": "context full", "cancelled": "stopped", "error": "interrupted by an engine error"}
+              "context_full": "context full", "loop": "stopped: it was repeating itself (loop guard)",
+              "cancelled": "stopped", "error": "interrupted by an engine error"}
 
 
 def footer_text(stats: dict | None, stop_reason: str | None) -> str:

@@ -1,5 +1,6 @@
-"""Settings (Ctrl+,): sampling, block size, draft cutoff, plain fallback, offline mode, theme, font
-size, and the local server's port and API key. Generation fields take their ranges and help texts from
+"""Settings (Ctrl+,) in three tabs: Answers (sampling, repeat penalty, seed, max tokens, loop guard, context
+length), Speed (block size, draft cutoff, plain fallback, engine) and App (offline mode, theme, font size, the
+local server's port and API key). Generation fields take their ranges and help texts from
 the engine's limits table (engine/limits.py), the others from dflash_desktop/settings.py; every field's
 tooltip says what it does, its range and its default. Values are checked by Settings.validate(), and a
 refused value is explained under the form instead of silently clamped. Reset to defaults only fills
@@ -9,15 +10,50 @@ from __future__ import annotations
 import dataclasses
 
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QLabel,
-                               QLineEdit, QSpinBox, QVBoxLayout, QWidget)
+                               QLineEdit, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
 from dflash_desktop.settings import FONT_SIZES, PORTS, THEMES, Settings, SettingsError
 from engine.limits import LIMITS
 
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 # the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
-FIELDS = ("temperature", "top_p", "top_k", "max_new_tokens", "block_size", "draft_cutoff", "plain_fallback",
-          "offline", "engine", "theme", "font_size", "server_port", "server_api_key")
+ANSWER_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_new_tokens", "loop_guard",
+                 "context_length")   # in the order shown; None shows as the box's lowest value
+FIELDS = ANSWER_FIELDS + ("block_size", "draft_cutoff", "plain_fallback", "offline", "engine", "theme", "font_size",
+                          "server_port", "server_api_key")
+NONE_SHOWN = {"seed": ("random", -1), "context_length": ("all of the model's", 0)}   # (text, value) for None
+SPECIAL = {"repeat_penalty": "off", "loop_guard": "off"}      # the text shown at a box's lowest value
+# each answer field's box: its lowest value (below the limit where 0 or None has a meaning) and its step
+BOXES = {"temperature": (0.0, 0.05), "top_p": (0.0, 0.05), "top_k": (0, 1), "min_p": (0.0, 0.01),
+         "repeat_penalty": (1.0, 0.05), "seed": (-1, 1), "max_new_tokens": (0, 1), "loop_guard": (0, 1),
+         "context_length": (0, 1)}
+
+
+def answer_box(name: str) -> QSpinBox | QDoubleSpinBox:
+    """The spin box of one answer field, spanning its limit (engine/limits.py), with its words for off and None;
+    validate() names any value inside the box that the limit refuses (top-p 0, a context of 5)."""
+    limit, (low, step) = LIMITS[name], BOXES[name]
+    if limit.kind is float:
+        box = QDoubleSpinBox()
+        box.setDecimals(2)
+        box.setRange(low, limit.high - 0.01 if limit.open_high else limit.high)
+    else:
+        box = QSpinBox()
+        box.setRange(low, int(min(limit.high, 2**31 - 1)))
+    box.setSingleStep(step)
+    box.setAccessibleName(limit.label)
+    if name in SPECIAL or name in NONE_SHOWN:
+        box.setSpecialValueText(SPECIAL.get(name) or NONE_SHOWN[name][0])
+    return box
+
+
+def box_value(name: str, box) -> float | int | None:
+    value = box.value()
+    return None if name in NONE_SHOWN and value == NONE_SHOWN[name][1] else value
+
+
+def show_value(name: str, box, value) -> None:
+    box.setValue(NONE_SHOWN[name][1] if value is None else value)
 DEFAULTS = Settings()
 
 
@@ -35,15 +71,12 @@ class SettingsDialog(QDialog):
         self.max_block_size = max_block_size
         self.result_settings: Settings | None = None
         self._base = settings
-        form = QFormLayout()
-        form.setHorizontalSpacing(16)
-        form.setVerticalSpacing(8)
+        pages = [QWidget() for _ in range(3)]
+        answers, speed, app = (self._form(page) for page in pages)
 
         # spin boxes span 0 to each limit's top; validate() names any value the table refuses (top-p 0)
-        self.temperature = self._double("temperature", 0.0, 0.05)
-        self.top_p = self._double("top_p", 0.0, 0.05)
-        self.top_k = self._int("top_k", 0)
-        self.max_new_tokens = self._int("max_new_tokens", 0)
+        for name in ANSWER_FIELDS:
+            setattr(self, name, answer_box(name))
         self.block_size = self._int("block_size", 0, top=max_block_size)
         self.block_size.setSpecialValueText("drafter's own")
         # the lowest value stands for "automatic" (None): the engine picks by device
@@ -74,8 +107,9 @@ class SettingsDialog(QDialog):
         self._tooltips()
         self._fill(settings)
 
-        for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
-            form.addRow(LIMITS[name].label, getattr(self, name))
+        for name in ANSWER_FIELDS:
+            answers.addRow(LIMITS[name].label, getattr(self, name))
+        form = speed
         if max_block_size == 1:         # no drafter: every answer is plain decoding, nothing to size
             label = "Block size (no drafter loaded)"
             self.block_size.setEnabled(False)
@@ -84,13 +118,17 @@ class SettingsDialog(QDialog):
         form.addRow(label, self.block_size)
         form.addRow(LIMITS["draft_cutoff"].label, self.draft_cutoff)
         form.addRow("", self.plain_fallback)
-        form.addRow("", self.offline)
         if len(engines) > 1:
             form.addRow("Engine", self.engine)
-        form.addRow("Theme", self.theme)
-        form.addRow("Font size", self.font_size)
-        form.addRow("Local server port", self.server_port)
-        form.addRow("Local server API key", self.server_api_key)
+        app.addRow("", self.offline)
+        app.addRow("Theme", self.theme)
+        app.addRow("Font size", self.font_size)
+        app.addRow("Local server port", self.server_port)
+        app.addRow("Local server API key", self.server_api_key)
+        self.tabs = QTabWidget()
+        self.tabs.setAccessibleName("Settings pages")
+        for page, title in zip(pages, ("Answers", "Speed", "App")):
+            self.tabs.addTab(page, title)
 
         self.error = QLabel("")
         self.error.setObjectName("warning")
@@ -109,9 +147,16 @@ class SettingsDialog(QDialog):
         self.reset_button.clicked.connect(self.reset)
         self.buttons = buttons
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
+        layout.addWidget(self.tabs)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+
+    @staticmethod
+    def _form(page: QWidget) -> QFormLayout:
+        form = QFormLayout(page)
+        form.setHorizontalSpacing(16)
+        form.setVerticalSpacing(8)
+        return form
 
     def _double(self, name: str, lo: float, step: float) -> QDoubleSpinBox:
         limit = LIMITS[name]
@@ -140,10 +185,11 @@ class SettingsDialog(QDialog):
                 return box.specialValueText()
             return box.textFromValue(value)
 
-        for name in ("temperature", "top_p", "top_k", "max_new_tokens"):
+        for name in ANSWER_FIELDS:
             limit, box, value = LIMITS[name], getattr(self, name), getattr(DEFAULTS, name)
-            tip(box, limit.help, f"Range: {limit.describe()}",
-                f"0 ({limit.zero})" if limit.zero and value == 0 else shown(box, value))
+            span = limit.describe() + (f", or {NONE_SHOWN[name][0]}" if name in NONE_SHOWN else "")
+            tip(box, limit.help, f"Range: {span}", f"0 ({limit.zero})" if limit.zero and value == 0
+                else shown(box, NONE_SHOWN[name][1] if value is None else value))
         block = LIMITS["block_size"]
         tip(self.block_size, block.help, f"Range: 0 (the drafter's own) or 1 to {self.block_size.maximum()}"
             + ("" if self.max_block_size else ", and at most the drafter's block size"),
@@ -170,10 +216,8 @@ class SettingsDialog(QDialog):
 
     def _fill(self, settings: Settings) -> None:
         """Show `settings` in the fields (the ones this dialog edits: FIELDS)."""
-        self.temperature.setValue(settings.temperature)
-        self.top_p.setValue(settings.top_p)
-        self.top_k.setValue(settings.top_k)
-        self.max_new_tokens.setValue(settings.max_new_tokens)
+        for name in ANSWER_FIELDS:
+            show_value(name, getattr(self, name), getattr(settings, name))
         self.block_size.setValue(settings.block_size)
         self.draft_cutoff.setValue(AUTOMATIC_CUTOFF if settings.draft_cutoff is None else settings.draft_cutoff)
         self.plain_fallback.setChecked(settings.plain_fallback)
@@ -190,9 +234,9 @@ class SettingsDialog(QDialog):
         self.error.hide()
 
     def values(self) -> Settings:
+        answers = {name: box_value(name, getattr(self, name)) for name in ANSWER_FIELDS}
         return dataclasses.replace(
-            self._base, temperature=self.temperature.value(), top_p=self.top_p.value(), top_k=self.top_k.value(),
-            max_new_tokens=self.max_new_tokens.value(), block_size=self.block_size.value(),
+            self._base, **answers, block_size=self.block_size.value(),
             draft_cutoff=None if self.draft_cutoff.value() < 0 else self.draft_cutoff.value(),
             plain_fallback=self.plain_fallback.isChecked(), offline=self.offline.isChecked(),
             engine=self._engines[self.engine.currentIndex()] if len(self._engines) > 2 else self._base.engine,

@@ -29,6 +29,7 @@ from typing import Callable
 
 from ...cache_dir import app_cache
 from ...errors import EngineError
+from ...limits import REPEAT_WINDOW
 from . import UBATCH
 
 HOST = "127.0.0.1"
@@ -342,9 +343,11 @@ def _exit_reason(code: int) -> str:
 
 def request_body(prompt: list[int], s) -> dict:
     """The /completion request for a prompt under GenerationSettings s: our sampling rules in llama.cpp's
-    terms (top-k, top-p, temperature and nothing else; its defaults add min-p and others), greedy at 0."""
+    terms and order (repeat penalty over the last REPEAT_WINDOW tokens, top-k, temperature, top-p, min-p, and
+    nothing else: its defaults add others), greedy at 0."""
     return {"prompt": list(prompt), "n_predict": s.max_new_tokens, "cache_prompt": True, "return_tokens": True,
             "timings_per_token": True, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
-            "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-            "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
-            "samplers": ["top_k", "top_p", "temperature"], "seed": -1 if s.seed is None else s.seed}
+            "min_p": s.min_p, "typical_p": 1.0, "repeat_penalty": s.repeat_penalty, "repeat_last_n": REPEAT_WINDOW,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+            "samplers": ["penalties", "top_k", "temperature", "top_p", "min_p"],
+            "seed": -1 if s.seed is None else s.seed}

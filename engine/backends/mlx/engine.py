@@ -16,12 +16,13 @@ from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import GenerationSettings
 from ...stats import process_peak_bytes
 from ...pairing import check_pair
+from ...penalties import History
 from ...tokenizer import ChatTokenizer
 from .. import architecture
 from . import ARCHITECTURES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
 from .drafter import MlxDrafter
 from .loading import load_target
-from .sampling import Keys, confident_prefix, draw, probabilities, propose, verify
+from .sampling import Keys, confident_prefix, draw, penalize, probabilities, propose, verify
 from .target import MlxTarget
 
 MLX_DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
@@ -178,6 +179,7 @@ class MlxPair:
         self._context: list[mx.array] = []   # committed positions' features the drafter has not seen
         self._verified: tuple[int, mx.array | None] = (0, None)
         self._q: mx.array | None = None       # the last draft's proposal distribution (sampling only)
+        self._history = History()             # the tokens the repeat penalty reads
 
     # -- the operations the loop calls ---------------------------------------------------------------
     def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
@@ -187,6 +189,7 @@ class MlxPair:
             self._drafting = drafting and self.drafter is not None
             self._cutoff = settings.draft_cutoff or 0.0   # a GPU verifies whole blocks; a cutoff only when asked
             self._q = None
+            self._history = History(prompt)
             mx.reset_peak_memory()
             self.target.reset()
             logits, feats = self.target.forward(prompt, last_only=True, features=self._drafting)
@@ -217,7 +220,11 @@ class MlxPair:
             logits, feats = self.target.forward([last, *drafts], features=self._drafting)
             q = self._q if drafts else None
             self._q = None
-            n, own = verify(drafts, q, logits, self._settings, self._keys)
+            penalized = self._settings.penalized
+            n, own = verify(drafts, q, logits, self._settings, self._keys,
+                            self._history.windows(last, drafts) if penalized else None)
+            if penalized:
+                self._history.advance([last, *drafts[:n]])
             self._verified = (pos, feats)
             return n, own
 
@@ -246,6 +253,8 @@ class MlxPair:
 
     # -- helpers -------------------------------------------------------------------------------------
     def _choose(self, logits: mx.array) -> int:
+        if self._settings.penalized:
+            logits = penalize(logits[-1:], [self._history.tokens], self._settings.repeat_penalty)
         if self._settings.greedy:
             return int(logits[-1].argmax())
         return int(draw(probabilities(logits[-1:], self._settings), self._keys)[0])

@@ -25,8 +25,20 @@ class Keys:
         return sub
 
 
+def penalize(logits: mx.array, windows: list[list[int]], penalty: float) -> mx.array:
+    """Rows of logits with the repeat penalty applied to each row's window (penalties.py), float32."""
+    logits = logits.astype(mx.float32)
+    pairs = [(r, t) for r, window in enumerate(windows) for t in set(window)]
+    if not pairs:
+        return logits
+    rows, cols = mx.array([r for r, _ in pairs]), mx.array([t for _, t in pairs])
+    seen = logits[rows, cols]
+    logits[rows, cols] = mx.where(seen > 0, seen / penalty, seen * penalty)
+    return logits
+
+
 def probabilities(logits: mx.array, s: GenerationSettings) -> mx.array:
-    """Row-wise distribution after temperature, top-k and top-p (float32)."""
+    """Row-wise distribution after temperature, top-k, top-p and min-p (float32)."""
     logits = logits.astype(mx.float32) / s.temperature
     if s.top_k and s.top_k < logits.shape[-1]:
         kth = mx.topk(logits, s.top_k, axis=-1).min(axis=-1, keepdims=True)
@@ -38,6 +50,9 @@ def probabilities(logits: mx.array, s: GenerationSettings) -> mx.array:
         before = mx.cumsum(sorted_p, axis=-1) - sorted_p
         sorted_p = mx.where(before >= s.top_p, 0.0, sorted_p)   # the smallest set reaching top_p
         probs = mx.put_along_axis(mx.zeros_like(probs), order, sorted_p, axis=-1)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    if s.min_p > 0.0:
+        probs = mx.where(probs < s.min_p * probs.max(axis=-1, keepdims=True), 0.0, probs)
         probs = probs / probs.sum(axis=-1, keepdims=True)
     return probs
 
@@ -56,10 +71,12 @@ def propose(logits: mx.array, s: GenerationSettings, keys: Keys) -> tuple[mx.arr
 
 
 def verify(drafts: list[int], q: mx.array | None, target_logits: mx.array, s: GenerationSettings,
-           keys: Keys) -> tuple[int, int]:
-    """drafts [k], target_logits [k+1, V] (row i scores the token after slot i).
-    Returns (number of drafts accepted, the target's own next token)."""
+           keys: Keys, windows: list[list[int]] | None = None) -> tuple[int, int]:
+    """drafts [k], target_logits [k+1, V] (row i scores the token after slot i), each row's repeat-penalty
+    window when the penalty is on. Returns (number of drafts accepted, the target's own next token)."""
     k = len(drafts)
+    if windows is not None:
+        target_logits = penalize(target_logits, windows, s.repeat_penalty)
     if s.greedy:
         best = target_logits.argmax(axis=-1).tolist()
         n = _agreeing(drafts, best)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 
 from ...limits import GenerationSettings
+from ...penalties import History
 from ...stats import process_peak_bytes
 from . import NAME, cpu
-from .sampling import Candidates, draw, probabilities
+from .sampling import Candidates, draw, penalize, probabilities
 
 
 class Answer:
@@ -23,10 +24,12 @@ class Answer:
         self.context: list[torch.Tensor] = []     # committed positions' features the drafter has not read
         self.verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
         self.q: torch.Tensor | Candidates | None = None   # the last draft's proposal distribution (sampling)
+        self.history = History()                  # the tokens the repeat penalty reads
 
-    def start(self, settings: GenerationSettings, drafting: bool, cutoff: float) -> None:
+    def start(self, settings: GenerationSettings, drafting: bool, cutoff: float, prompt: list[int]) -> None:
         """A new answer: its sampling rule, a generator seeded by it (or at random), nothing drafted yet."""
         self.settings, self.drafting, self.cutoff = settings, drafting, cutoff
+        self.history = History(prompt)
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(settings.seed) if settings.seed is not None else self.gen.seed()
         self.context, self.verified, self.q = [], (0, None), None
@@ -34,10 +37,21 @@ class Answer:
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def choose(self, logits: torch.Tensor) -> int:
-        """The token after the last row of logits, by the answer's sampling rule."""
+        """The token after the last row of logits (the prompt's last), by the answer's sampling rule."""
+        if self.settings.penalized:
+            logits = penalize(logits[-1:], [self.history.tokens], self.settings.repeat_penalty)
         if self.settings.greedy:
             return int(logits[-1].argmax())
         return int(draw(probabilities(logits, self.settings), self.gen)[0])
+
+    def windows(self, last: int, drafts: list[int]) -> list[list[int]] | None:
+        """Each verify row's repeat-penalty window, None when the penalty is off."""
+        return self.history.windows(last, drafts) if self.settings.penalized else None
+
+    def verified_tokens(self, last: int, drafts: list[int], n: int) -> None:
+        """The verify kept last and n drafts: the penalty's window moves past them."""
+        if self.settings.penalized:
+            self.history.advance([last, *drafts[:n]])
 
     def unread_context(self) -> torch.Tensor:
         """The features committed since the drafter last ran, handed to it once."""

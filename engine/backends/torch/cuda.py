@@ -279,7 +279,7 @@ class CudaPair:
     def prefill(self, prompt, settings, drafting) -> int:
         a = self.answer
         a.start(settings, drafting and self.runner is not None,   # a GPU verifies whole blocks: a cutoff when asked
-                0.0 if settings.draft_cutoff is None else settings.draft_cutoff)
+                0.0 if settings.draft_cutoff is None else settings.draft_cutoff, prompt)
         ids, feats = torch.tensor([prompt], device=self.device), []
         if self.static.deltanet is not None:
             self.static.deltanet.reset()
@@ -320,7 +320,8 @@ class CudaPair:
             drafts, q = propose(logits, a.settings, a.gen)
             confidence = (logits, q)
         drafts = a.keep_drafts(drafts, q, confidence)
-        return PendingDrafts(drafts) if self.kernels is not None else drafts.tolist()
+        # the repeat penalty reads each row's drafts on the host, so they come over at once
+        return PendingDrafts(drafts) if self.kernels is not None and not a.settings.penalized else drafts.tolist()
 
     @torch.inference_mode()
     def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
@@ -340,8 +341,10 @@ class CudaPair:
         q = a.take_q(k > 0)
         a.verified = (pos, feats)
         self._taped = width > 1 and self.static.deltanet is not None
-        if self.kernels is None:
-            return verify(tokens, q, logits, a.settings, a.gen)
+        if self.kernels is None or a.settings.penalized:    # the penalty's rows differ: the torch pieces
+            n, own = verify(tokens, q, logits, a.settings, a.gen, a.windows(last, drafts))
+            a.verified_tokens(last, drafts, n)
+            return n, own
         out = self._device_verify(tokens, q, logits)
         if isinstance(drafts, PendingDrafts):
             values = torch.cat([out, tokens]).tolist()      # the step's one read: n, token and the drafts

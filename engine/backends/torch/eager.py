@@ -39,7 +39,7 @@ class TorchPair:
     def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
         a = self.answer
         a.start(settings, drafting and self.runner is not None,
-                self.auto_cutoff if settings.draft_cutoff is None else settings.draft_cutoff)
+                self.auto_cutoff if settings.draft_cutoff is None else settings.draft_cutoff, prompt)
         self.target.reset()
         logits, feats = self.target.forward(torch.tensor([prompt], device=self.device), last_only=True,
                                             features=a.drafting)
@@ -71,7 +71,8 @@ class TorchPair:
         a = self.answer
         block = torch.tensor([[last, *drafts]], device=self.device)
         logits, feats = self.target.forward(block, features=a.drafting)
-        n, own = verify(block[0, 1:], a.take_q(bool(drafts)), logits, a.settings, a.gen)
+        n, own = verify(block[0, 1:], a.take_q(bool(drafts)), logits, a.settings, a.gen, a.windows(last, drafts))
+        a.verified_tokens(last, drafts, n)
         a.verified = (pos, feats)
         return n, own
 

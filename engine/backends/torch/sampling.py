@@ -33,8 +33,20 @@ class Candidates:
         return dense.scatter(0, self.ids[n], self.probs[n])
 
 
+def penalize(logits: torch.Tensor, windows: list[list[int]], penalty: float) -> torch.Tensor:
+    """Rows of logits with the repeat penalty applied to the tokens of each row's window (penalties.py): a
+    positive score divided by the penalty, a negative one multiplied (float32, a new tensor)."""
+    pairs = [(r, t) for r, window in enumerate(windows) for t in set(window)]
+    logits = logits.float().clone()
+    if pairs:
+        rows, cols = torch.tensor(pairs, device=logits.device).T
+        seen = logits[rows, cols]
+        logits[rows, cols] = torch.where(seen > 0, seen / penalty, seen * penalty)
+    return logits
+
+
 def probabilities(logits: torch.Tensor, s: GenerationSettings) -> torch.Tensor:
-    """Row-wise distribution after temperature, top-k and top-p (float32)."""
+    """Row-wise distribution after temperature, top-k, top-p and min-p (float32)."""
     logits = logits.float() / s.temperature
     if s.top_k and s.top_k < logits.shape[-1]:
         kth = torch.topk(logits, s.top_k, dim=-1).values[..., -1:]
@@ -45,6 +57,9 @@ def probabilities(logits: torch.Tensor, s: GenerationSettings) -> torch.Tensor:
         before = torch.cumsum(sorted_p, dim=-1) - sorted_p
         sorted_p = sorted_p.masked_fill(before >= s.top_p, 0.0)  # keep the smallest set reaching top_p
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if s.min_p > 0.0:
+        probs = probs.masked_fill(probs < s.min_p * probs.amax(-1, keepdim=True), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
 
@@ -62,10 +77,13 @@ def propose(logits: torch.Tensor, s: GenerationSettings, gen) -> tuple[torch.Ten
 
 
 def verify(drafts: torch.Tensor, q: torch.Tensor | Candidates | None, target_logits: torch.Tensor,
-           s: GenerationSettings, gen) -> tuple[int, int]:
+           s: GenerationSettings, gen, windows: list[list[int]] | None = None) -> tuple[int, int]:
     """drafts [k], their proposal distribution q ([k, V] or Candidates), target_logits [k+1, V] (row i
-    scores the token after slot i). Returns (number of drafts accepted, the target's own next token)."""
+    scores the token after slot i), each row's repeat-penalty window when the penalty is on.
+    Returns (number of drafts accepted, the target's own next token)."""
     k = drafts.shape[0]
+    if windows is not None:
+        target_logits = penalize(target_logits, windows, s.repeat_penalty)
     if s.greedy:
         n, own = prefix_outcome(drafts, target_logits.argmax(-1))
         return int(n), int(own)
