@@ -221,6 +221,25 @@ def _likely_cause(context: dict) -> str:
             "template), or a drafter that does not match this target.")
 
 
+def calibration_agreement(choice: dict | None, ratio: float) -> str:
+    """What the speedup demo's ratio on one prompt says about the engine's calibrated choice (llama.cpp measures
+    plain decoding against DFlash on a few prompts when a pair loads): they agree, or why they may not."""
+    rates = {int(n): float(r) for n, r in ((choice or {}).get("rates") or {}).items()}
+    if not rates or 0 not in rates or len(rates) < 2:
+        return ""
+    n_max, plain = int(choice.get("n_max") or 0), rates[0]
+    best = max((n for n in rates if n), key=rates.get)
+    over = f" over {choice['prompts']} prompts" if choice.get("prompts", 1) > 1 else ""
+    measured = (f"the calibration at load measured plain decoding at {plain:.0f} tok/s and DFlash at "
+                f"{rates[best]:.0f} tok/s at its best ({best} drafts per step){over}")
+    if (ratio >= 1) == bool(n_max):
+        chose = f"DFlash with {n_max} drafts per step" if n_max else "plain decoding"
+        return f"This agrees with the engine's choice of {chose}: {measured}."
+    chose = "plain decoding, which answers keep using" if not n_max else f"DFlash with {n_max} drafts per step"
+    return (f"The engine chose {chose}: {measured}. One prompt can favour what the mix of prompts does not, and a "
+            "busy moment can move either figure.")
+
+
 def request_for(messages: list[dict], system_prompt: str, has_chat_template: bool) -> dict:
     """generate() keywords for a conversation: chat messages when the model has a template, otherwise the
     conversation as one raw prompt without the system prompt (the demo model continues code; it has no roles)."""

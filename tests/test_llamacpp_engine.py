@@ -207,7 +207,8 @@ def test_the_server_listens_on_loopback_only(pair):
 def test_calibration_is_remembered_and_says_why(pair):
     choice = calibrate.remembered(pair)
     assert choice is not None and choice == pair.info["speculation"]
-    assert set(choice["rates"]) == {"0", "3", "7", "15"} and choice["reason"]
+    assert set(choice["rates"]) == {"0", "3", "7", "15"} and "over 3 prompts" in choice["reason"]
+    assert choice["prompts"] == len(calibrate.prompts(pair)) == 3
     assert choice["n_max"] in (0, 3, 7, 15)
     assert max(choice["rates"].values()) == choice["rates"][str(choice["n_max"])]
     # plain decoding was timed with the engine's flash attention (off) and llama.cpp's own; its server keeps the faster
@@ -221,6 +222,34 @@ def test_calibration_is_remembered_and_says_why(pair):
         assert calibrate.remembered(pair) is None
     finally:
         pair.flash_attn = saved
+
+
+def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(pair, monkeypatch):
+    """Every setting answers every prompt in every round, the settings alternate round after round (a busy
+    moment slows them alike), and the choice is the best total over the prompts."""
+    calls, measure = [], calibrate.measure
+
+    def recorded(server, prompt, n_max):
+        result = measure(server, prompt, n_max)
+        calls.append((n_max if server.launch.draft else ("plain", server.launch.flash_attn), tuple(prompt), result))
+        return result
+    monkeypatch.setattr(calibrate, "measure", recorded)
+    choice = calibrate.choose(pair, force=True)
+    settings = {setting for setting, _, _ in calls}
+    assert settings == {("plain", "off"), ("plain", "auto"), 3, 7, 15}
+    prompts = {tuple(p) for p in calibrate.prompts(pair)}
+    for setting in settings:
+        asked = [prompt for s, prompt, _ in calls if s == setting]
+        assert set(asked) == prompts and len(asked) >= calibrate.ROUNDS * len(prompts)
+    first_plain = [i for i, (s, _, _) in enumerate(calls) if s == ("plain", "off")]
+    first_draft = [i for i, (s, _, _) in enumerate(calls) if s == 7]
+    assert min(first_plain) < min(first_draft) < max(first_plain) < max(first_draft), "rounds alternate"
+    # the rates are totals over the prompts of each setting's best round (warm-up answers excluded)
+    plain_runs = [r for s, _, r in calls if s == ("plain", choice["plain_flash_attn"])]
+    total = choice["rates"]["0"]
+    assert min(r["tokens"] / r["seconds"] for r in plain_runs) <= total <= max(
+        r["tokens"] / r["seconds"] for r in plain_runs)
+    assert choice["n_max"] == max((int(n) for n in choice["rates"]), key=lambda n: choice["rates"][str(n)])
 
 
 def test_drafts_that_were_never_accepted_are_never_chosen_however_fast_they_measured():

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPro
 
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.offers import Offers
+from dflash_desktop import session
 from dflash_desktop.session import BUSY_SHARE
 from dflash_desktop.qt_worker import QtWorker
 
@@ -467,6 +468,9 @@ class SpeedupDemo(QWidget):
             elif s < 1:
                 detail += (f" Drafts were accepted (τ {tau:.2f}), but here a draft-and-verify step costs more than "
                            "the tokens it saves; DFlash pays off with larger models, on a GPU.")
+            agreement = session.calibration_agreement(info.get("speculation"), s)
+            if agreement:
+                detail += " " + agreement
             plain_decode = float(self.plain.stats.get("decode_tok_s") or 0.0)
             if plain_decode:
                 detail += (f" The median plain run is now the pair's baseline in the stats panel: {plain_decode:.1f} "
