@@ -27,7 +27,7 @@ from .hardware import HardwareReport, gib
 from .run_plan import RunPlan, plan_for
 
 DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625, "q4_k_m": 0.6,
-                       "mxfp4": 0.53125, "nf4": 0.5625}
+                       "mxfp4": 0.53125, "mxfp4_moe": 0.53125, "nf4": 0.5625}
 MARGIN_FIXED = 2**30
 MARGIN_FRACTION = 0.05
 FITS_FRACTION = 0.85  # above this share of the budget we call it "tight"

@@ -184,9 +184,24 @@ def test_llamacpp_on_a_cpu_counts_its_attention_scores(catalog):
 
 def test_a_pair_no_engine_runs_here_has_no_estimate(catalog):
     from dflash_desktop.fit import estimate_here
-    big = catalog.get("qwen3.5-27b")            # GPU and Mac only
-    assert estimate_here(big, report_of("cpu_only_i5")) is None
+    big = catalog.get("qwen3.5-27b")            # on a CPU only as llama.cpp's GGUF
+    cpu = report_of("cpu_only_i5")
+    assert estimate_here(big, cpu).plan.engine == "llamacpp"
+    cpu.engines_missing = {"llamacpp": "not built"}
+    assert estimate_here(big, cpu) is None
     assert estimate_here(big, report_of("apple_m2_16gb")).plan.device == "gpu"     # the mlx engine's Metal
+
+
+@pytest.mark.parametrize("pair_id, dtype", [("qwen3.5-4b", "q4_k_m"), ("qwen3.6-35b-a3b", "q4_k_m"),
+                                            ("qwen3-coder-30b-a3b", "q4_k_m"), ("gpt-oss-20b", "mxfp4_moe"),
+                                            ("llama3.1-8b-instruct", "q4_k_m")])
+def test_on_a_cpu_every_architecture_llamacpp_runs_gets_a_4_bit_gguf_plan(catalog, pair_id, dtype):
+    """As LM Studio runs them on a CPU: never the float32 checkpoint (Qwen3.5 4B was planned at 21 GB), never refused
+    while llama.cpp runs the architecture (engine/backends/llamacpp ARCHITECTURES)."""
+    from dflash_desktop.fit import estimate_here
+    e = estimate_here(catalog.get(pair_id), report_of("cpu_only_i5"))
+    assert e.plan.engine == "llamacpp" and e.plan.variant.dtype == dtype == e.weight_dtype
+    assert e.breakdown["target_weights"] == e.plan.variant.bytes < catalog.get(pair_id).target.params * 0.7
 
 
 def test_a_slow_cpu_pair_says_about_how_slow(catalog):

@@ -178,12 +178,13 @@ def test_download_from_the_fake_hub_shows_progress_then_loads(qtbot, picker, hub
 
 def test_pair_no_engine_runs_on_this_device_says_where_it_runs():
     cpu = detect(HardwareProbe.from_dict(json.loads((FIXTURES / "cpu_only_i5.json").read_text())))
+    cpu.engines_missing = {"llamacpp": "not built"}     # its GGUF is the CPU's way: without llama.cpp, none
     model = PairListModel()
     model.set_rows(build_rows(load_file(bundled_path()), cpu, {}))
     idx = next(model.index(r) for r in range(model.rowCount()) if model.index(r).data(Roles.Id) == "qwen3.5-27b")
     assert idx.data(Roles.Verdict) == "unsupported" and not idx.data(Roles.CanLoad)
-    assert idx.data(Roles.Reason) == ("Qwen3.5 27B runs only on an NVIDIA GPU (CUDA) or an Apple GPU, "
-                                      "and this computer has only a CPU.")
+    assert idx.data(Roles.Reason) == ("Qwen3.5 27B would run here with llama.cpp, which this copy of the app lacks: "
+                                      "not built")
 
 
 def test_the_size_shown_is_what_the_plan_downloads():
@@ -198,8 +199,9 @@ def test_the_size_shown_is_what_the_plan_downloads():
     assert qwen.fit.plan.engine == "llamacpp" and variant is not None and variant.dtype == "q4_k_m"
     assert qwen.size_bytes == pair_size(qwen.pair, catalog, variant) < pair_size(qwen.pair, catalog)
     assert qwen.size_bytes - variant.bytes == pair_size(qwen.pair, catalog) - qwen.pair.target.params * 2
-    plain = rows["qwen3.5-4b"]                       # no GGUF of its own: its checkpoint is what downloads
-    assert plain.fit.plan.files_variant is None and plain.size_bytes == pair_size(plain.pair, catalog)
+    cpu.engines_missing = {"llamacpp": "not built"}   # torch then runs the checkpoint: that is what downloads
+    plain = {r.pair.id: r for r in build_rows(catalog, cpu, {})}["qwen3.5-4b"]
+    assert plain.fit.plan.engine == "torch" and plain.size_bytes == pair_size(plain.pair, catalog)
 
 
 def test_target_only_pair_loads_without_its_drafter(catalog, random_pair):

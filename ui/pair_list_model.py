@@ -16,7 +16,7 @@ from dflash_desktop.catalog import Catalog, Pair
 from dflash_desktop.fit import SLOW_TOK_S, FitEstimate, estimate_here
 from dflash_desktop.hardware import HardwareReport, gib
 from dflash_desktop.run_plan import plan_for
-from engine.backends import DEVICE_CLASSES, DEVICE_LABELS
+from engine.backends import DEVICE_CLASSES, DEVICE_LABELS, ENGINES
 
 VERDICT_LABELS = {"fits": "Fits", "slow": "Fits, slowly", "tight": "Tight fit", "target_only": "Target only",
                   "wont_fit": "Won't fit", "unsupported": "Not for this device", "unknown": "Checking…"}
@@ -67,6 +67,7 @@ class PairRow:
     download_text: str = ""
     error: str = ""
     dirs: dict = field(default_factory=dict)  # role ("target", "drafter") -> folder, when on disk
+    missing: dict = field(default_factory=dict)   # engine -> why it is absent, of those that would run it here
 
     @property
     def verdict(self) -> str:
@@ -79,6 +80,10 @@ class PairRow:
     @property
     def reason(self) -> str:
         """Plain words for why Load is off; empty when the pair can be loaded."""
+        if not self.supported and self.missing:
+            names = " or ".join(ENGINES[name].label for name in self.missing)
+            return (f"{self.pair.name} would run here with {names}, which this copy of the app lacks: "
+                    f"{next(iter(self.missing.values()))}")
         if not self.supported:
             runs_on = " or ".join(f"an {DEVICE_LABELS[d]}" if d != "cpu" else "the CPU"
                                   for d in DEVICE_CLASSES if d in self.pair.device_classes)
@@ -146,6 +151,9 @@ def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict
         if report is not None:
             row.fit = estimate_here(pair, report, dtype_bytes=catalog.dtype_bytes)
             row.supported, row.device = row.fit is not None, report.device
+            if row.fit is None:
+                row.missing = {name: why for name, why in report.engines_missing.items()
+                               if {report.device, "cpu"} & set(pair.engines.get(name, ()))}
             if row.fit is not None and row.fit.plan is not None:
                 row.size_bytes = pair_size(pair, catalog, row.fit.plan.files_variant)   # what the plan downloads
         if pair.id in local_dirs:

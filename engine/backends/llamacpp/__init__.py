@@ -11,10 +11,12 @@ DEVICES = {"cuda": "cuda", "apple": "metal", "cpu": "cpu"}
 # GGUF targets come in their file's own type; safetensors targets are converted to this one
 DTYPES = {"cuda": "float16", "apple": "float16", "cpu": "float32"}
 # Target model_type -> device classes where greedy DFlash is checked identical to plain decoding
-# (tests/test_llamacpp_engine.py, on the CPU build; GPU builds never run in this project's CI). The catalog
-# plans DFlash pairs from this; a GGUF the user brings runs whatever the built llama-server loads (plain
-# decoding of every architecture, DFlash where the server's graph hands the drafter the target's layers).
-ARCHITECTURES = {"qwen3": ("cpu",), "llama": ("cpu",)}
+# (tests/test_llamacpp_architectures.py on tiny random stand-ins of each, tests/test_llamacpp_engine.py on the
+# demo pair; on the CPU build, GPU builds never run in this project's CI). The catalog plans DFlash pairs from
+# this; a GGUF the user brings runs whatever the built llama-server loads (plain decoding of every architecture,
+# DFlash where the server's graph hands the drafter the target's layers).
+ARCHITECTURES = {"qwen3": ("cpu",), "llama": ("cpu",), "qwen3_moe": ("cpu",), "qwen3_5": ("cpu",),
+                 "qwen3_5_moe": ("cpu",), "gpt_oss": ("cpu",)}
 # GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
 GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",

@@ -28,6 +28,14 @@ ALLOWED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer
            "model.safetensors.index.json")
 OUTTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0"}
 CONVERT_SECONDS = 3600.0
+# Targets converted without their multi-token-prediction head (--no-mtp): llama.cpp's Qwen3.5/3.6 and Qwen3-Next
+# converters fail on a checkpoint without one (a model saved by transformers has none), and DFlash never runs it.
+NO_MTP = {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+          "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"}
+# A drafter takes its vocabulary from its target's converter class, run on the drafter's own: the Qwen3 MoE one
+# fails there (its zero-argument super() needs its own class), and Qwen3's, the drafter's base, writes the same
+# vocabulary (the tokenizer's, neither reads the weights)
+DRAFT_VOCAB_AS = {"Qwen3MoeForCausalLM": "Qwen3ForCausalLM"}
 
 
 def _files(folder: Path, with_weights: bool) -> list[Path]:
@@ -49,10 +57,27 @@ def identity(*folders: tuple[Path, bool]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _stage(folder: Path, into: Path, with_weights: bool) -> Path:
+def _architectures(folder: Path) -> set[str]:
+    """The config's architectures, and its text model's (a multimodal checkpoint converts as its text model)."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {*(cfg.get("architectures") or ()), *((cfg.get("text_config") or {}).get("architectures") or ())}
+
+
+def _stage(folder: Path, into: Path, with_weights: bool, architectures: dict[str, str] | None = None) -> Path:
+    """Links to the files the converter may read; `architectures` renames those of the config (then a copy)."""
     into.mkdir(parents=True)
     for f in _files(folder, with_weights):
         os.symlink(f.resolve(), into / f.name)
+    if architectures and _architectures(folder) & set(architectures):
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        for c in (cfg, cfg.get("text_config") or {}):
+            if c.get("architectures"):
+                c["architectures"] = [architectures.get(a, a) for a in c["architectures"]]
+        (into / "config.json").unlink()
+        (into / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return into
 
 
@@ -103,7 +128,10 @@ def convert(source: Path, out: Path, outtype: str, target_dir: Path | None, what
         staged = _stage(source, Path(tmp) / "model", with_weights=True)
         args = [str(staged), "--outfile", str(out.with_suffix(".partial")), "--outtype", outtype]
         if target_dir is not None:
-            args += ["--target-model-dir", str(_stage(target_dir, Path(tmp) / "target", with_weights=False))]
+            args += ["--target-model-dir", str(_stage(target_dir, Path(tmp) / "target", with_weights=False,
+                                                      architectures=DRAFT_VOCAB_AS))]
+        elif _architectures(source) & NO_MTP:
+            args.append("--no-mtp")
         run_converter(args, what, cancelled)
     os.replace(out.with_suffix(".partial"), out)
     return out
