@@ -129,6 +129,56 @@ def answer_and_shoot(app, window, shots: Shooter, name: str, question: str, pair
     shots.shoot(name)
 
 
+def shoot_trust_states(app, window, shots: Shooter, home: Path) -> None:
+    """22-24 on the code pair: an answer the loop guard ended (this chat's repeat penalty off), a failed load that
+    kept the working model, and the speedup demo declining a headline while other programs load the CPU."""
+    c = window.controller
+    finished = new_chat(window)
+    c.set_chat_overrides({"repeat_penalty": 1.0})
+    window.chat_view.input.setPlainText('class Counter:\n    """Count how often each item was seen."""\n\n'
+                                        "    def __init__(self):")
+    window.chat_view.submit()
+    wait_until(app, lambda: bool(finished), 240, "the looping answer")
+    window.show_stats(True)
+    shots.shoot("22-loop-guard")
+    window.show_stats(False)
+
+    not_a_model = home / "Not a model"
+    not_a_model.mkdir(exist_ok=True)
+    (not_a_model / "notes.txt").write_text("shopping list\n", encoding="utf-8")
+    window.load_pair({"id": f"local:{not_a_model}", "name": "Not a model", "target_dir": str(not_a_model),
+                      "draft_dir": None, "plan": {"engine": "torch", "device": "cpu", "dtype": None}})
+    wait_until(app, lambda: window.load_error_box is not None, 120, "the refused folder")
+    shots.shoot("23-load-failed-keeps-model")
+    window.load_error_box.reject()
+    wait_until(app, lambda: window.session.ready, 60, "the model kept loaded")
+
+    # two busy loops detached from the app (the demo counts only other programs' CPU use)
+    hogs = subprocess.run(["sh", "-c", f"for i in 1 2; do {sys.executable} -c 'while True: pass' >/dev/null "
+                           "2>&1 & echo $!; done"], capture_output=True, text=True, check=True).stdout.split()
+    try:
+        window.toggle_demo(True)
+        demo, states = window.demo, []
+        demo.stateChanged.connect(states.append)
+        if not demo.start(demo.prompt_edit.toPlainText(), {"max_new_tokens": 96, "temperature": 0.0}):
+            raise RuntimeError(f"The demo did not start: {demo.error_label.text()}")
+        wait_until(app, lambda: "replaying" in states and demo.state == "finished", 600, "the demo on a busy machine")
+        shots.shoot("24-speedup-demo-busy")
+    finally:
+        for pid in hogs:
+            os.kill(int(pid), signal.SIGKILL)
+    window.toggle_demo(False)
+
+
+def shoot_my_models(app, window, shots: Shooter) -> None:
+    """25: the model bar's list of my models: the built-in pairs and each model loaded before, with its path."""
+    button, menu = window.model_bar.switch_button, window.model_bar.menu
+    menu.popup(button.mapToGlobal(button.rect().bottomLeft()))
+    settle(app, 0.6)
+    shots.shoot("25-my-models", window)
+    menu.hide()
+
+
 def shoot_real_model(app, window, shots: Shooter) -> None:
     """18-19: SmolLM2-135M-Instruct, a real chat model (engine/chat_pair.py). 18: its GGUF opened from disk,
     no drafter, answering in English with the stats panel; 19: the same weights as a Hugging Face folder in
@@ -343,8 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("13-large-font")
         window.settings.font_size = settings_mod.Settings().font_size
         window.apply_settings(window.settings)
+        shoot_trust_states(app, window, shots, home)
         shoot_real_model(app, window, shots)
         shoot_chat_pair(app, window, shots)
+        shoot_my_models(app, window, shots)
 
     finally:
         window.close()
