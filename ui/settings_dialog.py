@@ -22,7 +22,7 @@ ANSWER_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "se
 FIELDS = ANSWER_FIELDS + ("block_size", "draft_cutoff", "plain_fallback", "offline", "engine", "theme", "font_size",
                           "server_port", "server_api_key")
 NONE_SHOWN = {"seed": ("random", -1), "context_length": ("all of the model's", 0)}   # (text, value) for None
-SPECIAL = {"repeat_penalty": "off", "loop_guard": "off"}      # the text shown at a box's lowest value
+SPECIAL = {"repeat_penalty": "off"}      # the text shown at a box's lowest value, besides each limit's word for 0
 # each answer field's box: its lowest value (below the limit where 0 or None has a meaning) and its step
 BOXES = {"temperature": (0.0, 0.05), "top_p": (0.0, 0.05), "top_k": (0, 1), "min_p": (0.0, 0.01),
          "repeat_penalty": (1.0, 0.05), "seed": (-1, 1), "max_new_tokens": (0, 1), "loop_guard": (0, 1),
@@ -42,8 +42,9 @@ def answer_box(name: str) -> QSpinBox | QDoubleSpinBox:
         box.setRange(low, int(min(limit.high, 2**31 - 1)))
     box.setSingleStep(step)
     box.setAccessibleName(limit.label)
-    if name in SPECIAL or name in NONE_SHOWN:
-        box.setSpecialValueText(SPECIAL.get(name) or NONE_SHOWN[name][0])
+    words = SPECIAL.get(name) or (NONE_SHOWN[name][0] if name in NONE_SHOWN else "") or (limit.zero if low == 0 else "")
+    if words:
+        box.setSpecialValueText(words)
     return box
 
 
