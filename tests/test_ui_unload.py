@@ -40,7 +40,9 @@ def test_a_failed_load_keeps_the_model_that_was_working(qtbot, home, chat_worker
     assert window.session.ready and window.session.pair.id == "echo" and window.pair_label.text().startswith(before)
     assert chat_worker.pair_info["target"] == echo_pair["target_dir"]        # the worker's own answer
     assert not any(isinstance(w, ErrorBubble) for w in window.chat_view.messages)
+    assert window.status_label.text().startswith("Could not load not-a-model")
     box.close()
+    assert window.status_label.text() == window.session.ready_text != ""   # not the error, once the dialog is read
     done = send_and_wait(qtbot, window, "def g(y):")
     assert done["event"] == "done" and window.chat_view.messages[-1].role_label.text().startswith("Echo test pair")
 

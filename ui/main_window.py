@@ -428,7 +428,13 @@ class MainWindow(QMainWindow):
         if self.load_error_box is not None:
             self.load_error_box.deleteLater()         # kept until the next one: tests and screenshots read it
         self.load_error_box = LoadErrorDialog(ev, failed, kept, self, action=way_out)
+        self.load_error_box.finished.connect(self._load_error_closed)
         self.load_error_box.open()
+
+    def _load_error_closed(self) -> None:
+        """The dialog told the error; the status line goes back to the model still loaded (not a stale error)."""
+        if self.session.ready and self.session.ready_text:
+            self.status_label.setText(self.session.ready_text)
 
     def load_pair(self, pair: PairRequest | dict) -> None:
         """Load a pair in place of the loaded one; an answer being written stops first."""
