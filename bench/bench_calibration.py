@@ -38,14 +38,13 @@ def run(which: str, limit: int, tokens: int, calibrations: int) -> dict:
         pair = load_pair(chat_pair.gguf_path(), chat_pair.DRAFT_DIR)
     try:
         choices = [calibrate.choose(pair, force=True) for _ in range(calibrations)]
-        calibrate.TOKENS = tokens
         settings = [0, *sorted({min(c, pair.block_size - 1) for c in calibrate.CANDIDATES})]
         runs: dict[int, list[dict]] = {n: [] for n in settings}
         for ids in held_out(pair, which, limit):
             for n in settings:          # interleaved prompt by prompt; plain on its own server, DFlash on one
                 server = pair.server_for(max(settings) if n else 0)
-                runs[n].append(calibrate.measure(server, ids, n))
-        totals = {n: calibrate._total(r)["tok_s"] for n, r in runs.items()}
+                runs[n].append(calibrate.measure(server, ids, n, tokens))
+        totals = {n: calibrate.total(r)["tok_s"] for n, r in runs.items()}
         medians = {n: statistics.median(r["tokens"] / r["seconds"] for r in rs if r["seconds"])
                    for n, rs in runs.items()}
         best = max(totals, key=totals.get)

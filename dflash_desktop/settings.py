@@ -29,7 +29,8 @@ FONT_SIZES = (7, 32)    # points, smallest and largest
 PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
 MAX_RECENT_PAIRS = 12
-# the generation settings kept here and sent with every answer, each held to engine/limits.py
+# the generation settings kept here and sent with every answer, each held to engine/limits.py, in the order the
+# Settings dialog shows them
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_new_tokens", "loop_guard",
             "context_length")
 MAX_FILE_BYTES = 4 * 2**20   # far above any settings file this app writes

@@ -12,26 +12,26 @@ from .limits import REPEAT_WINDOW
 
 
 class History:
-    """The last REPEAT_WINDOW tokens before the answer's next position, kept across an answer's steps."""
+    """The last REPEAT_WINDOW tokens before the answer's next position, kept across an answer's steps; inactive
+    (no windows, nothing kept) when the answer has no repeat penalty."""
 
-    def __init__(self, prompt: list[int] = ()):
-        self.tokens = list(prompt)[-REPEAT_WINDOW:]
+    def __init__(self, prompt: list[int] = (), active: bool = True):
+        self.active = active
+        self.tokens = list(prompt)[-REPEAT_WINDOW:] if active else []
 
-    def windows(self, last: int, drafts: list[int]) -> list[list[int]]:
-        """The window of each of a verify's len(drafts) + 1 rows: row i sees last and drafts[:i]."""
+    def windows(self, last: int, drafts: list[int]) -> list[list[int]] | None:
+        """The window of each of a verify's len(drafts) + 1 rows: row i sees last and drafts[:i]; None when
+        inactive."""
+        if not self.active:
+            return None
         seen = self.tokens + [last] + list(drafts)
         base = len(self.tokens) + 1
         return [seen[max(0, base + i - REPEAT_WINDOW): base + i] for i in range(len(drafts) + 1)]
 
-    def advance(self, tokens: list[int]) -> None:
-        """Tokens now committed before the next position (the last token and the accepted drafts)."""
-        self.tokens = (self.tokens + list(tokens))[-REPEAT_WINDOW:]
-
-
-def penalized_logit(value: float, penalty: float) -> float:
-    """The rule every engine applies to a seen token's score (as llama.cpp): a positive score is divided by
-    the penalty, a negative one multiplied, so both become less likely."""
-    return value / penalty if value > 0 else value * penalty
+    def advance(self, last: int, drafts: list[int], accepted: int) -> None:
+        """A verify kept `last` and its first `accepted` drafts: they now come before the next position."""
+        if self.active:
+            self.tokens = (self.tokens + [last, *drafts[:accepted]])[-REPEAT_WINDOW:]
 
 
 LONGEST_PHRASE = 128   # tokens: a longer phrase repeated is not looked for (a check per token per length)

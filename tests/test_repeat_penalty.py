@@ -24,7 +24,7 @@ def test_each_verify_row_sees_the_tokens_before_it_within_the_window():
     assert rows[0] == list(range(101 - REPEAT_WINDOW, 100)) + [500]
     assert rows[2] == list(range(103 - REPEAT_WINDOW, 100)) + [500, 501, 502]
     assert all(len(row) == REPEAT_WINDOW for row in rows)
-    history.advance([500, 501])
+    history.advance(500, [501, 502], 1)
     assert history.tokens[-2:] == [500, 501] and len(history.tokens) == REPEAT_WINDOW
     assert History([7]).windows(8, [9]) == [[7, 8], [7, 8, 9]]
 

@@ -12,13 +12,12 @@ import dataclasses
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QLabel,
                                QLineEdit, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
-from dflash_desktop.settings import FONT_SIZES, PORTS, THEMES, Settings, SettingsError
+from dflash_desktop.settings import FONT_SIZES, PORTS, SAMPLING, THEMES, Settings, SettingsError
 from engine.limits import LIMITS
 
 AUTOMATIC_CUTOFF = -0.01   # shown as "automatic"
 # the Settings fields this dialog edits; the window copies exactly these back, so others set meanwhile survive
-ANSWER_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_new_tokens", "loop_guard",
-                 "context_length")   # in the order shown; None shows as the box's lowest value
+ANSWER_FIELDS = SAMPLING   # in the order shown; None shows as the box's lowest value
 FIELDS = ANSWER_FIELDS + ("block_size", "draft_cutoff", "plain_fallback", "offline", "engine", "theme", "font_size",
                           "server_port", "server_api_key")
 NONE_SHOWN = {"seed": ("random", -1), "context_length": ("all of the model's", 0)}   # (text, value) for None

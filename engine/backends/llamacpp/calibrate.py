@@ -82,10 +82,10 @@ def prompts(pair) -> list[list[int]]:
     return [tok.encode_prompt(text, raw=True) for text in CODE_PROMPTS]
 
 
-def measure(server, prompt: list[int], n_max: int) -> dict:
+def measure(server, prompt: list[int], n_max: int, tokens: int = TOKENS) -> dict:
     """Tokens, decoding seconds (the server's own timing) and accepted drafts of one greedy answer; n_max
     lowers the drafting server's drafts per step for this request (our patch 0002)."""
-    body = {**request_body(prompt, GenerationSettings(max_new_tokens=TOKENS)), "speculative.n_max": n_max}
+    body = {**request_body(prompt, GenerationSettings(max_new_tokens=tokens)), "speculative.n_max": n_max}
     last = {}
     for event in server.stream(body):
         last = event
@@ -125,7 +125,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
         server = pair.server_for(max(drafts))
         for j, n_max in enumerate(drafts[r % len(drafts):] + drafts[:r % len(drafts)]):   # a new order each round
             run(n_max, server, n_max, warm=j == 0)
-    totals = {setting: _total([best[setting, i] for i in range(len(ids))])
+    totals = {setting: total([best[setting, i] for i in range(len(ids))])
               for setting in [("plain", f) for f in plain_flags] + drafts}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])
     pair.plain_flash_attn = flags
@@ -141,7 +141,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     return choice
 
 
-def _total(runs: list[dict]) -> dict:
+def total(runs: list[dict]) -> dict:
     """Tokens per second and tokens per step over all the prompts together (the whole time, not a mean of rates)."""
     tokens, seconds, accepted = (sum(r[f] for r in runs) for f in ("tokens", "seconds", "accepted"))
     steps = max(tokens - accepted, 1)

@@ -189,7 +189,7 @@ class MlxPair:
             self._drafting = drafting and self.drafter is not None
             self._cutoff = settings.draft_cutoff or 0.0   # a GPU verifies whole blocks; a cutoff only when asked
             self._q = None
-            self._history = History(prompt)
+            self._history = History(prompt, settings.penalized)
             mx.reset_peak_memory()
             self.target.reset()
             logits, feats = self.target.forward(prompt, last_only=True, features=self._drafting)
@@ -220,11 +220,8 @@ class MlxPair:
             logits, feats = self.target.forward([last, *drafts], features=self._drafting)
             q = self._q if drafts else None
             self._q = None
-            penalized = self._settings.penalized
-            n, own = verify(drafts, q, logits, self._settings, self._keys,
-                            self._history.windows(last, drafts) if penalized else None)
-            if penalized:
-                self._history.advance([last, *drafts[:n]])
+            n, own = verify(drafts, q, logits, self._settings, self._keys, self._history.windows(last, drafts))
+            self._history.advance(last, drafts, n)
             self._verified = (pos, feats)
             return n, own
 

@@ -29,7 +29,7 @@ class Answer:
     def start(self, settings: GenerationSettings, drafting: bool, cutoff: float, prompt: list[int]) -> None:
         """A new answer: its sampling rule, a generator seeded by it (or at random), nothing drafted yet."""
         self.settings, self.drafting, self.cutoff = settings, drafting, cutoff
-        self.history = History(prompt)
+        self.history = History(prompt, settings.penalized)
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(settings.seed) if settings.seed is not None else self.gen.seed()
         self.context, self.verified, self.q = [], (0, None), None
@@ -43,15 +43,6 @@ class Answer:
         if self.settings.greedy:
             return int(logits[-1].argmax())
         return int(draw(probabilities(logits, self.settings), self.gen)[0])
-
-    def windows(self, last: int, drafts: list[int]) -> list[list[int]] | None:
-        """Each verify row's repeat-penalty window, None when the penalty is off."""
-        return self.history.windows(last, drafts) if self.settings.penalized else None
-
-    def verified_tokens(self, last: int, drafts: list[int], n: int) -> None:
-        """The verify kept last and n drafts: the penalty's window moves past them."""
-        if self.settings.penalized:
-            self.history.advance([last, *drafts[:n]])
 
     def unread_context(self) -> torch.Tensor:
         """The features committed since the drafter last ran, handed to it once."""

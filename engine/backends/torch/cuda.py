@@ -342,8 +342,8 @@ class CudaPair:
         a.verified = (pos, feats)
         self._taped = width > 1 and self.static.deltanet is not None
         if self.kernels is None or a.settings.penalized:    # the penalty's rows differ: the torch pieces
-            n, own = verify(tokens, q, logits, a.settings, a.gen, a.windows(last, drafts))
-            a.verified_tokens(last, drafts, n)
+            n, own = verify(tokens, q, logits, a.settings, a.gen, a.history.windows(last, drafts))
+            a.history.advance(last, drafts, n)
             return n, own
         out = self._device_verify(tokens, q, logits)
         if isinstance(drafts, PendingDrafts):

@@ -71,8 +71,9 @@ class TorchPair:
         a = self.answer
         block = torch.tensor([[last, *drafts]], device=self.device)
         logits, feats = self.target.forward(block, features=a.drafting)
-        n, own = verify(block[0, 1:], a.take_q(bool(drafts)), logits, a.settings, a.gen, a.windows(last, drafts))
-        a.verified_tokens(last, drafts, n)
+        n, own = verify(block[0, 1:], a.take_q(bool(drafts)), logits, a.settings, a.gen,
+                        a.history.windows(last, drafts))
+        a.history.advance(last, drafts, n)
         a.verified = (pos, feats)
         return n, own
 
