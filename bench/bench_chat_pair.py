@@ -80,10 +80,10 @@ def main(argv=None) -> int:
                 # plain rows force their flags; the app's plain decoding keeps what calibration found faster
                 lc.plain_flash_attn = {"plain stock": "auto", "plain": ours}.get(m, app_flags)
                 if m == "app":
-                    lc.server_for(lc.n_max(GenerationSettings(**base), False)[0])
+                    lc.server_for(*lc.plan(GenerationSettings(**base), False)[:2])
                     s = GenerationSettings(**base)
                 else:
-                    lc.server_for(n_max)
+                    lc.server_for("dflash", n_max)
                     s = GenerationSettings(**base, block_size=n_max + 1 if n_max else None, plain_fallback=False)
                 run = Generation(lc, ids, s, baseline=m.startswith("plain"), costs=costs).run()
                 outputs[m] = run.tokens

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             n_max = int(m.split("n_max ")[1].split()[0]) if "n_max" in m else 0
             if m.startswith("llamacpp"):
                 lc.flash_attn = "auto" if m.endswith("stock") else ours
-                lc.server_for(n_max)                      # started before the clock, as in a chat
+                lc.server_for("dflash", n_max)            # started before the clock, as in a chat
                 s = GenerationSettings(max_new_tokens=args.max_new_tokens, block_size=n_max + 1 if n_max else None,
                                        plain_fallback=m.endswith("fallback"))
                 run = Generation(lc, ids, s, baseline=not n_max).run()

@@ -33,7 +33,7 @@ def pairs(with_mlx: bool) -> dict:
     no_repack = llamacpp(smollm2.gguf_path())
     no_repack.base = replace(no_repack.base, repack=False)
     no_repack.stop_server()
-    no_repack.server_for(None)
+    no_repack.server_for("none")
     out["SmolLM2 llama.cpp Q4_1 --no-repack"] = no_repack
     out["SmolLM2 llama.cpp f32"] = llamacpp(smollm2.hf_folder(), dtype="float32")
     if with_mlx:

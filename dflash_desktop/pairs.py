@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from engine.backends import ENGINES
+from engine.backends import ENGINES, METHODS
 
 from .offers import Offers
 from .run_plan import AUTO
@@ -103,6 +103,23 @@ class LoadedPair:
     engine_note: str | None = None      # the worker's engine pick could not run the pair: what ran instead
     offers: Offers = field(default_factory=Offers)
     event: dict = field(default_factory=dict, repr=False, compare=False)   # the event itself (memory figures)
+
+    @property
+    def method(self) -> str:
+        """How answers speculate (engine.backends.METHODS): the engine's measured choice where it made one, else
+        DFlash with a drafter and plain decoding without."""
+        chosen = (self.speculation or {}).get("method") or self.event.get("method")
+        return chosen or ("dflash" if self.has_drafter else "none")
+
+    @property
+    def speculates(self) -> bool:
+        """Answers may draft (a drafter, or a method that needs none such as n-gram lookup): acceptance and
+        speedup have something to show."""
+        return self.has_drafter or self.method != "none"
+
+    @property
+    def method_label(self) -> str:
+        return METHODS.get(self.method if self.method != "none" else "dflash", "DFlash")
 
     @classmethod
     def of(cls, event: dict) -> "LoadedPair":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from engine.backends import METHODS
+
 CALIBRATION_PROMPT = "def parse_arguments(argv):\n    \"\"\"Parse command line arguments.\"\"\"\n"
 CALIBRATION_TOKENS = 64
 CALIBRATION_RUNS = 3     # the baseline is the median run: one run is one draw from a machine that may be busy
@@ -223,19 +225,22 @@ def _likely_cause(context: dict) -> str:
 
 def calibration_agreement(choice: dict | None, ratio: float) -> str:
     """What the speedup demo's ratio on one prompt says about the engine's calibrated choice (llama.cpp measures
-    plain decoding against DFlash on a few prompts when a pair loads): they agree, or why they may not."""
-    rates = {int(n): float(r) for n, r in ((choice or {}).get("rates") or {}).items()}
-    if not rates or 0 not in rates or len(rates) < 2:
+    plain decoding against each way it can speculate on a few prompts when a pair loads): they agree, or why
+    they may not."""
+    by_method = (choice or {}).get("by_method") or {}
+    if "none" not in by_method or len(by_method) < 2:
         return ""
-    n_max, plain = int(choice.get("n_max") or 0), rates[0]
-    best = max((n for n in rates if n), key=rates.get)
+    method, n_max = choice.get("method", "none"), int(choice.get("n_max") or 0)
     over = f" over {choice['prompts']} prompts" if choice.get("prompts", 1) > 1 else ""
-    measured = (f"the calibration at load measured plain decoding at {plain:.0f} tok/s and DFlash at "
-                f"{rates[best]:.0f} tok/s at its best ({best} drafts per step){over}")
-    if (ratio >= 1) == bool(n_max):
-        chose = f"DFlash with {n_max} drafts per step" if n_max else "plain decoding"
+    others = [f"{METHODS.get(m, m)} at {r['tok_s']:.0f} tok/s at its best ({r['n_max']} drafts per step)"
+              for m, r in by_method.items() if m != "none"]
+    measured = (f"the calibration at load measured plain decoding at {by_method['none']['tok_s']:.0f} tok/s and "
+                f"{' and '.join(others)}{over}")
+    chose = f"{METHODS.get(method, method)} with {n_max} drafts per step" if method != "none" else "plain decoding"
+    if (ratio >= 1) == (method != "none"):
         return f"This agrees with the engine's choice of {chose}: {measured}."
-    chose = "plain decoding, which answers keep using" if not n_max else f"DFlash with {n_max} drafts per step"
+    if method == "none":
+        chose += ", which answers keep using"
     return (f"The engine chose {chose}: {measured}. One prompt can favour what the mix of prompts does not, and a "
             "busy moment can move either figure.")
 

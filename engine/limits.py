@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .backends import METHODS
 from .errors import SettingsError
 
 SEED_MAX = 2**63 - 1
@@ -128,6 +129,7 @@ class GenerationSettings:
     min_p: float = LIMITS["min_p"].default
     loop_guard: int = LIMITS["loop_guard"].default          # 0: off
     context_length: int | None = None  # None: the whole context the engine loaded
+    method: str | None = None          # how to speculate (a METHODS key); None: the engine's own, measured, choice
 
     def __post_init__(self):
         for name, limit in LIMITS.items():
@@ -141,6 +143,8 @@ class GenerationSettings:
         object.__setattr__(self, "stop_strings", tuple(stops))
         if self.rule not in RULES:
             raise SettingsError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}.")
+        if self.method is not None and self.method not in METHODS:
+            raise SettingsError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}.")
         if not isinstance(self.plain_fallback, bool):
             raise SettingsError(f"plain_fallback must be true or false, got {self.plain_fallback!r}.")
 

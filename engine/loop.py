@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from .backends import Chunk
+from .backends import METHODS, Chunk
 from .errors import PromptTooLongError, SettingsError
 from .limits import GenerationSettings
 from .penalties import LoopGuard
@@ -135,6 +135,11 @@ class Generation:
             raise PromptTooLongError(
                 f"The prompt has {len(self.prompt)} tokens but {held} {limit}. "
                 "Shorten the prompt or start a new conversation.")
+        methods = pair.info.get("methods") or ("none", "dflash", "dflash2")   # a step engine runs its drafter
+        if settings.method is not None and settings.method not in methods:
+            raise SettingsError(f"This model runs {', '.join(METHODS[m] for m in methods if m in METHODS)}, not "
+                                f"{METHODS[settings.method]}: choose one of those, or let the engine choose.")
+        baseline = baseline or settings.method == "none"
         wanted = 1 if baseline or pair.block_size == 1 else (settings.block_size or pair.block_size)
         if wanted > pair.block_size:
             raise SettingsError(f"block_size {wanted} exceeds the drafter's block size {pair.block_size}.")

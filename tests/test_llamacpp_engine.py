@@ -207,14 +207,19 @@ def test_the_server_listens_on_loopback_only(pair):
 def test_calibration_is_remembered_and_says_why(pair):
     choice = calibrate.remembered(pair)
     assert choice is not None and choice == pair.info["speculation"]
-    assert set(choice["rates"]) == {"0", "3", "7", "15"} and "over 3 prompts" in choice["reason"]
-    assert choice["prompts"] == len(calibrate.prompts(pair)) == 3
-    assert choice["n_max"] in (0, 3, 7, 15)
-    assert max(choice["rates"].values()) == choice["rates"][str(choice["n_max"])]
+    assert set(choice["rates"]) == {"none", "dflash 3", "dflash 7", "dflash 15", "ngram 4", "ngram 8", "ngram 16"}
+    assert "over 3 prompts" in choice["reason"] and choice["prompts"] == len(calibrate.prompts(pair)) == 3
+    assert (choice["method"], choice["n_max"]) in [("none", 0), *(calibrate.parse(k) for k in choice["rates"])]
+    # the fastest setting won, unless its drafts were never accepted (tau 1: only noise makes it look faster)
+    eligible = {k: r for k, r in choice["rates"].items() if k == "none" or choice["taus"][k] > 1.0}
+    assert max(eligible.values()) == choice["rates"][calibrate.name(choice["method"], choice["n_max"])]
+    assert set(choice["by_method"]) == {"none", "dflash", "ngram"}
+    for method in ("DFlash", "n-gram lookup", "plain decoding"):     # what ran, and why the others lost
+        assert method in choice["reason"]
     # plain decoding was timed with the engine's flash attention (off) and llama.cpp's own; its server keeps the faster
     assert choice["plain_flash_attn"] in ("off", "auto") and pair.plain_flash_attn == choice["plain_flash_attn"]
-    assert pair.server_for(0).launch.flash_attn == choice["plain_flash_attn"]
-    assert pair.server_for(3).launch.flash_attn == pair.flash_attn == "off"
+    assert pair.server_for("none").launch.flash_attn == choice["plain_flash_attn"]
+    assert pair.server_for("dflash", 3).launch.flash_attn == pair.flash_attn == "off"
     start = time.perf_counter()
     assert calibrate.choose(pair) == choice and time.perf_counter() - start < 0.5
     saved, pair.flash_attn = pair.flash_attn, "on"            # a choice measured with other server flags
@@ -229,40 +234,51 @@ def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(p
     moment slows them alike), and the choice is the best total over the prompts."""
     calls, measure = [], calibrate.measure
 
-    def recorded(server, prompt, n_max):
-        result = measure(server, prompt, n_max)
-        calls.append((n_max if server.launch.draft else ("plain", server.launch.flash_attn), tuple(prompt), result))
+    def recorded(server, prompt, n_max, tokens=calibrate.TOKENS):
+        result = measure(server, prompt, n_max, tokens)
+        launch = server.launch
+        setting = calibrate.name(launch.method, n_max) if n_max else ("plain", launch.flash_attn)
+        calls.append((setting, tuple(prompt), result, server.proc.pid))
         return result
     monkeypatch.setattr(calibrate, "measure", recorded)
     choice = calibrate.choose(pair, force=True)
-    settings = {setting for setting, _, _ in calls}
-    assert settings == {("plain", "off"), ("plain", "auto"), 3, 7, 15}
+    settings = {setting for setting, *_ in calls}
+    assert settings == {("plain", "off"), ("plain", "auto"), "dflash 3", "dflash 7", "dflash 15", "ngram 4",
+                        "ngram 8", "ngram 16"}
     prompts = {tuple(p) for p in calibrate.prompts(pair)}
     for setting in settings:
-        asked = [prompt for s, prompt, _ in calls if s == setting]
-        assert set(asked) == prompts and len(asked) >= calibrate.ROUNDS * len(prompts)
-    first_plain = [i for i, (s, _, _) in enumerate(calls) if s == ("plain", "off")]
-    first_draft = [i for i, (s, _, _) in enumerate(calls) if s == 7]
+        asked = [prompt for s, prompt, *_ in calls if s == setting]
+        assert prompts <= set(asked) and len(asked) >= calibrate.ROUNDS * len(prompts)
+        assert tuple(calibrate.warm_up(pair)) not in prompts
+    first_plain = [i for i, (s, *_) in enumerate(calls) if s == ("plain", "off")]
+    first_draft = [i for i, (s, *_) in enumerate(calls) if s == "dflash 7"]
     assert min(first_plain) < min(first_draft) < max(first_plain) < max(first_draft), "rounds alternate"
+    # n-gram lookup remembers what it saw: each of its settings answers each round on a server of its own,
+    # warmed up on a prompt of its own, so no answer is one it has seen before
+    ngram = [(s, pid) for s, _, _, pid in calls if isinstance(s, str) and s.startswith("ngram")]
+    assert len({pid for _, pid in ngram}) == 3 * calibrate.ROUNDS
+    assert all(len({s for s, p in ngram if p == pid}) == 1 for _, pid in ngram)
     # the rates are totals over the prompts of each setting's best round (warm-up answers excluded)
-    plain_runs = [r for s, _, r in calls if s == ("plain", choice["plain_flash_attn"])]
-    total = choice["rates"]["0"]
+    plain_runs = [r for s, prompt, r, _ in calls if s == ("plain", choice["plain_flash_attn"]) and prompt in prompts]
+    total = choice["rates"]["none"]
     assert min(r["tokens"] / r["seconds"] for r in plain_runs) <= total <= max(
         r["tokens"] / r["seconds"] for r in plain_runs)
-    assert choice["n_max"] == max((int(n) for n in choice["rates"]), key=lambda n: choice["rates"][str(n)])
 
 
 def test_drafts_that_were_never_accepted_are_never_chosen_however_fast_they_measured():
     """Seen on SmolLM2 with an untrained drafter under load: tau 1.00 measured 30 tok/s against plain's 22."""
-    decided = calibrate.decide({0: {"tok_s": 22.0, "tau": 1.0}, 3: {"tok_s": 30.0, "tau": 1.0},
-                                7: {"tok_s": 4.0, "tau": 1.0}})
-    assert decided["n_max"] == 0 and "plain decoding" in decided["reason"]
+    decided = calibrate.decide({"none": {"tok_s": 22.0, "tau": 1.0}, "dflash 3": {"tok_s": 30.0, "tau": 1.0},
+                                "dflash 7": {"tok_s": 4.0, "tau": 1.0}, "ngram 8": {"tok_s": 31.0, "tau": 1.0,
+                                                                                  "drafted": 0}})
+    assert decided["method"] == "none" and decided["n_max"] == 0 and "plain decoding" in decided["reason"]
+    assert "no drafts were accepted" in decided["reason"] and "nothing to draft" in decided["reason"]
 
 
 def test_a_calibrated_plain_choice_runs_plain_decoding_and_says_why(pair):
-    decided = calibrate.decide({0: {"tok_s": 1000.0, "tau": 1.0}, 3: {"tok_s": 700.0, "tau": 3.1},
-                                7: {"tok_s": 800.0, "tau": 4.0}})
-    assert decided["n_max"] == 0 and "plain decoding" in decided["reason"] and decided["speed_share"] == 0.8
+    decided = calibrate.decide({"none": {"tok_s": 1000.0, "tau": 1.0}, "dflash 3": {"tok_s": 700.0, "tau": 3.1},
+                                "dflash 7": {"tok_s": 800.0, "tau": 4.0}})
+    assert decided["method"] == "none" and "plain decoding" in decided["reason"] and decided["speed_share"] == 0.8
+    assert "costs more here than the tokens it saves" in decided["reason"]
     saved, pair.choice = pair.choice, decided
     try:
         ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
@@ -405,12 +421,13 @@ def test_auto_falls_back_to_torch_when_llamacpp_cannot_convert_the_pair(tmp_path
 def test_the_plain_fallback_switch_off_runs_dflash_at_its_fastest_measured_setting(pair):
     saved = pair.choice
     try:
-        pair.choice = {"n_max": 0, "rates": {"0": 900.0, "3": 700.0, "7": 800.0, "15": 500.0},
-                       "reason": "plain decoding was faster", "tau": 3.0, "speed_share": 0.9}
-        n, fallback = pair.n_max(GenerationSettings(), baseline=False)
-        assert n == 0 and fallback["reason"] == "plain decoding was faster"
-        assert pair.n_max(GenerationSettings(plain_fallback=False), baseline=False) == (7, None)
-        assert pair.n_max(GenerationSettings(plain_fallback=False), baseline=True) == (0, None)
+        pair.choice = calibrate.decide({"none": {"tok_s": 900.0, "tau": 1.0}, "dflash 3": {"tok_s": 700.0, "tau": 2},
+                                        "dflash 7": {"tok_s": 800.0, "tau": 3.0}, "ngram 8": {"tok_s": 600, "tau": 2}})
+        method, n, fallback = pair.plan(GenerationSettings(), baseline=False)
+        assert (method, n) == ("none", 0) and fallback["reason"] == pair.choice["reason"]
+        assert pair.plan(GenerationSettings(plain_fallback=False), baseline=False) == ("dflash", 7, None)
+        assert pair.plan(GenerationSettings(plain_fallback=False), baseline=True) == ("none", 0, None)
+        assert pair.plan(GenerationSettings(block_size=4), baseline=False) == ("dflash", 3, None)
     finally:
         pair.choice = saved
 
@@ -422,7 +439,7 @@ def test_a_request_may_draft_nothing_on_a_drafting_server(pair):
     from engine.backends.llamacpp.server import request_body
     ids = pair.tokenizer.encode_prompt(prompts(1)[0], raw=True)
     settings = GenerationSettings(max_new_tokens=48)
-    server = pair.server_for(pair.block_size - 1)
+    server = pair.server_for("dflash", pair.block_size - 1)
 
     def answer(extra):
         tokens, last = [], {}
@@ -442,7 +459,7 @@ def test_an_answer_whose_drafts_stop_paying_continues_plainly_on_the_same_server
     from engine.loop import FALLBACK_MIN_STEPS, StepCosts
     ids = pair.tokenizer.encode_prompt(prompts(3)[2], raw=True)      # tau about 2.7: over 100 steps
     settings = GenerationSettings(max_new_tokens=300, block_size=16)
-    server = pair.server_for(pair.block_size - 1)
+    server = pair.server_for("dflash", pair.block_size - 1)
     costs = StepCosts()
     costs.plain.append(1e-6)
     run = Generation(pair, ids, settings, costs=costs)

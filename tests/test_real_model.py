@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from dataclasses import replace
+
 import pytest
 
 from dflash_desktop.worker_client import WorkerClient
@@ -104,9 +106,16 @@ def test_llamacpp_on_the_same_weights_in_float32_knows_paris(smollm2_folder, tor
     assert result[0][0] == torch_answers[0][0]
 
 
-def test_plain_decoding_stats_say_no_drafter(llamacpp_pair):
+def test_a_model_without_a_drafter_runs_its_measured_method_and_plain_decoding_says_so(llamacpp_pair):
+    """No drafter: the calibration measured n-gram lookup against plain decoding, and answers run the faster;
+    plain decoding asked for by name drafts nothing and its stats say block 1."""
+    choice = llamacpp_pair.choice
+    assert choice["method"] in ("none", "ngram") and set(choice["by_method"]) == {"none", "ngram"}
     ids = llamacpp_pair.tokenizer.encode_chat([{"role": "user", "content": QUESTIONS[0]}])
-    stats = Generation(llamacpp_pair, ids, GREEDY).run().stats.to_dict()
+    chosen = Generation(llamacpp_pair, ids, GREEDY).run()
+    assert llamacpp_pair.server.launch.method == choice["method"]
+    assert (chosen.fallback is not None) == (choice["method"] == "none")
+    stats = Generation(llamacpp_pair, ids, replace(GREEDY, method="none")).run().stats.to_dict()
     assert stats["block_size"] == 1 and stats["drafted"] == 0
 
 

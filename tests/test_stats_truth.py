@@ -131,11 +131,16 @@ def test_cpu_meter_counts_what_our_worker_started_as_ours():
 
 def test_the_speedup_demo_says_whether_it_agrees_with_the_engines_calibrated_choice():
     from dflash_desktop.session import calibration_agreement
-    plain_chosen = {"n_max": 0, "rates": {"0": 1400.0, "3": 900.0, "7": 1000.0}, "prompts": 3}
+    from engine.backends.llamacpp.calibrate import decide
+    measured = {"none": {"tok_s": 1400.0, "tau": 1.0}, "dflash 3": {"tok_s": 900.0, "tau": 2.0},
+                "dflash 7": {"tok_s": 1000.0, "tau": 2.6}, "ngram 8": {"tok_s": 1300.0, "tau": 1.2}}
+    plain_chosen = decide(measured, prompts=3)
     assert calibration_agreement(plain_chosen, 0.7).startswith("This agrees with the engine's choice of plain")
     other = calibration_agreement(plain_chosen, 1.3)
     assert "chose plain decoding" in other and "1400 tok/s" in other and "1000 tok/s" in other
-    assert "7 drafts per step" in other and "over 3 prompts" in other and "One prompt can favour" in other
-    dflash_chosen = {**plain_chosen, "n_max": 7}
+    assert "DFlash at 1000 tok/s at its best (7 drafts per step)" in other
+    assert "n-gram lookup at 1300 tok/s at its best (8 drafts per step)" in other
+    assert "over 3 prompts" in other and "One prompt can favour" in other
+    dflash_chosen = decide({**measured, "dflash 7": {"tok_s": 1500.0, "tau": 2.6}}, prompts=3)
     assert "choice of DFlash with 7 drafts" in calibration_agreement(dflash_chosen, 1.4)
     assert calibration_agreement(None, 1.4) == "" == calibration_agreement({"reason": "torch"}, 1.4)

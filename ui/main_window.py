@@ -386,10 +386,15 @@ class MainWindow(QMainWindow):
             return
         rss = self.session.engine_memory()
         memory = f"  ·  {rss / 2**20:,.0f} MB" if rss else ""
-        chosen = (loaded.speculation or {}).get("n_max")
-        method = ("plain, no drafter" if not loaded.has_drafter else
-                  "plain (measured faster here)" if chosen == 0 and self.settings.plain_fallback else
-                  f"DFlash, {chosen} drafts a step" if chosen else f"DFlash, {self._block_text(loaded.block_size)}")
+        spec = loaded.speculation or {}
+        if loaded.method != "none":
+            how = (f"{spec['n_max']} drafts a step" if spec.get("n_max") and not self.settings.block_size
+                   else self._block_text(loaded.block_size))
+            method = f"{loaded.method_label}, {how}"
+        elif spec:
+            method = "plain (measured fastest here)" if self.settings.plain_fallback else "drafting at its fastest"
+        else:
+            method = "plain, no drafter"
         self.pair_label.setText(f"{name}  ·  {loaded.engine} on {loaded.device}, {loaded.dtype}{memory}  ·  {method}")
 
     def _block_text(self, drafters: int | None) -> str:

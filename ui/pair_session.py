@@ -142,7 +142,7 @@ class PairSession(QObject):
         self.settings.last_pair = self.pair.to_dict()
         settings_mod.remember_pair(self.settings, self.pair.to_dict())
         self.save_settings()
-        self.panel.has_drafter = loaded.has_drafter
+        self.panel.has_drafter, self.panel.method_label = loaded.speculates, loaded.method_label
         self.loadingChanged.emit(False, "")
         if not loaded.offers.local:
             self.statusMessage.emit(f"{loaded.name} ready on {loaded.device}: chats run there; this computer's "

@@ -214,7 +214,8 @@ class StatsPanel(QDockWidget):
         self.setObjectName("statsPanel")
         self.setAccessibleName("DFlash statistics")
         self.baseline: BaselineRecord | None = None
-        self.has_drafter = True
+        self.has_drafter = True         # answers may draft (a drafter, or n-gram lookup): LoadedPair.speculates
+        self.method_label = "DFlash"     # how they draft (LoadedPair.method_label)
         self.remote = False      # a pair on a server: acceptance is known only from what it reports at the end
         self.values: dict = {}   # what is shown, in numbers (tests and the screenshot script read it)
         self.stats: dict | None = None     # the shown answer's final stats (None: live or nothing)
@@ -350,7 +351,7 @@ class StatsPanel(QDockWidget):
             text += f"\n{loaded.speculation['reason']}"
         if loaded.engine_note:        # the worker's own engine pick could not run the pair
             text += f"\n{loaded.engine_note}"
-        if not self.remote and not loaded.has_drafter:
+        if not self.remote and not loaded.speculates:
             text += f"\n{NO_DRAFTER}"
         self.runtime.setText(text)
         self.values["runtime"] = text
@@ -490,7 +491,7 @@ class StatsPanel(QDockWidget):
                                         f"= {ratio:.2f}×. {TIPS['speedup']}")
         if keep:
             return
-        self.dflash_metric.caption.setText("DFlash tok/s" if has_drafter and not plain else
+        self.dflash_metric.caption.setText(f"{self.method_label} tok/s" if has_drafter and not plain else
                                            "tok/s, plain decoding" if final or not has_drafter else "tok/s")
         if not has_drafter:                # plain decoding by design: say so instead of empty figures
             acceptance, tau, missing = None, None, "no drafter"

@@ -18,6 +18,10 @@ from ..errors import EngineError
 # The kinds of hardware a machine can offer; each engine maps them to its own device names.
 DEVICE_CLASSES = ("cuda", "apple", "cpu")
 DEVICE_LABELS = {"cuda": "NVIDIA GPU (CUDA)", "apple": "Apple GPU", "cpu": "CPU"}
+# The ways to speculate a pair can run (docs/ENGINES.md, "Speculation methods"); each engine declares its own in
+# METHODS, and a loaded pair's info["methods"] says which its files allow
+METHODS = {"none": "plain decoding", "ngram": "n-gram lookup", "mtp": "MTP heads", "eagle3": "EAGLE-3",
+           "dspark": "DSpark", "dflash": "DFlash", "dflash2": "DFlash2"}
 # model_type spellings of text-only checkpoints, mapped to the family name the tables use
 _TEXT_ONLY = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe", "gemma4_text": "gemma4"}
 
@@ -34,6 +38,7 @@ class EngineInfo:
     quantized: dict[str, float] = field(default_factory=dict)   # dtypes it quantizes to while loading -> bytes/weight
     score_rows: int = 0       # queries whose float32 attention scores it holds per head over the whole context
     formats: dict[str, tuple[str, ...]] = field(default_factory=dict)   # weight format (dtype name) -> device classes
+    methods: tuple[str, ...] = ("none", "dflash")   # keys of METHODS it runs
 
     def runs(self, model_type: str, device_class: str) -> bool:
         """DFlash checked identical to plain decoding for this architecture on this device class."""
@@ -77,7 +82,7 @@ def _info(package: str) -> EngineInfo:
     # an engine package that names no DRAFTER_GENERATIONS runs the first (DFlash) drafters only
     return EngineInfo(mod.NAME, mod.LABEL, package, dict(mod.DEVICES), dict(mod.DTYPES), dict(mod.ARCHITECTURES),
                       tuple(getattr(mod, "DRAFTER_GENERATIONS", (1,))), dict(getattr(mod, "QUANTIZED", {})),
-                      int(getattr(mod, "UBATCH", 0)), dict(mod.FORMATS))
+                      int(getattr(mod, "UBATCH", 0)), dict(mod.FORMATS), tuple(mod.METHODS))
 
 
 ENGINES: dict[str, EngineInfo] = {info.name: info for info in (

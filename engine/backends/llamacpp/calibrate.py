@@ -1,10 +1,12 @@
-"""Which is fastest for this pair on this computer: llama.cpp's plain decoding, or its DFlash with how
-many drafts per step? Greedy answers to a few prompts of the kind the pair is sent (a chat model: a coding
-request, an explanation and a list; a code model: three code files), timed by the server itself (decoding
-only). The settings take turns, round after round, so a busy moment slows them alike; each keeps its best
-round per prompt, and the setting with the best total over the prompts wins: one prompt may favour a setting
-the others do not (docs/BENCHMARKS.md). The choice and its numbers are remembered in the app's cache, keyed
-by the build, the two files and the machine, so a pair calibrates once; it says in words which it chose and why.
+"""Which is fastest for this pair on this computer: llama.cpp's plain decoding, n-gram lookup, or its DFlash,
+each with how many drafts per step? Greedy answers to a few prompts of the kind the pair is sent (a chat
+model: a coding request, an explanation and an edit of pasted code; a code model: three code files), timed by
+the server itself (decoding only). The settings take turns, round after round, so a busy moment slows them
+alike; each keeps its best round per prompt, and the setting with the best total over the prompts wins: one
+prompt may favour a setting the others do not (docs/BENCHMARKS.md). n-gram lookup remembers what it has seen
+across answers, so each of its settings gets a new server each round: an answer it has seen before would
+draft itself. The choice and its numbers are remembered in the app's cache, keyed by the build, the two files
+and the machine, so a pair calibrates once; it says in words which it chose and why the others lost.
 """
 from __future__ import annotations
 
@@ -18,16 +20,22 @@ from pathlib import Path
 from ...cache_dir import app_cache
 from ...errors import Cancelled
 from ...limits import GenerationSettings
+from ... import backends
 from . import build
 from .server import request_body
 
-CANDIDATES = (3, 7, 15)      # drafts per step tried (capped at the block size - 1)
+CANDIDATES = (3, 7, 15)      # DFlash's drafts per step tried (capped at the block size - 1)
+NGRAM_CANDIDATES = (4, 8, 16)   # n-gram lookup's longest drafts tried (docs/BENCHMARKS.md, "n-gram lookup")
 TOKENS = 64                  # per timed answer
 ROUNDS = 2                   # timed rounds, after a warm-up answer on each server
+WARM_UP = ("Say hello.", "# hello\n")   # a short first answer on a new server (chat, code): nothing n-gram lookup could reuse
 CHAT_PROMPTS = ("Write a Python function that reads a CSV file and returns its rows as a list of dictionaries, "
                 "then explain how it handles a missing file.",
                 "Explain in a few short paragraphs why the sky is blue and why sunsets are red.",
-                "List eight ideas for a rainy weekend at home, one line each.")
+                "Here is a function:\n\n```python\ndef summarize(values):\n    total = 0\n    count = 0\n"
+                "    for value in values:\n        if value is None:\n            continue\n        total += value\n"
+                "        count += 1\n    average = total / count if count else 0\n    return total, average\n```\n\n"
+                "Rename `total` to `running_sum` and show the whole function.")
 CODE_PROMPTS = ('import json\nimport os\n\n\ndef load_settings(path):\n    """Read the JSON settings file at path '
                 'and return them as a dict, with defaults for missing keys."""\n',
                 'class Inventory:\n    """Items in stock, with their counts and prices."""\n\n    def __init__(self):\n',
@@ -49,7 +57,8 @@ def key(pair) -> str:
     parts = [build.key(), _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
              platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads),
              f"-fa {pair.flash_attn}",      # the servers' flags: a choice measured with others is measured again
-             "plain -fa auto measured", f"{len(CHAT_PROMPTS)} prompts interleaved"]   # older ways of choosing
+             ",".join(pair.methods), "ngram-mod 4/2",   # what was measured and how: older ways of choosing
+             "plain -fa auto measured", f"{len(CHAT_PROMPTS)} prompts interleaved"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
@@ -82,6 +91,38 @@ def prompts(pair) -> list[list[int]]:
     return [tok.encode_prompt(text, raw=True) for text in CODE_PROMPTS]
 
 
+def warm_up(pair) -> list[int]:
+    tok = pair.tokenizer
+    return tok.encode_prompt(WARM_UP[0]) if tok.has_template else tok.encode_prompt(WARM_UP[1], raw=True)
+
+
+def settings_of(pair) -> list[tuple[str, int]]:
+    """(method, drafts per step) for each speculating setting the pair's files allow."""
+    out = []
+    if "ngram" in pair.methods:
+        out += [("ngram", n) for n in NGRAM_CANDIDATES]
+    if "dflash" in pair.methods:
+        out += [("dflash", n) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]
+    return out
+
+
+def name(method: str, n_max: int = 0) -> str:
+    """A setting's key in a choice's rates: none, or the method and its drafts per step ("dflash 7")."""
+    return "none" if method == "none" else f"{method} {n_max}"
+
+
+def parse(key: str) -> tuple[str, int]:
+    method, _, n = key.partition(" ")
+    return method, int(n or 0)
+
+
+def fastest_drafting(choice: dict) -> tuple[str, int] | None:
+    """The fastest speculating setting the calibration measured (where the user asks for speculation even
+    though plain decoding measured faster)."""
+    rates = {k: r for k, r in (choice.get("rates") or {}).items() if k != "none"}
+    return parse(max(rates, key=rates.get)) if rates else None
+
+
 def measure(server, prompt: list[int], n_max: int, tokens: int = TOKENS) -> dict:
     """Tokens, decoding seconds (the server's own timing) and accepted drafts of one greedy answer; n_max
     lowers the drafting server's drafts per step for this request (our patch 0002)."""
@@ -92,7 +133,7 @@ def measure(server, prompt: list[int], n_max: int, tokens: int = TOKENS) -> dict
     t = last.get("timings") or {}
     n = int(t.get("predicted_n", 0))
     return {"tokens": max(n - 1, 0), "seconds": float(t.get("predicted_ms", 0.0)) / 1000,
-            "accepted": int(t.get("draft_n_accepted", 0))}
+            "drafted": int(t.get("draft_n", 0)), "accepted": int(t.get("draft_n_accepted", 0))}
 
 
 def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
@@ -102,17 +143,17 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     saved = _load()
     if k in saved and not force:
         return saved[k]
-    ids = prompts(pair)
-    drafts = sorted({min(c, pair.block_size - 1) for c in CANDIDATES})
+    ids, warm = prompts(pair), warm_up(pair)
     plain_flags = list(dict.fromkeys((pair.flash_attn, "auto")))   # the engine's flash attention, and llama.cpp's
+    drafting = settings_of(pair)
     best: dict = {}                                   # (setting, prompt index) -> the best run of the rounds
 
-    def run(setting, server, n_max: int, warm: bool) -> None:
-        if warm:                                      # the first answer on a new server warms it up
-            measure(server, ids[0], n_max)
+    def run(setting, server, n_max: int, warm_first: bool) -> None:
+        if warm_first:                                # the first answer on a new server warms it up
+            measure(server, warm, n_max, tokens=16)
         for i, prompt in enumerate(ids):
             if cancelled():
-                raise Cancelled("Loading was cancelled while timing DFlash against plain decoding.")
+                raise Cancelled("Loading was cancelled while timing speculation against plain decoding.")
             result = measure(server, prompt, n_max)
             kept = best.get((setting, i))
             if kept is None or result["seconds"] * kept["tokens"] < kept["seconds"] * result["tokens"]:
@@ -121,16 +162,20 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     for r in range(ROUNDS):
         for flags in plain_flags:
             pair.plain_flash_attn = flags
-            run(("plain", flags), pair.server_for(0), 0, warm=True)
-        server = pair.server_for(max(drafts))
-        for j, n_max in enumerate(drafts[r % len(drafts):] + drafts[:r % len(drafts)]):   # a new order each round
-            run(n_max, server, n_max, warm=j == 0)
-    totals = {setting: total([best[setting, i] for i in range(len(ids))])
-              for setting in [("plain", f) for f in plain_flags] + drafts}
+            run(("plain", flags), pair.server_for("none"), 0, warm_first=True)
+        for method in ("ngram", "dflash"):
+            mine = [n for m, n in drafting if m == method]
+            if not mine:
+                continue
+            for j, n_max in enumerate(mine[r % len(mine):] + mine[:r % len(mine)]):   # a new order each round
+                # one DFlash server at the most drafts (each request lowers them); n-gram lookup starts afresh
+                server = pair.server_for(method, max(mine), fresh=method == "ngram")
+                run(name(method, n_max), server, n_max, warm_first=method == "ngram" or j == 0)
+    settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
+    totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])
-    pair.plain_flash_attn = flags
-    pair.server_for(0)
-    choice = decide({0: totals["plain", flags], **{n: totals[n] for n in drafts}}, prompts=len(ids))
+    choice = decide({"none": totals["plain", flags], **{name(m, n): totals[name(m, n)] for m, n in drafting}},
+                    prompts=len(ids))
     choice["plain_flash_attn"] = flags
     choice["measured"] = time.strftime("%Y-%m-%d %H:%M")
     saved[k] = choice
@@ -145,28 +190,50 @@ def total(runs: list[dict]) -> dict:
     """Tokens per second and tokens per step over all the prompts together (the whole time, not a mean of rates)."""
     tokens, seconds, accepted = (sum(r[f] for r in runs) for f in ("tokens", "seconds", "accepted"))
     steps = max(tokens - accepted, 1)
-    return {"tok_s": tokens / seconds if seconds > 0 else 0.0, "tau": (accepted + steps) / steps}
+    return {"tok_s": tokens / seconds if seconds > 0 else 0.0, "tau": (accepted + steps) / steps,
+            "drafted": sum(r.get("drafted", 0) for r in runs)}
 
 
-def decide(best: dict[int, dict], prompts: int = 1) -> dict:
-    """The fastest of plain decoding (n_max 0) and each DFlash n_max over `prompts` prompts, with the reason."""
-    plain = best[0]["tok_s"]
+def decide(best: dict[str, dict], prompts: int = 1) -> dict:
+    """The fastest of plain decoding ("none") and each speculating setting ("ngram 8", "dflash 7") over
+    `prompts` prompts, with the reason in words: what runs, and why each other method lost."""
+    plain = best["none"]["tok_s"]
     # a setting whose drafts were never accepted (tau 1) cannot gain: only noise could make it look faster
-    n_max = max((n for n in best if not n or best[n]["tau"] > 1.0), key=lambda n: best[n]["tok_s"])
-    top = max((n for n in best if n), key=lambda n: best[n]["tok_s"])
-    rates = {str(n): round(r["tok_s"], 1) for n, r in best.items()}
-    taus = {str(n): round(r["tau"], 2) for n, r in best.items() if n}
-    if n_max:
-        reason = (f"llama.cpp's DFlash with {n_max} drafts per step decoded {best[n_max]['tok_s']:.0f} tokens/s "
-                  f"(tau {best[n_max]['tau']:.2f}) against plain decoding's {plain:.0f} tokens/s on this computer"
-                  f"{over(prompts)}, so DFlash runs with that setting.")
+    chosen = max((k for k in best if k == "none" or best[k]["tau"] > 1.0), key=lambda k: best[k]["tok_s"])
+    method, n_max = parse(chosen)
+    tops = {}                                         # method -> its fastest setting
+    for k in best:
+        m = parse(k)[0]
+        if m != "none" and (m not in tops or best[k]["tok_s"] > best[tops[m]]["tok_s"]):
+            tops[m] = k
+    top = max(tops.values(), key=lambda k: best[k]["tok_s"]) if tops else None
+    where = f"on this computer{over(prompts)}"
+    if method != "none":
+        reason = (f"llama.cpp's {label(method)} with {n_max} drafts per step decoded {best[chosen]['tok_s']:.0f} "
+                  f"tokens/s (tau {best[chosen]['tau']:.2f}) against plain decoding's {plain:.0f} tokens/s {where}, "
+                  "so answers use it.")
     else:
-        reason = (f"On this computer llama.cpp's plain decoding ({plain:.0f} tokens/s) was faster than its DFlash "
-                  f"at its best ({best[top]['tok_s']:.0f} tokens/s with {top} drafts per step, tau "
-                  f"{best[top]['tau']:.2f}){over(prompts)}: a DFlash step costs more here than the tokens it saves, "
-                  "so answers use plain decoding.")
-    return {"n_max": n_max, "rates": rates, "taus": taus, "tau": best[top]["tau"], "prompts": prompts,
-            "speed_share": best[top]["tok_s"] / plain if plain else 0.0, "reason": reason}
+        why = ("a drafting step costs more here than the tokens it saves"
+               if any(best[k]["tau"] > 1.0 for k in tops.values()) else "no drafts were accepted")
+        reason = f"llama.cpp's plain decoding ({plain:.0f} tokens/s) was the fastest {where}: {why}, so answers use it."
+    losers = [f"{label(m)} {best[k]['tok_s']:.0f} tokens/s at its best ({parse(k)[1]} drafts per step, "
+              + (f"tau {best[k]['tau']:.2f})" if best[k]["tau"] > 1.0 else
+                 "none of its drafts accepted)" if best[k].get("drafted", 1) else
+                 "nothing to draft: no text in the answers repeated what came before)")
+              for m, k in tops.items() if m != method]
+    if losers:
+        reason += f" Measured beside it: {'; '.join(losers)}."
+    by_method = {m: {"n_max": parse(k)[1], "tok_s": round(best[k]["tok_s"], 1), "tau": round(best[k]["tau"], 2)}
+                 for m, k in {"none": "none", **tops}.items()}
+    return {"method": method, "n_max": n_max, "by_method": by_method,
+            "rates": {k: round(r["tok_s"], 1) for k, r in best.items()},
+            "taus": {k: round(r["tau"], 2) for k, r in best.items() if k != "none"},
+            "tau": best[top]["tau"] if top else 1.0, "prompts": prompts,
+            "speed_share": best[top]["tok_s"] / plain if top and plain else 0.0, "reason": reason}
+
+
+def label(method: str) -> str:
+    return backends.METHODS[method]
 
 
 def over(prompts: int) -> str:

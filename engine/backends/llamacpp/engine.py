@@ -1,5 +1,6 @@
-"""A pair run by llama-server: the target GGUF with its DFlash GGUF drafter (or without, for plain
-decoding: the same server, so the baseline is fair). Prompts go in as token ids and tokens come back as
+"""A pair run by llama-server: the target GGUF with its DFlash GGUF drafter, or alone, where it speculates
+by n-gram lookup or decodes plainly (the same server binary either way, so the baseline is fair). Which
+method answers use is measured when the pair loads (calibrate.py). Prompts go in as token ids and tokens come back as
 ids, so the decode loop's text stream and stop rules work as with every engine.
 
 What llama.cpp reports and what we derive: `timings` with every streamed token carries the running
@@ -16,7 +17,7 @@ from typing import Callable
 
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
-from .. import Chunk
+from .. import METHODS, Chunk
 from ...tokenizer import ChatTokenizer
 from ... import gguf_metadata as metadata
 from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu
@@ -116,17 +117,18 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     try:
         if draft_file is not None:
             report("drafter", "Starting llama-server with the drafter")
-            if pair.start_drafting(arch, optional=beside):
-                report("tuning", "Choosing between DFlash and plain decoding for this machine")
-                pair.choice = calibrate.choose(pair, cancelled)
-                pair.plain_flash_attn = pair.choice.get("plain_flash_attn")
-                pair.info["speculation"] = pair.choice
-            else:
-                report("drafter", f"llama.cpp's DFlash cannot draft for this {arch!r} model: plain decoding")
+            if not pair.start_drafting(arch, optional=beside):
+                report("drafter", f"llama.cpp's DFlash cannot draft for this {arch!r} model")
+        names = " and ".join(METHODS[m] for m in pair.methods if m != "none")
+        report("tuning", f"Measuring {names} against plain decoding on this computer")
+        pair.calibrate(calibrate.choose(pair, cancelled))
     except BaseException:
         pair.close()
         raise
     return pair
+
+
+DEFAULT_NGRAM = 8     # n-gram lookup's longest draft when asked for before a calibration measured it
 
 
 class LlamaCppPair:
@@ -135,7 +137,11 @@ class LlamaCppPair:
     capabilities = frozenset({"stream", "stop_drafting", "interrupt", "plain_step_s", "close"})
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
-        self.base, self.draft, self.block_size = launch, draft, block_size
+        self.base, self.draft = launch, draft
+        # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, DFlash with a drafter
+        self.methods = ("none", "ngram", "dflash") if draft else ("none", "ngram")
+        # the most tokens one step can commit: the drafter's block, or n-gram lookup's longest draft + 1
+        self.block_size = block_size if draft else calibrate.NGRAM_CANDIDATES[-1] + 1
         # On a CPU llama.cpp's flash attention is the slower path for a verify's block of queries, and for one
         # decoding query once the context is long; its plain matrix products win (docs/BENCHMARKS.md, "Flash
         # attention off on the CPU"). A GPU keeps llama.cpp's own choice.
@@ -151,12 +157,12 @@ class LlamaCppPair:
         self.max_positions = launch.context
         # the target's Hugging Face tokenizer when it is beside the GGUF, else the server's own
         self.tokenizer = ChatTokenizer.from_folder(tokenizer_dir) or ServerTokenizer(self, meta)
-        self.server_for(None)              # plain: ready for /tokenize and a baseline at once
+        self.server_for("none")            # plain: ready for /tokenize and a baseline at once
         self.eos_ids = tuple(self.tokenizer.eos_ids)
         arch = metadata.architecture(meta)
         self.info = {"engine": NAME, "device": "cpu", "dtype": _file_type(meta),
-                     "architecture": arch, "name": launch.model.name, "block_size": block_size,
-                     "has_drafter": draft is not None, "has_tokenizer": True,
+                     "architecture": arch, "name": launch.model.name, "block_size": self.block_size,
+                     "has_drafter": draft is not None, "methods": list(self.methods), "has_tokenizer": True,
                      "chat_template": bool(self.tokenizer.has_template),
                      "supports_thinking": bool(self.tokenizer.supports_thinking),
                      "vocab_size": metadata.vocab_size(meta), "max_positions": self.max_positions,
@@ -168,16 +174,18 @@ class LlamaCppPair:
         DFlash drafter its layers is refused now, by what the server itself says, not mid-answer. optional (a
         drafter found beside the model, not asked for): such a target decodes plainly instead; False then."""
         try:
-            self.server_for(self.block_size - 1)
+            self.server_for("dflash", self.block_size - 1)
             return True
         except ServerError as exc:
             said = "\n".join(exc.log_lines) + str(exc)
             if not ("layer input tensor" in said or "not extracted" in said):
                 raise
             if optional:
-                self.draft, self.block_size = None, 1
-                self.info.update(block_size=1, has_drafter=False, draft_gguf=None)
-                self.server_for(None)
+                self.draft, self.methods = None, ("none", "ngram")
+                self.block_size = calibrate.NGRAM_CANDIDATES[-1] + 1
+                self.info.update(block_size=self.block_size, has_drafter=False, draft_gguf=None,
+                                 methods=list(self.methods))
+                self.server_for("none")
                 return False
             raise CheckpointError(
                     f"llama.cpp's DFlash cannot draft for this {arch!r} model: its graph in the llama.cpp we "
@@ -185,15 +193,22 @@ class LlamaCppPair:
                     "model without its drafter), and the torch engine runs the pair from its Hugging Face "
                     "folder.", code="unsupported_architecture") from None
 
-    def server_for(self, n_max: int | None) -> Server:
-        """The running server when it matches (None: plain decoding), else a fresh one."""
+    def server_for(self, method: str, n_max: int = 0, fresh: bool = False) -> Server:
+        """The running server when it matches, else a new one: plain decoding (method none), DFlash started at
+        n_max drafts per step, or n-gram lookup (started at its longest draft; each request sends its n_max).
+        fresh: a new server even when one matches (n-gram lookup then starts with nothing remembered)."""
+        if method == "none" or not n_max:
+            method, n_max = "none", 0
         flags = self.flash_attn if n_max else (self.plain_flash_attn or self.flash_attn)
-        want = replace(self.base, draft=self.draft if n_max else None, n_max=n_max or 0, flash_attn=flags)
+        n_max = calibrate.NGRAM_CANDIDATES[-1] if method == "ngram" else n_max
+        want = replace(self.base, draft=self.draft if method == "dflash" else None, method=method, n_max=n_max,
+                       flash_attn=flags)
         if self._suspect and self.server is not None:
             self._suspect = False
             if not self.server.healthy():
                 self.stop_server(grace=0)      # cancelled while it had stopped answering: hung, so replaced
-        if self.server is not None and self.server.launch == want and self.server.proc.poll() is None:
+        if (not fresh and self.server is not None and self.server.launch == want
+                and self.server.proc.poll() is None):
             return self.server
         self.stop_server()
         self.server = Server(want, cancelled=lambda: self.cancelled())
@@ -206,29 +221,43 @@ class LlamaCppPair:
         if server is not None and server.proc.poll() is None:
             return server
         if threading.current_thread() is self._owner:
-            return self.server_for(None)
+            return self.server_for("none")
         raise EngineError("The llama.cpp engine is starting again after a failure; try again in a moment.",
                           code="engine_crashed")
 
-    def n_max(self, settings: GenerationSettings, baseline: bool) -> tuple[int, dict | None]:
-        """Drafts per step for this answer, and why plain decoding runs when DFlash was asked for."""
-        if baseline or self.draft is None:
-            return 0, None
-        if settings.block_size:
-            return min(settings.block_size, self.block_size) - 1, None
-        choice = self.choice or {"n_max": self.block_size - 1}
-        if choice["n_max"]:
-            return choice["n_max"], None
-        if not settings.plain_fallback:       # DFlash asked for even where plain measured faster
-            rates = {int(n): r for n, r in (choice.get("rates") or {}).items() if int(n)}
-            return (max(rates, key=rates.get) if rates else self.block_size - 1), None
-        return 0, {"after_tokens": 0, "reason": choice["reason"], "tau": choice.get("tau", 0.0),
-                   "speed_share": choice.get("speed_share", 0.0)}
+    def calibrate(self, choice: dict) -> None:
+        """Answers follow the calibration's measured choice from now on (calibrate.choose)."""
+        self.choice = choice
+        self.plain_flash_attn = choice.get("plain_flash_attn")
+        self.info.update(speculation=choice, method=choice["method"])
+        self.server_for(choice["method"], choice["n_max"])
+
+    def plan(self, settings: GenerationSettings, baseline: bool) -> tuple[str, int, dict | None]:
+        """The method and drafts per step for this answer, and why plain decoding runs where speculation was
+        asked for: the calibrated choice, or the block size setting's cap on it."""
+        if baseline:
+            return "none", 0, None
+        choice = self.choice or {"method": "dflash" if self.draft else "none", "n_max": self.block_size - 1}
+        method, n_max = choice["method"], choice["n_max"]
+        if settings.method is not None:        # asked for by name (the speedup demo's races): its measured best
+            method = settings.method
+            n_max = ((choice.get("by_method") or {}).get(method) or {}).get("n_max") or (
+                self.block_size - 1 if method == "dflash" else DEFAULT_NGRAM)
+        elif settings.block_size and self.draft:    # the block size setting is DFlash's: DFlash at that width
+            method = "dflash"
+        elif method == "none" and not settings.plain_fallback:  # speculation asked for where plain measured faster
+            method, n_max = calibrate.fastest_drafting(choice) or (method, n_max)
+        if method != "none" and settings.block_size:
+            n_max = min(settings.block_size, self.block_size) - 1
+        if method != "none" or not self.choice:
+            return method, n_max, None
+        return "none", 0, {"after_tokens": 0, "reason": choice["reason"], "tau": choice.get("tau", 0.0),
+                           "speed_share": choice.get("speed_share", 0.0)}
 
     @property
     def plain_step_s(self) -> float | None:
         """Seconds per plain token as calibration measured it (the loop's plain fallback starts from this)."""
-        rate = float(((self.choice or {}).get("rates") or {}).get("0") or 0)
+        rate = float(((self.choice or {}).get("rates") or {}).get("none") or 0)
         return 1.0 / rate if rate > 0 else None
 
     def stop_drafting(self) -> None:
@@ -238,15 +267,17 @@ class LlamaCppPair:
         self._plain_rest = True
 
     def stream(self, prompt: list[int], settings: GenerationSettings, baseline: bool):
-        n_max, fallback = self.n_max(settings, baseline)
+        method, n_max, fallback = self.plan(settings, baseline)
         try:
-            server = self.server_for(n_max)
+            server = self.server_for(method, n_max)
         except StartCancelled:
             return
         if self.cancelled():
             return
         self._plain_rest = False
         body, received, accepted, earlier = request_body(prompt, settings), [], 0, None
+        if n_max:
+            body["speculative.n_max"] = n_max      # n-gram lookup's server drafts up to its longest
         while True:
             steps = self._steps(server, body, fallback, earlier)
             try:

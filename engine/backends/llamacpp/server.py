@@ -55,12 +55,22 @@ class StartCancelled(ServerError):
     """A cancel came while the server was starting (it has been stopped)."""
 
 
+# Our speculation methods (engine.backends.METHODS) -> llama-server's --spec-type
+SPEC_TYPES = {"dflash": "draft-dflash", "ngram": "ngram-mod", "mtp": "draft-mtp"}
+# n-gram lookup: llama.cpp's ngram-mod (a hash of the last NGRAM_MATCH tokens -> the token that followed them,
+# over the prompt and the answer, kept across answers) drafts at least NGRAM_MIN tokens. Short keys and drafts
+# win on a CPU, where a long rejected draft costs several plain steps: on SmolLM2 here 4/2 beat llama.cpp's
+# 24/48 defaults and llama.cpp's other n-gram kinds (docs/BENCHMARKS.md, "n-gram lookup").
+NGRAM_MATCH, NGRAM_MIN = 4, 2
+
+
 @dataclass(frozen=True)
 class Launch:
     """What a server is started with; a new value means a restart."""
     binary: Path
     model: Path
-    draft: Path | None = None
+    draft: Path | None = None   # the drafter's GGUF, for the methods that need one
+    method: str = "none"        # a key of SPEC_TYPES, or none: plain decoding
     n_max: int = 0              # tokens drafted per step (at most the block size - 1)
     context: int = 4096
     threads: int = 0            # 0: llama.cpp's default
@@ -76,10 +86,15 @@ class Launch:
             a += ["--no-repack"]
         if self.threads:
             a += ["-t", str(self.threads)]
+        if self.method != "none":
+            # always named: llama-server guesses some types from the drafter and none from a bare target
+            a += ["--spec-type", SPEC_TYPES[self.method], "--spec-draft-n-max", str(self.n_max)]
+        if self.method == "ngram":
+            a += ["--spec-ngram-mod-n-match", str(NGRAM_MATCH), "--spec-ngram-mod-n-min", str(NGRAM_MIN),
+                  "--spec-ngram-mod-n-max", str(self.n_max)]
         if self.draft:
             # the draft KV cache stays f16: a quantized one collapses DFlash's acceptance (DESIGN.md 7)
-            a += ["-md", str(self.draft), "--spec-type", "draft-dflash", "--spec-draft-n-max", str(self.n_max),
-                  "-ngld", str(self.gpu_layers), "-ctkd", "f16", "-ctvd", "f16"]
+            a += ["-md", str(self.draft), "-ngld", str(self.gpu_layers), "-ctkd", "f16", "-ctvd", "f16"]
             if self.threads:
                 a += ["-td", str(self.threads)]
         return a

@@ -1,0 +1,168 @@
+"""Speculation methods other than DFlash in the llama.cpp engine, on real servers: n-gram lookup gives plain
+decoding's greedy tokens on the demo pair and on SmolLM2 (a real model); a model opened without a drafter is
+calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings
+fed through the real calibration pick the fastest method and say why the others lost; a method the model
+cannot run is refused by name."""
+import os
+
+import pytest
+
+from engine.backends.llamacpp import build
+
+try:
+    build.find_build()
+except build.BuildMissing as exc:
+    pytest.skip(f"no llama.cpp build here ({exc})", allow_module_level=True)
+
+from engine.backends import ENGINES  # noqa: E402
+from engine.backends.llamacpp import calibrate  # noqa: E402
+from engine.backends.llamacpp.engine import load_pair  # noqa: E402
+from engine.backends.torch.engine import load_pair as torch_pair  # noqa: E402
+from engine.bench import DEMO_DIR  # noqa: E402
+from engine.errors import SettingsError  # noqa: E402
+from engine.limits import GenerationSettings  # noqa: E402
+from engine.loop import Generation  # noqa: E402
+from tests.test_llamacpp_engine import assert_same_up_to_rounding  # noqa: E402
+
+TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
+# code the demo target continues by repeating itself (a 5.8M model loops): n-gram lookup's best case
+REPETITIVE = ("x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny = 2\nx = 1\n", "#\n#\n#\n#\n#\n#\n#\n#\n",
+              "def test_add():\n    assert add(1, 2) == 3\n\n\ndef test_sub():\n    assert sub(3, 2) == 1\n\n\n"
+              "def test_mul():\n")
+NGRAM = GenerationSettings(max_new_tokens=96, method="ngram", plain_fallback=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def app_home(tmp_path_factory):
+    """Conversions and calibrations go to a fresh app folder, shared by this module's tests."""
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("DFLASH_DESKTOP_HOME")
+    os.environ["DFLASH_DESKTOP_HOME"] = str(home)
+    yield home
+    if old is None:
+        os.environ.pop("DFLASH_DESKTOP_HOME")
+    else:
+        os.environ["DFLASH_DESKTOP_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def target_alone(app_home):
+    """The demo target without its drafter, calibrated on code it repeats: n-gram lookup wins by about 2x."""
+    saved = calibrate.CODE_PROMPTS
+    calibrate.CODE_PROMPTS = REPETITIVE
+    try:
+        pair = load_pair(TARGET)
+    finally:
+        calibrate.CODE_PROMPTS = saved
+    yield pair
+    pair.close()
+
+
+def test_the_engines_declare_the_methods_they_run():
+    assert ENGINES["llamacpp"].methods == ("none", "ngram", "dflash")
+    assert ENGINES["torch"].methods == ("none", "dflash", "dflash2")
+    assert ENGINES["mlx"].methods == ("none", "dflash")
+    for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
+        assert ("dflash2" in info.methods) == (2 in info.drafter_generations)
+
+
+def test_ngram_lookup_gives_plain_decodings_tokens_on_the_demo_pair(app_home):
+    pair, reference = load_pair(TARGET, DRAFT), torch_pair(TARGET)
+    try:
+        assert pair.info["methods"] == ["none", "ngram", "dflash"]
+        drafted = 0
+        for text in REPETITIVE:
+            ids = pair.tokenizer.encode_prompt(text, raw=True)
+            plain = Generation(pair, ids, GenerationSettings(max_new_tokens=96), baseline=True).run()
+            fast = Generation(pair, ids, NGRAM).run()
+            assert "--spec-type" in pair.server.launch.args(1, DEMO_DIR) and pair.server.launch.method == "ngram"
+            assert pair.server.launch.draft is None                  # n-gram lookup needs no drafter
+            assert_same_up_to_rounding(fast.tokens, plain.tokens, ids, reference)
+            assert fast.stats.accepted <= fast.stats.drafted and fast.stop_reason == "length"
+            drafted += fast.stats.accepted
+        assert drafted > 0
+    finally:
+        pair.close()
+
+
+def test_ngram_lookup_gives_plain_decodings_tokens_on_smollm2(smollm2_folder):
+    """A real chat model, in float32 (on Q4_1 a verify's batched products round differently from a plain step's:
+    docs/engines/llamacpp.md, "Exactness: up to rounding"), asked to edit text it was given."""
+    pair = load_pair(smollm2_folder, dtype="float32")
+    try:
+        accepted = 0
+        for text in calibrate.CHAT_PROMPTS[2:] + ("Repeat this list, one item per line: apples, bread, cheese, "
+                                                   "dates, eggs, flour, grapes, honey.",):
+            ids = pair.tokenizer.encode_chat([{"role": "user", "content": text}])
+            plain = Generation(pair, ids, GenerationSettings(max_new_tokens=96), baseline=True).run()
+            fast = Generation(pair, ids, NGRAM).run()
+            assert fast.tokens == plain.tokens
+            accepted += fast.stats.accepted
+        assert accepted > 0
+    finally:
+        pair.close()
+
+
+def test_a_model_without_a_drafter_speculates_by_ngram_lookup_where_it_measures_faster(target_alone):
+    pair = target_alone
+    choice = pair.choice
+    assert pair.info["has_drafter"] is False and pair.info["methods"] == ["none", "ngram"]
+    assert choice["method"] == "ngram", choice["reason"]
+    assert choice["rates"][calibrate.name("ngram", choice["n_max"])] > choice["rates"]["none"]
+    assert "n-gram lookup" in choice["reason"] and pair.info["speculation"] == choice
+    ids = pair.tokenizer.encode_prompt(REPETITIVE[0], raw=True)
+    run = Generation(pair, ids, GenerationSettings(max_new_tokens=64)).run()     # the app's default: its choice
+    assert run.stats.drafted > 0 and pair.server.launch.method == "ngram" and run.fallback is None
+    plain = Generation(pair, ids, GenerationSettings(max_new_tokens=64), baseline=True).run()
+    assert run.tokens == plain.tokens and pair.server.launch.method == "none"
+
+
+def stub_measure(rates: dict):
+    """Timings by setting, fed through the real calibration (servers started, answers not timed)."""
+    def measure(server, prompt, n_max, tokens=calibrate.TOKENS):
+        launch = server.launch
+        setting = calibrate.name(launch.method, n_max) if n_max else "none"
+        rate, tau = rates.get(setting, (100.0, 1.5))
+        accepted = round(tokens * (1 - 1 / tau))
+        return {"tokens": tokens, "seconds": tokens / rate, "drafted": accepted + 1, "accepted": accepted}
+    return measure
+
+
+@pytest.mark.parametrize("rates, method", [
+    ({"none": (500.0, 1.0), "ngram 8": (400.0, 2.0)}, "none"),
+    ({"none": (500.0, 1.0), "ngram 8": (700.0, 1.8), "ngram 16": (650.0, 2.2)}, ("ngram", 8)),
+])
+def test_the_calibration_keeps_the_fastest_measured_method_and_says_why(target_alone, monkeypatch, rates, method):
+    pair = target_alone
+    saved = pair.choice
+    monkeypatch.setattr(calibrate, "measure", stub_measure(rates))
+    try:
+        pair.calibrate(calibrate.choose(pair, force=True))
+        choice = pair.choice
+        ids = pair.tokenizer.encode_prompt(REPETITIVE[1], raw=True)
+        run = Generation(pair, ids, GenerationSettings(max_new_tokens=32)).run()
+        if method == "none":
+            assert choice["method"] == "none" and "plain decoding (500 tokens/s) was the fastest" in choice["reason"]
+            assert "n-gram lookup 400 tokens/s at its best (8 drafts per step, tau 2.00)" in choice["reason"]
+            assert pair.server.launch.method == "none" and run.stats.drafted == 0
+            assert run.fallback["reason"] == choice["reason"]            # the stats panel says why plain runs
+        else:
+            assert (choice["method"], choice["n_max"]) == method and "8 drafts per step" in choice["reason"]
+            assert pair.server.launch.method == "ngram" and "ngram-mod" in pair.server.launch.args(1, DEMO_DIR)
+            assert run.fallback is None
+        assert pair.info["method"] == choice["method"] and choice["by_method"]["none"]["tok_s"] == 500.0
+    finally:
+        pair.calibrate(saved)
+
+
+def test_a_method_the_model_cannot_run_is_refused_by_name(target_alone):
+    ids = target_alone.tokenizer.encode_prompt(REPETITIVE[0], raw=True)
+    with pytest.raises(SettingsError, match="runs plain decoding, n-gram lookup, not DFlash"):
+        Generation(target_alone, ids, GenerationSettings(method="dflash"))
+    with pytest.raises(SettingsError, match="method must be one of"):
+        GenerationSettings(method="medusa")
+    reference = torch_pair(TARGET, DRAFT)
+    with pytest.raises(SettingsError, match="not n-gram lookup"):
+        Generation(reference, ids, GenerationSettings(method="ngram"))
+    plain = Generation(reference, ids, GenerationSettings(max_new_tokens=8, method="none")).run()
+    assert plain.stats.block_size == 1 and plain.stats.drafted == 0
