@@ -152,6 +152,7 @@ class Generation:
         self.loop_guard = LoopGuard(settings.loop_guard)
         self._cancel = threading.Event()
         self._streaming = False          # inside a streaming engine's request (cancel interrupts it)
+        self.started: float | None = None   # perf_counter when the answer's clock started (after prepare)
 
     @property
     def text(self) -> str:
@@ -185,14 +186,17 @@ class Generation:
         costs, dflash_steps = self.costs, DFlashSteps()
         if costs.plain_s is None and "plain_step_s" in pair.capabilities and pair.plain_step_s:
             costs.plain.append(pair.plain_step_s)       # until this pair's own plain steps measure it
-        start = time.perf_counter()
         interruptible = "interrupt" in pair.capabilities
         if interruptible:                   # the engine asks it while it starts a server or connects
             pair.cancelled = self._cancel.is_set
         self._streaming = True
-        chunks = source.stream(self.prompt, s) if stepping else pair.stream(self.prompt, s, baseline=baseline)
-        decode_start = arrived = None
+        chunks = None
         try:
+            if "prepare" in pair.capabilities:      # a server started for this answer is not the answer's time
+                pair.prepare(s, baseline)
+            start = self.started = time.perf_counter()
+            chunks = source.stream(self.prompt, s) if stepping else pair.stream(self.prompt, s, baseline=baseline)
+            decode_start = arrived = None
             for chunk in chunks:
                 if chunk.stop:
                     yield self._end(chunk.stop)
@@ -234,7 +238,8 @@ class Generation:
                     break
         finally:
             self._streaming = False
-            chunks.close()
+            if chunks is not None:
+                chunks.close()
             if interruptible:      # a later server start (a count, the next load) is not this cancel
                 pair.cancelled = _never
         if self.stop_reason is None:

@@ -386,7 +386,7 @@ class Worker:
             self.emit({"event": "tokens", "id": rid, "spans": [[t, d] for t, d in step.spans],
                        "tokens": step.tokens, "drafted": step.drafted,
                        "steps": [[step.proposed, step.accepted]] if (step.tokens or step.proposed) else [],
-                       "generated": generated, "elapsed_s": time.perf_counter() - t0})
+                       "generated": generated, "elapsed_s": time.perf_counter() - (gen.started or t0)})
         return {"event": "done", "id": rid, "stop_reason": gen.stop_reason, "text": gen.text,
                 "token_ids": gen.tokens, "stats": gen.stats.to_dict()}
 

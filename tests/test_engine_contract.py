@@ -16,7 +16,7 @@ from tests.tiny_torch import random_pair
 STEP_OPERATIONS = ("prefill", "draft", "verify", "commit", "stop_drafting", "memory")
 STREAM_OPERATIONS = ("stream", "memory")
 ATTRIBUTES = ("info", "tokenizer", "eos_ids", "block_size", "max_positions", "capabilities")
-OPTIONAL = ("stop_drafting", "interrupt", "plain_step_s", "close")
+OPTIONAL = ("stop_drafting", "interrupt", "plain_step_s", "close", "prepare")
 
 
 def engine_classes():

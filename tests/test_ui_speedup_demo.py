@@ -161,3 +161,48 @@ def test_a_busy_machine_gets_the_range_and_no_headline(qtbot, loaded_worker):
     assert demo.speedup_label.text() == f"{min(ratios):.2f}×–{max(ratios):.2f}×"
     assert demo.speedup_detail.text().startswith(f"The machine was busy: other programs used {demo.busiest:.0%} of")
     assert "Run it again when the computer is quiet" in demo.speedup_detail.text() and not recorded
+
+
+def test_any_two_of_the_pairs_methods_race_each_measured_alone(qtbot, qapp, tmp_path_factory, monkeypatch):
+    """llama.cpp runs the demo pair three ways: the pickers list them, and n-gram lookup races DFlash (greedy,
+    both give plain decoding's tokens); no plain run, so the stats panel's baseline is left alone."""
+    from engine.backends.llamacpp import build
+    try:
+        build.find_build()
+    except build.BuildMissing as exc:
+        pytest.skip(f"no llama.cpp build here ({exc})")
+    from engine.bench import DEMO_DIR
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path_factory.mktemp("home")))
+    worker = QtWorker()
+    try:
+        loaded = worker.client.wait(worker.load_pair(DEMO_DIR / "target", DEMO_DIR / "draft", engine="llamacpp"), 300)
+        assert loaded["event"] == "loaded" and loaded["methods"] == ["none", "ngram", "dflash"], loaded
+        demo = SpeedupDemo(worker)
+        qtbot.addWidget(demo)
+        demo._offer_methods(worker.pair_info)
+        lefts = [demo.left_method.itemData(i) for i in range(demo.left_method.count())]
+        rights = [demo.right_method.itemData(i) for i in range(demo.right_method.count())]
+        assert lefts == ["none", "ngram", "dflash"] and rights == [None, "ngram", "dflash"]
+        assert demo.right_method.itemText(0).startswith("The engine's choice (")
+        baselines = []
+        demo.baselineMeasured.connect(lambda *a: baselines.append(a))
+        demo.left_method.setCurrentIndex(lefts.index("dflash"))
+        demo.right_method.setCurrentIndex(rights.index("dflash"))
+        assert not demo.start("x = 1\ny = 2\nx = 1\ny = 2\n", {"max_new_tokens": 48})   # the same method twice
+        assert "two different ones" in demo.error_label.text()
+        demo.right_method.setCurrentIndex(rights.index("ngram"))
+        sent = []
+        worker.event.connect(lambda e: None)
+        generate = worker.generate
+        monkeypatch.setattr(worker, "generate", lambda **kw: sent.append(kw) or generate(**kw))
+        assert demo.start("x = 1\ny = 2\nx = 1\ny = 2\n", {"max_new_tokens": 48})
+        qtbot.waitUntil(lambda: demo.state == "finished", timeout=RUN_TIMEOUT_MS)
+        assert {kw["settings"].get("method") for kw in sent} == {"dflash", "ngram"}
+        assert all(kw["mode"] == "dflash" for kw in sent)
+        assert demo.plain_pane.title.text() == "DFlash" and demo.dflash_pane.title.text() == "n-gram lookup"
+        assert demo.identical, "greedy n-gram lookup and DFlash both give plain decoding's tokens"
+        assert "n-gram lookup" in demo.speedup_detail.text() and "vs DFlash" in demo.speedup_detail.text()
+        assert demo.dflash.stats["drafted"] > 0 and demo.plain.stats["drafted"] > 0
+        assert baselines == []
+    finally:
+        worker.shutdown(10)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
+from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
                                QSizePolicy, QTextEdit, QVBoxLayout, QWidget)
 
 from dflash_desktop.cpu_load import CpuMeter
@@ -26,6 +26,7 @@ from dflash_desktop.offers import Offers
 from dflash_desktop import session
 from dflash_desktop.session import BUSY_SHARE
 from dflash_desktop.qt_worker import QtWorker
+from engine.backends import METHODS
 
 from . import theme
 
@@ -48,6 +49,13 @@ SPREAD_LIMIT = 2.0        # rounds whose ratios lie further apart than this are 
 BAD_COLOR = "#d1242f"  # readable on both themes; the theme has no text colour for "bad"
 REPLAY_NOTE = "Replay at measured speed — runs were measured one after the other"
 PLAIN_TITLE, DFLASH_TITLE = "Plain decoding (baseline)", "DFlash"
+CHOICE = "The engine's choice"     # the right side's default: how answers speculate (its calibration's pick)
+
+
+def methods_of(info: dict | None) -> list[str]:
+    """The methods a loaded pair runs (engine.backends.METHODS keys), plain decoding first."""
+    info = info or {}
+    return list(info.get("methods") or (["none", "dflash"] if info.get("has_drafter") else ["none"]))
 
 
 @dataclass
@@ -210,6 +218,18 @@ class SpeedupDemo(QWidget):
         self.replay_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.replay_label.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
 
+        # the two sides race any two of the pair's methods: plain decoding against the engine's choice at first
+        self.left_method, self.right_method = QComboBox(), QComboBox()
+        self.left_method.setAccessibleName("Left side's method")
+        self.right_method.setAccessibleName("Right side's method")
+        self.left_method.setToolTip("How the left side decodes: plain decoding is the baseline users run today.")
+        self.right_method.setToolTip("How the right side decodes: the engine's choice is what your answers use.")
+        race = QHBoxLayout()
+        race.addWidget(QLabel("Race"))
+        race.addWidget(self.left_method)
+        race.addWidget(QLabel("against"))
+        race.addWidget(self.right_method)
+        race.addStretch(1)
         self.plain_pane, self.dflash_pane = _Pane(PLAIN_TITLE), _Pane(DFLASH_TITLE)
         panes = QHBoxLayout()
         panes.addWidget(self.plain_pane, 1)
@@ -236,6 +256,7 @@ class SpeedupDemo(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Prompt (used for both runs)"))
         layout.addWidget(self.prompt_edit)
+        layout.addLayout(race)
         layout.addLayout(buttons)
         layout.addWidget(self.error_label)
         layout.addWidget(self.replay_label)
@@ -249,6 +270,41 @@ class SpeedupDemo(QWidget):
         """Swap in the default prompt that suits the loaded model, unless the user wrote their own."""
         if info and self.prompt_edit.toPlainText() in (DEFAULT_PROMPT, DEFAULT_CHAT_PROMPT):
             self.prompt_edit.setPlainText(DEFAULT_CHAT_PROMPT if info.get("chat_template") else DEFAULT_PROMPT)
+        self._offer_methods(info)
+
+    def _offer_methods(self, info: dict | None) -> None:
+        """The pickers list what the loaded pair runs; plain decoding against the engine's choice to begin."""
+        methods = methods_of(info)
+        chosen = ((info or {}).get("speculation") or {}).get("method")
+        for combo, options in ((self.left_method, methods),
+                               (self.right_method, [None] + [m for m in methods if m != "none"])):
+            kept = combo.currentData() if combo.count() else None
+            combo.clear()
+            for m in options:
+                label = (f"{CHOICE} ({METHODS[chosen]})" if m is None and chosen else CHOICE if m is None
+                         else METHODS.get(m, m))
+                combo.addItem(label, m)
+            if kept in options:                      # a pick that the pair (loaded again) still runs stays
+                combo.setCurrentIndex(options.index(kept))
+        for combo in (self.left_method, self.right_method):
+            combo.setEnabled(combo.count() > 1)
+
+    def method_of(self, mode: str) -> str | None:
+        """The method a side runs: "baseline" is the left pane, "dflash" the right (None: the engine's choice)."""
+        combo = self.left_method if mode == "baseline" else self.right_method
+        return combo.currentData() if combo.count() else ("none" if mode == "baseline" else None)
+
+    def label_of(self, mode: str) -> str:
+        method = self.method_of(mode)
+        if method is None:
+            chosen = ((self.worker.pair_info or {}).get("speculation") or {}).get("method")
+            return METHODS.get(chosen, "DFlash") if chosen and chosen != "none" else "DFlash"
+        return METHODS[method]
+
+    @property
+    def against_plain(self) -> bool:
+        """The classic race: plain decoding against the engine's choice (a baseline, and the calibration's say)."""
+        return self.method_of("baseline") == "none" and self.method_of("dflash") is None
 
     def _set_state(self, state: str) -> None:
         self.state = state
@@ -257,6 +313,8 @@ class SpeedupDemo(QWidget):
         self.prompt_edit.setReadOnly(busy)
         self.replay_button.setEnabled(not busy and self._measured())
         self.stop_button.setEnabled(busy)
+        for combo in (self.left_method, self.right_method):
+            combo.setEnabled(not busy and combo.count() > 1)
         self.progress.setVisible(state == "measuring")
         self.replay_label.setVisible(state in ("replaying", "finished"))
         self.stateChanged.emit(state)
@@ -278,9 +336,11 @@ class SpeedupDemo(QWidget):
             return self._refuse("Type a prompt first.")
         if info is None:
             return self._refuse("No model is loaded. Load a model pair first, then run the comparison.")
-        if not info.get("has_drafter"):
+        if len(methods_of(info)) < 2:
             return self._refuse(f"{info.get('name', 'This model')} was loaded without its DFlash drafter, "
                                 "so there is nothing to compare. Load a pair whose drafter fits.")
+        if self.method_of("baseline") == self.method_of("dflash"):
+            return self._refuse("Both sides would run the same method: choose two different ones to race.")
         if not Offers.of(info).baseline:
             return self._refuse(f"{info.get('name', 'This model')} runs on a server, which decides itself how to "
                                 "decode every request: plain decoding cannot be measured there. Load a pair on "
@@ -290,6 +350,8 @@ class SpeedupDemo(QWidget):
         self.plain = self.dflash = None
         for pane in (self.plain_pane, self.dflash_pane):
             pane.clear()
+        self.plain_pane.title.setText(PLAIN_TITLE if self.method_of("baseline") == "none" else self.label_of("baseline"))
+        self.dflash_pane.title.setText(self.label_of("dflash") if self.method_of("dflash") != "none" else "Plain decoding")
         self.speedup_label.clear()
         self.speedup_detail.clear()
         self.identical_label.clear()
@@ -318,17 +380,21 @@ class SpeedupDemo(QWidget):
         self.progress.setValue(0)
         self._show_progress(0)
         settings = {**self.settings, "max_new_tokens": WARMUP_TOKENS} if m.warmup else dict(self.settings)
+        method = self.method_of(m.mode)
+        mode = "baseline" if method == "none" else "dflash"
+        if method not in (None, "none"):
+            settings["method"] = method
         if self._chat:  # chat models answer through their template, thinking off as the drafters were trained
-            self._rid = self.worker.generate(messages=[{"role": "user", "content": self._prompt}], mode=m.mode,
+            self._rid = self.worker.generate(messages=[{"role": "user", "content": self._prompt}], mode=mode,
                                              settings=settings, enable_thinking=False)
         else:
-            self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=m.mode, settings=settings)
+            self._rid = self.worker.generate(prompt=self._prompt, raw=True, mode=mode, settings=settings)
 
     def _show_progress(self, tokens: int) -> None:
         if self._current.warmup:
             self.status.setText("Warming up: a short untimed run of each method, so neither pays first-call costs…")
             return
-        what = "plain decoding" if self._current.mode == "baseline" else "DFlash"
+        what = self.label_of(self._current.mode)
         step = f"run {self.runs.index(self._current) + 1} of {len(self.runs)}"
         set_text(self.status, f"Measuring {what}… {tokens} tokens  ({step}, each run alone on this device)")
         self.progress.setValue(min(tokens, self.progress.maximum()))
@@ -342,7 +408,7 @@ class SpeedupDemo(QWidget):
             return
         m.chunks.append((float(ev["elapsed_s"]), [list(s) for s in ev["spans"]]))
         m.generated = int(ev.get("generated", m.generated))
-        self._pane_of(m).append(ev["spans"], highlight=m.mode == "dflash")
+        self._pane_of(m).append(ev["spans"], highlight=self.method_of(m.mode) != "none")
         self._show_progress(m.generated)
 
     def _on_done(self, ev: dict) -> None:
@@ -364,7 +430,7 @@ class SpeedupDemo(QWidget):
             self.plain, self.dflash = self._median_run("baseline"), self._median_run("dflash")
             self._set_state("finished")
             self._show_results()
-            if self.headline and float(self.plain.stats.get("decode_tok_s") or 0):
+            if self.headline and self.method_of("baseline") == "none" and float(self.plain.stats.get("decode_tok_s") or 0):
                 self.baselineMeasured.emit(self.plain.done, self.plain.cpu_other)
             self.replay()
 
@@ -435,7 +501,7 @@ class SpeedupDemo(QWidget):
 
     def _final_stats(self, m: Measurement) -> str:
         text = f"<b>{m.tok_s:.1f} tok/s</b> · {m.seconds:.2f} s · {m.tokens} tokens<br>"
-        if m is self.dflash:
+        if self.method_of(m.mode) != "none":
             tau, rate = m.stats.get("tau", 0.0), m.stats.get("acceptance_rate", 0.0)
             return text + f"τ {tau:.2f} tokens per target pass · {rate:.0%} of drafted tokens accepted"
         return text + "one token per target pass"
@@ -452,15 +518,17 @@ class SpeedupDemo(QWidget):
             self.speedup_label.setStyleSheet("")
             why = (f"The machine was busy: other programs used {self.busiest:.0%} of the CPU during the runs"
                    if busy else "The rounds disagree")
-            self.speedup_detail.setText(f"{why}, so the {len(ratios)} rounds measured DFlash at {spread} of plain "
-                                        "decoding's speed: no single figure would be honest. Run it again when the "
+            self.speedup_detail.setText(f"{why}, so the {len(ratios)} rounds measured {self.label_of('dflash')} at "
+                                        f"{spread} of {self.label_of('baseline')}'s speed: no single figure would be "
+                                        "honest. Run it again when the "
                                         "computer is quiet. The baseline in the stats panel was left as it was.")
         else:
-            self.speedup_label.setText(f"{s:.2f}× faster" if s >= 1 else f"{s:.2f}× — slower than plain decoding")
+            self.speedup_label.setText(f"{s:.2f}× faster" if s >= 1 else f"{s:.2f}× — slower than "
+                                       f"{self.label_of('baseline')}")
             color = theme.current().good if s >= 1 else BAD_COLOR
             self.speedup_label.setStyleSheet(f"color: {color};")
-            detail = (f"DFlash {self.dflash.tok_s:.1f} tok/s vs plain {self.plain.tok_s:.1f} tok/s{where}, each run "
-                      f"alone, {rounds}.")
+            detail = (f"{self.label_of('dflash')} {self.dflash.tok_s:.1f} tok/s vs {self.label_of('baseline')} "
+                      f"{self.plain.tok_s:.1f} tok/s{where}, each run alone, {rounds}.")
             tau = self.dflash.stats.get("tau", 0.0)
             if s < 1 and tau < 2:
                 detail += (f" The target kept few drafted tokens (τ {tau:.2f}); drafters do best on the kind of text "
@@ -468,11 +536,11 @@ class SpeedupDemo(QWidget):
             elif s < 1:
                 detail += (f" Drafts were accepted (τ {tau:.2f}), but here a draft-and-verify step costs more than "
                            "the tokens it saves; DFlash pays off with larger models, on a GPU.")
-            agreement = session.calibration_agreement(info.get("speculation"), s)
+            agreement = session.calibration_agreement(info.get("speculation"), s) if self.against_plain else ""
             if agreement:
                 detail += " " + agreement
             plain_decode = float(self.plain.stats.get("decode_tok_s") or 0.0)
-            if plain_decode:
+            if plain_decode and self.method_of("baseline") == "none":
                 detail += (f" The median plain run is now the pair's baseline in the stats panel: {plain_decode:.1f} "
                            "tok/s decoding alone, the first token and the prompt not counted.")
             self.speedup_detail.setText(detail)
@@ -488,7 +556,7 @@ class SpeedupDemo(QWidget):
             other = next(m for m in self.runs if first_difference(self.plain.token_ids, m.token_ids) is not None)
             i = first_difference(self.plain.token_ids, other.token_ids)
             self.identical_label.setText(f"Outputs differ ✗  first difference at token {i} of "
-                                         f"{max(self.plain.tokens, other.tokens)}. Greedy DFlash should "
+                                         f"{max(self.plain.tokens, other.tokens)}. Greedy speculation should "
                                          "match plain decoding exactly; please report this.")
             self.identical_label.setStyleSheet(f"color: {BAD_COLOR}; font-weight: bold;")
 
@@ -511,7 +579,7 @@ class SpeedupDemo(QWidget):
         for m in (self.plain, self.dflash):
             pane, pos = self._pane_of(m), self._replay_pos[m.mode]
             while pos < len(m.chunks) and m.chunks[pos][0] <= now:
-                pane.append(m.chunks[pos][1], highlight=m.mode == "dflash")
+                pane.append(m.chunks[pos][1], highlight=self.method_of(m.mode) != "none")
                 pos += 1
             self._replay_pos[m.mode] = pos
             set_text(pane.stats, self._final_stats(m) if pos >= len(m.chunks) else f"{now:.1f} s …")

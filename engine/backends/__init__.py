@@ -148,6 +148,7 @@ CAPABILITIES = {
     "interrupt": "interrupt() from another thread wakes a stream that waits (cancel); the loop sets `cancelled`",
     "plain_step_s": "plain_step_s: seconds per plain token it measured itself (the fallback starts from it)",
     "close": "close() frees what it holds outside this process's memory (a server, a device) at unload",
+    "prepare": "prepare(settings, baseline) gets ready for an answer (starts its server) before the clock starts",
 }
 
 
