@@ -1,5 +1,6 @@
 """Speculation methods other than DFlash in the llama.cpp engine, on real servers: n-gram lookup gives plain
-decoding's greedy tokens on the demo pair and on SmolLM2 (a real model); a model opened without a drafter is
+decoding's greedy tokens on the demo pair and on SmolLM2 (a real model), and so does a target's own MTP head (a
+tiny random Qwen3.5 with one, converted keeping it); a model opened without a drafter is
 calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings
 fed through the real calibration pick the fastest method and say why the others lost; a method the model
 cannot run is refused by name."""
@@ -59,7 +60,7 @@ def target_alone(app_home):
 
 
 def test_the_engines_declare_the_methods_they_run():
-    assert ENGINES["llamacpp"].methods == ("none", "ngram", "dflash")
+    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "dflash")
     assert ENGINES["torch"].methods == ("none", "dflash", "dflash2")
     assert ENGINES["mlx"].methods == ("none", "dflash")
     for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
@@ -166,3 +167,54 @@ def test_a_method_the_model_cannot_run_is_refused_by_name(target_alone):
         Generation(reference, ids, GenerationSettings(method="ngram"))
     plain = Generation(reference, ids, GenerationSettings(max_new_tokens=8, method="none")).run()
     assert plain.stats.block_size == 1 and plain.stats.drafted == 0
+
+
+@pytest.fixture(scope="module")
+def mtp_target(tmp_path_factory):
+    """A tiny random Qwen3.5 (Gated DeltaNet and full attention layers, steered as the architecture tests steer
+    it) with a multi-token-prediction head as Qwen ships one: mtp.* tensors, here a copy of its last full
+    attention layer with random projections, and `mtp_num_hidden_layers` in its config."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from tests.test_llamacpp_architectures import tiny_pair
+    root = tmp_path_factory.mktemp("mtp")
+    target, _, _ = tiny_pair(root, "qwen3_5")
+    reference = torch_pair(target)           # the same weights without the head: what plain decoding gives
+    weights = load_file(target / "model.safetensors")
+    hidden = weights["model.embed_tokens.weight"].shape[1]
+    g = torch.Generator().manual_seed(5)
+    layer = "model.layers.3."                # a full attention layer (they alternate, from the second)
+    weights.update({"mtp.layers.0." + k[len(layer):]: v.clone() for k, v in weights.items() if k.startswith(layer)})
+    weights.update({"mtp.fc.weight": torch.randn(hidden, 2 * hidden, generator=g) * 0.05,
+                    **{f"mtp.{n}.weight": torch.ones(hidden) for n in
+                       ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")}})
+    save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    (target / "config.json").write_text(json.dumps({**cfg, "mtp_num_hidden_layers": 1}), encoding="utf-8")
+    return target, reference
+
+
+def test_a_targets_own_mtp_head_drafts_and_gives_plain_decodings_tokens(mtp_target):
+    from tests.test_llamacpp_architectures import PROMPTS
+    from tests.test_llamacpp_architectures import assert_same_up_to_rounding as same
+    target, reference = mtp_target
+    pair = load_pair(target, dtype="float32")
+    try:
+        assert pair.info["methods"] == ["none", "ngram", "mtp"] and "mtp" in pair.choice["by_method"]
+        drafted = 0
+        for prompt in PROMPTS:
+            plain = Generation(pair, prompt, GenerationSettings(max_new_tokens=32), baseline=True).run()
+            for n in (1, 3):
+                fast = Generation(pair, prompt, GenerationSettings(max_new_tokens=32, method="mtp", block_size=n + 1,
+                                                                   plain_fallback=False)).run()
+                launch = pair.server.launch
+                assert (launch.method, launch.n_max, launch.draft) == ("mtp", n, None)
+                assert "draft-mtp" in launch.args(1, DEMO_DIR)
+                same(fast.tokens, plain.tokens, prompt, reference, f"MTP with {n} drafts against plain llama.cpp")
+                drafted += fast.stats.drafted
+        assert drafted > 0
+    finally:
+        pair.close()

@@ -26,6 +26,7 @@ from .server import request_body
 
 CANDIDATES = (3, 7, 15)      # DFlash's drafts per step tried (capped at the block size - 1)
 NGRAM_CANDIDATES = (4, 8, 16)   # n-gram lookup's longest drafts tried (docs/BENCHMARKS.md, "n-gram lookup")
+MTP_CANDIDATES = (1, 2, 3)       # the target's MTP head drafts one token per pass: a server each (it drafts n_max)
 TOKENS = 64                  # per timed answer
 ROUNDS = 2                   # timed rounds, after a warm-up answer on each server
 WARM_UP = ("Say hello.", "# hello\n")   # a short first answer on a new server (chat, code): nothing n-gram lookup could reuse
@@ -101,6 +102,8 @@ def settings_of(pair) -> list[tuple[str, int]]:
     out = []
     if "ngram" in pair.methods:
         out += [("ngram", n) for n in NGRAM_CANDIDATES]
+    if "mtp" in pair.methods:
+        out += [("mtp", n) for n in MTP_CANDIDATES]
     if "dflash" in pair.methods:
         out += [("dflash", n) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]
     return out
@@ -163,14 +166,16 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
         for flags in plain_flags:
             pair.plain_flash_attn = flags
             run(("plain", flags), pair.server_for("none"), 0, warm_first=True)
-        for method in ("ngram", "dflash"):
+        for method in ("ngram", "mtp", "dflash"):
             mine = [n for m, n in drafting if m == method]
             if not mine:
                 continue
             for j, n_max in enumerate(mine[r % len(mine):] + mine[:r % len(mine)]):   # a new order each round
-                # one DFlash server at the most drafts (each request lowers them); n-gram lookup starts afresh
-                server = pair.server_for(method, max(mine), fresh=method == "ngram")
-                run(name(method, n_max), server, n_max, warm_first=method == "ngram" or j == 0)
+                # one DFlash server at the most drafts (each request lowers them); n-gram lookup starts afresh;
+                # an MTP head drafts as many passes as its server was started with, so each setting has its own
+                one = method != "dflash"
+                server = pair.server_for(method, n_max if method == "mtp" else max(mine), fresh=method == "ngram")
+                run(name(method, n_max), server, n_max, warm_first=one or j == 0)
     settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...errors import Cancelled, CheckpointError, EngineError
+from ...weights import folder_tensors
 from . import build
 from ...cache_dir import app_cache
 
@@ -28,8 +29,9 @@ ALLOWED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer
            "model.safetensors.index.json")
 OUTTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0"}
 CONVERT_SECONDS = 3600.0
-# Targets converted without their multi-token-prediction head (--no-mtp): llama.cpp's Qwen3.5/3.6 and Qwen3-Next
-# converters fail on a checkpoint without one (a model saved by transformers has none), and DFlash never runs it.
+# Targets converted without a multi-token-prediction head (--no-mtp) when their weights hold none: llama.cpp's
+# Qwen3.5/3.6 and Qwen3-Next converters fail on such a checkpoint (a model saved by transformers has none). One
+# that has its head (mtp.* tensors, as Qwen ships them) keeps it: llama-server's draft-mtp speculates with it.
 NO_MTP = {"Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM", "Qwen3_5MoeForConditionalGeneration",
           "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM"}
 # A drafter takes its vocabulary from its target's converter class, run on the drafter's own: the Qwen3 MoE one
@@ -81,6 +83,11 @@ def _stage(folder: Path, into: Path, with_weights: bool, architectures: dict[str
     return into
 
 
+def has_mtp(folder: Path) -> bool:
+    """Whether a checkpoint's weights hold a multi-token-prediction head (read from the safetensors headers)."""
+    return any(name.split(".")[0] == "mtp" or ".mtp." in name for name in folder_tensors(folder))
+
+
 def converter_command(frozen: bool | None = None) -> list[str]:
     """How to start convert_main: an installed (frozen) app has no `python -m`, so it runs itself with
     --convert-gguf (dflash_desktop/worker_entry.py); a source checkout runs this Python."""
@@ -130,7 +137,7 @@ def convert(source: Path, out: Path, outtype: str, target_dir: Path | None, what
         if target_dir is not None:
             args += ["--target-model-dir", str(_stage(target_dir, Path(tmp) / "target", with_weights=False,
                                                       architectures=DRAFT_VOCAB_AS))]
-        elif _architectures(source) & NO_MTP:
+        elif _architectures(source) & NO_MTP and not has_mtp(source):
             args.append("--no-mtp")
         run_converter(args, what, cancelled)
     os.replace(out.with_suffix(".partial"), out)

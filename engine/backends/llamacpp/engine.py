@@ -128,7 +128,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     return pair
 
 
-DEFAULT_NGRAM = 8     # n-gram lookup's longest draft when asked for before a calibration measured it
+DEFAULT_DRAFTS = {"ngram": 8, "mtp": 2}   # drafts per step when asked for before a calibration measured them
 
 
 class LlamaCppPair:
@@ -138,8 +138,11 @@ class LlamaCppPair:
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft = launch, draft
-        # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, DFlash with a drafter
-        self.methods = ("none", "ngram", "dflash") if draft else ("none", "ngram")
+        # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, the target's own MTP head
+        # where its GGUF keeps one, DFlash with a drafter
+        arch = metadata.architecture(meta)
+        mtp = ("mtp",) if int(meta.get(f"{arch}.nextn_predict_layers") or 0) > 0 else ()
+        self.methods = ("none", "ngram", *mtp, *(("dflash",) if draft else ()))
         # the most tokens one step can commit: the drafter's block, or n-gram lookup's longest draft + 1
         self.block_size = block_size if draft else calibrate.NGRAM_CANDIDATES[-1] + 1
         # On a CPU llama.cpp's flash attention is the slower path for a verify's block of queries, and for one
@@ -181,7 +184,7 @@ class LlamaCppPair:
             if not ("layer input tensor" in said or "not extracted" in said):
                 raise
             if optional:
-                self.draft, self.methods = None, ("none", "ngram")
+                self.draft, self.methods = None, tuple(m for m in self.methods if m != "dflash")
                 self.block_size = calibrate.NGRAM_CANDIDATES[-1] + 1
                 self.info.update(block_size=self.block_size, has_drafter=False, draft_gguf=None,
                                  methods=list(self.methods))
@@ -242,7 +245,7 @@ class LlamaCppPair:
         if settings.method is not None:        # asked for by name (the speedup demo's races): its measured best
             method = settings.method
             n_max = ((choice.get("by_method") or {}).get(method) or {}).get("n_max") or (
-                self.block_size - 1 if method == "dflash" else DEFAULT_NGRAM)
+                self.block_size - 1 if method == "dflash" else DEFAULT_DRAFTS[method])
         elif settings.block_size and self.draft:    # the block size setting is DFlash's: DFlash at that width
             method = "dflash"
         elif method == "none" and not settings.plain_fallback:  # speculation asked for where plain measured faster
