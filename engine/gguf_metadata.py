@@ -94,8 +94,10 @@ def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> 
     arch = architecture(target)
     if arch == "dflash":
         raise PairMismatchError(f"{target_name} is a DFlash drafter, not a target model. Swap the two files.")
+    if architecture(draft) == "eagle3":
+        return _check_eagle3(target, draft, target_name, draft_name)
     if architecture(draft) != "dflash":
-        raise PairMismatchError(f"{draft_name} is not a DFlash drafter (its architecture is "
+        raise PairMismatchError(f"{draft_name} is not a DFlash or EAGLE-3 drafter (its architecture is "
                                 f"{architecture(draft) or 'unknown'!r}). Give a drafter converted for DFlash.")
     layers = target.get(f"{arch}.block_count")
     wanted = [int(i) for i in draft.get("dflash.target_layers") or []]
@@ -105,6 +107,22 @@ def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> 
             f"{draft_name} reads target layers {[i - 1 for i in wanted]} but {target_name} has {layers} layers, "
             "and llama.cpp cannot export its last one: this drafter was not made for this target.")
     for what, t_key, d_key in (("hidden size", f"{arch}.embedding_length", "dflash.embedding_length"),
+                               ("vocabulary", "tokenizer.ggml.tokens", "tokenizer.ggml.tokens")):
+        t, d = target.get(t_key), draft.get(d_key)
+        if t is not None and d is not None and _size(t) != _size(d):
+            raise PairMismatchError(f"{draft_name} has {what} {_size(d)} but {target_name} has {_size(t)}: "
+                                    "this drafter was made for another model.")
+
+
+def _check_eagle3(target: dict, draft: dict, target_name: str, draft_name: str) -> None:
+    """An EAGLE-3 drafter reads three of its target's layers and its hidden size, over its vocabulary."""
+    arch = architecture(target)
+    layers = int(target.get(f"{arch}.block_count") or 0)
+    wanted = [int(i) for i in draft.get("eagle3.target_layers") or []]
+    if len(wanted) != 3 or not layers or max(wanted) > layers or min(wanted) < 0:
+        raise PairMismatchError(f"{draft_name} reads target layers {wanted} but {target_name} has {layers} layers: "
+                                "this EAGLE-3 drafter was not made for this target.")
+    for what, t_key, d_key in (("hidden size", f"{arch}.embedding_length", "eagle3.target_hidden_size"),
                                ("vocabulary", "tokenizer.ggml.tokens", "tokenizer.ggml.tokens")):
         t, d = target.get(t_key), draft.get(d_key)
         if t is not None and d is not None and _size(t) != _size(d):

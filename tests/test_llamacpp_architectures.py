@@ -51,7 +51,8 @@ def app_home(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DFLASH_DESKTOP_HOME", str(tmp_path_factory.mktemp("home")))
         mp.setattr(calibrate, "choose", lambda pair, cancelled=None, force=False: {
-            "n_max": pair.block_size - 1, "reason": "not measured in tests", "plain_flash_attn": "off"})
+            "method": pair.drafter or "none", "n_max": pair.block_size - 1, "reason": "not measured in tests",
+            "plain_flash_attn": "off"})
         yield
 
 

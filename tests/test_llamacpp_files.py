@@ -65,7 +65,7 @@ def test_metadata_reads_keys_and_refuses_what_is_not_gguf(tmp_path):
     (dict(layers=(2, 4, 6)), "cannot export its last one"),        # layer 5 of 6: the last
     (dict(hidden=128), "hidden size 128 but t.gguf has 256"),
     (dict(vocab=9), "vocabulary 9 but t.gguf has 8"),
-    (dict(arch="qwen3"), "is not a DFlash drafter"),
+    (dict(arch="qwen3"), "is not a DFlash or EAGLE-3 drafter"),
 ])
 def test_a_drafter_that_does_not_fit_its_target_is_refused_by_name(tmp_path, change, message):
     t = metadata.read_metadata(target(tmp_path))
@@ -82,8 +82,18 @@ def test_a_fitting_pair_passes_and_swapped_files_are_named(tmp_path):
 
 
 def test_the_calibration_picks_the_fastest_and_says_why():
-    dflash = calibrate.decide({0: {"tok_s": 100.0, "tau": 1.0}, 3: {"tok_s": 150.0, "tau": 3.0},
-                               7: {"tok_s": 180.0, "tau": 4.5}, 15: {"tok_s": 170.0, "tau": 5.0}})
-    assert dflash["n_max"] == 7 and "7 drafts per step" in dflash["reason"] and dflash["speed_share"] == 1.8
-    plain = calibrate.decide({0: {"tok_s": 1000.0, "tau": 1.0}, 7: {"tok_s": 800.0, "tau": 4.0}})
-    assert plain["n_max"] == 0 and "plain decoding" in plain["reason"] and "800" in plain["reason"]
+    dflash = calibrate.decide({"none": {"tok_s": 100.0, "tau": 1.0}, "dflash 3": {"tok_s": 150.0, "tau": 3.0},
+                               "dflash 7": {"tok_s": 180.0, "tau": 4.5}, "dflash 15": {"tok_s": 170.0, "tau": 5.0},
+                               "ngram 8": {"tok_s": 120.0, "tau": 1.5}})
+    assert (dflash["method"], dflash["n_max"]) == ("dflash", 7) and dflash["speed_share"] == 1.8
+    assert "DFlash with 7 drafts per step" in dflash["reason"]
+    assert "n-gram lookup 120 tokens/s at its best (8 drafts per step, tau 1.50)" in dflash["reason"]
+    assert dflash["by_method"] == {"none": {"n_max": 0, "tok_s": 100.0, "tau": 1.0},
+                                   "dflash": {"n_max": 7, "tok_s": 180.0, "tau": 4.5},
+                                   "ngram": {"n_max": 8, "tok_s": 120.0, "tau": 1.5}}
+    ngram = calibrate.decide({"none": {"tok_s": 100.0, "tau": 1.0}, "ngram 16": {"tok_s": 130.0, "tau": 2.0},
+                              "mtp 2": {"tok_s": 110.0, "tau": 1.8}})
+    assert (ngram["method"], ngram["n_max"]) == ("ngram", 16) and "MTP heads 110 tokens/s" in ngram["reason"]
+    plain = calibrate.decide({"none": {"tok_s": 1000.0, "tau": 1.0}, "dflash 7": {"tok_s": 800.0, "tau": 4.0}})
+    assert plain["method"] == "none" and plain["n_max"] == 0 and "plain decoding" in plain["reason"]
+    assert "800" in plain["reason"]

@@ -1,6 +1,6 @@
 """Speculation methods other than DFlash in the llama.cpp engine, on real servers: n-gram lookup gives plain
 decoding's greedy tokens on the demo pair and on SmolLM2 (a real model), and so does a target's own MTP head (a
-tiny random Qwen3.5 with one, converted keeping it); a model opened without a drafter is
+tiny random Qwen3.5 with one, converted keeping it) and an EAGLE-3 drafter (random, SpecForge's layout); a model opened without a drafter is
 calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings
 fed through the real calibration pick the fastest method and say why the others lost; a method the model
 cannot run is refused by name."""
@@ -60,7 +60,7 @@ def target_alone(app_home):
 
 
 def test_the_engines_declare_the_methods_they_run():
-    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "dflash")
+    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dflash")
     assert ENGINES["torch"].methods == ("none", "dflash", "dflash2")
     assert ENGINES["mlx"].methods == ("none", "dflash")
     for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
@@ -218,3 +218,71 @@ def test_a_targets_own_mtp_head_drafts_and_gives_plain_decodings_tokens(mtp_targ
         assert drafted > 0
     finally:
         pair.close()
+
+
+def random_eagle3(folder, target_cfg: dict, layers: list[int], seed: int = 0):
+    """A random EAGLE-3 drafter for a target, in SpecForge's layout (LlamaForCausalLMEagle3: one decoder layer
+    over [embedding, fused target features], fc from three target layers, its own head over the full vocabulary)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    h, heads, kv = target_cfg["hidden_size"], target_cfg["num_attention_heads"], target_cfg["num_key_value_heads"]
+    hd, ff, vocab = target_cfg.get("head_dim") or h // heads, target_cfg["intermediate_size"], target_cfg["vocab_size"]
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g) * 0.05
+    weights = {"fc.weight": rand(h, 3 * h), "norm.weight": torch.ones(h), "lm_head.weight": rand(vocab, h),
+               "midlayer.input_layernorm.weight": torch.ones(h), "midlayer.hidden_norm.weight": torch.ones(h),
+               "midlayer.post_attention_layernorm.weight": torch.ones(h),
+               "midlayer.self_attn.q_proj.weight": rand(heads * hd, 2 * h),
+               "midlayer.self_attn.k_proj.weight": rand(kv * hd, 2 * h),
+               "midlayer.self_attn.v_proj.weight": rand(kv * hd, 2 * h),
+               "midlayer.self_attn.o_proj.weight": rand(h, heads * hd),
+               "midlayer.mlp.gate_proj.weight": rand(ff, h), "midlayer.mlp.up_proj.weight": rand(ff, h),
+               "midlayer.mlp.down_proj.weight": rand(h, ff)}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
+              "intermediate_size": ff, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+              "num_hidden_layers": 1, "vocab_size": vocab, "draft_vocab_size": vocab, "hidden_act": "silu",
+              "rms_norm_eps": target_cfg.get("rms_norm_eps", 1e-6), "tie_word_embeddings": False,
+              "max_position_embeddings": target_cfg["max_position_embeddings"], "rope_theta": 10000.0,
+              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+              "eagle_aux_hidden_state_layer_ids": layers}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+def test_an_eagle3_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_home, tmp_path):
+    """An EAGLE-3 drafter (random, for the demo target) converts with llama.cpp's converter, pairs by its
+    metadata, runs as draft-eagle3 and keeps plain decoding's greedy tokens; one made for another target's
+    layers is refused before a server starts."""
+    import json
+
+    from engine.errors import PairMismatchError
+    reference = torch_pair(TARGET)
+    cfg = json.loads((TARGET / "config.json").read_text(encoding="utf-8"))
+    drafter = random_eagle3(tmp_path / "eagle3", cfg, layers=[1, 3, 5])
+    pair = load_pair(TARGET, drafter)
+    try:
+        assert pair.info["methods"] == ["none", "ngram", "eagle3"] and pair.info["has_drafter"]
+        assert set(pair.choice["by_method"]) == {"none", "ngram", "eagle3"}
+        drafted = 0
+        for text in REPETITIVE[:2]:
+            ids = pair.tokenizer.encode_prompt(text, raw=True)
+            plain = Generation(pair, ids, GenerationSettings(max_new_tokens=48), baseline=True).run()
+            fast = Generation(pair, ids, GenerationSettings(max_new_tokens=48, method="eagle3", block_size=4,
+                                                            plain_fallback=False)).run()
+            launch = pair.server.launch
+            assert (launch.method, launch.n_max) == ("eagle3", 3) and launch.draft is not None
+            assert "draft-eagle3" in launch.args(1, DEMO_DIR)
+            assert_same_up_to_rounding(fast.tokens, plain.tokens, ids, reference)
+            drafted += fast.stats.drafted
+        assert drafted > 0
+    finally:
+        pair.close()
+    wrong = random_eagle3(tmp_path / "wrong", cfg, layers=[1, 3, 9])
+    with pytest.raises(PairMismatchError, match="reads target layers"):
+        load_pair(TARGET, wrong)

@@ -27,6 +27,7 @@ from .server import request_body
 CANDIDATES = (3, 7, 15)      # DFlash's drafts per step tried (capped at the block size - 1)
 NGRAM_CANDIDATES = (4, 8, 16)   # n-gram lookup's longest drafts tried (docs/BENCHMARKS.md, "n-gram lookup")
 MTP_CANDIDATES = (1, 2, 3)       # the target's MTP head drafts one token per pass: a server each (it drafts n_max)
+EAGLE3_CANDIDATES = (2, 4, 6)    # an EAGLE-3 drafter too: one pass per draft, a server each
 TOKENS = 64                  # per timed answer
 ROUNDS = 2                   # timed rounds, after a warm-up answer on each server
 WARM_UP = ("Say hello.", "# hello\n")   # a short first answer on a new server (chat, code): nothing n-gram lookup could reuse
@@ -97,6 +98,9 @@ def warm_up(pair) -> list[int]:
     return tok.encode_prompt(WARM_UP[0]) if tok.has_template else tok.encode_prompt(WARM_UP[1], raw=True)
 
 
+PASS_PER_DRAFT = ("mtp", "eagle3")   # methods whose server drafts all its n_max, whatever a request asks
+
+
 def settings_of(pair) -> list[tuple[str, int]]:
     """(method, drafts per step) for each speculating setting the pair's files allow."""
     out = []
@@ -104,6 +108,8 @@ def settings_of(pair) -> list[tuple[str, int]]:
         out += [("ngram", n) for n in NGRAM_CANDIDATES]
     if "mtp" in pair.methods:
         out += [("mtp", n) for n in MTP_CANDIDATES]
+    if "eagle3" in pair.methods:
+        out += [("eagle3", n) for n in EAGLE3_CANDIDATES]
     if "dflash" in pair.methods:
         out += [("dflash", n) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]
     return out
@@ -166,15 +172,16 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
         for flags in plain_flags:
             pair.plain_flash_attn = flags
             run(("plain", flags), pair.server_for("none"), 0, warm_first=True)
-        for method in ("ngram", "mtp", "dflash"):
+        for method in ("ngram", "mtp", "eagle3", "dflash"):
             mine = [n for m, n in drafting if m == method]
             if not mine:
                 continue
             for j, n_max in enumerate(mine[r % len(mine):] + mine[:r % len(mine)]):   # a new order each round
                 # one DFlash server at the most drafts (each request lowers them); n-gram lookup starts afresh;
-                # an MTP head drafts as many passes as its server was started with, so each setting has its own
+                # an MTP head or EAGLE-3 drafter drafts as many passes as its server was started with: one each
                 one = method != "dflash"
-                server = pair.server_for(method, n_max if method == "mtp" else max(mine), fresh=method == "ngram")
+                server = pair.server_for(method, n_max if method in PASS_PER_DRAFT else max(mine),
+                                         fresh=method == "ngram")
                 run(name(method, n_max), server, n_max, warm_first=one or j == 0)
     settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}

@@ -153,14 +153,30 @@ def target_gguf(target_dir: Path, dtype: str, cancelled=lambda: False) -> Path:
     return convert(target_dir, out, OUTTYPES[dtype], None, f"the target in {target_dir}", cancelled)
 
 
+# EAGLE-3 drafters as llama.cpp's converter knows them (SpecForge, vLLM/AngelSlim, speculators)
+EAGLE3 = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator", "Eagle3DraftModel"}
+
+
+def drafter_kind(cfg: dict) -> str | None:
+    """dflash or eagle3 for a drafter's config.json (the method it drafts for), else None."""
+    names = set(cfg.get("architectures") or ())
+    if names & {"DFlashDraftModel", "DFlash2DraftModel"}:
+        return "dflash"
+    if names & EAGLE3 or ("draft_vocab_size" in cfg and cfg.get("num_hidden_layers") == 1):
+        return "eagle3"
+    return None
+
+
 def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancelled=lambda: False) -> Path:
-    """A z-lab drafter for a target whose config and tokenizer are in target_dir; a quantized target keeps
-    a float16 drafter (DFlash's acceptance suffers from a quantized drafter, and drafters are small)."""
+    """A z-lab DFlash drafter, or an EAGLE-3 one, for a target whose config and tokenizer are in target_dir; a
+    quantized target keeps a float16 drafter (DFlash's acceptance suffers from a quantized drafter, and drafters
+    are small)."""
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
-    if not set(cfg.get("architectures") or ()) & {"DFlashDraftModel", "DFlash2DraftModel"}:
-        raise CheckpointError(f"{draft_dir} is not a DFlash drafter (config.json architectures "
+    kind = drafter_kind(cfg)
+    if kind is None:
+        raise CheckpointError(f"{draft_dir} is neither a DFlash nor an EAGLE-3 drafter (config.json architectures "
                               f"{cfg.get('architectures')}).")
     key = identity((draft_dir, True), (target_dir, False))
     outtype = OUTTYPES.get(dtype, "f16") if dtype != "q8_0" else "f16"
-    out = app_cache() / "gguf" / f"{draft_dir.name}-dflash-{key}-{outtype}.gguf"
+    out = app_cache() / "gguf" / f"{draft_dir.name}-{kind}-{key}-{outtype}.gguf"
     return convert(draft_dir, out, outtype, target_dir, f"the drafter in {draft_dir}", cancelled)

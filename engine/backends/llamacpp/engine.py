@@ -33,7 +33,7 @@ def find_target(target: Path, dtype: str, cancelled) -> Path:
     """A .gguf file, a folder holding one (several: the one named for dtype), or safetensors to convert."""
     if target.suffix.lower() == ".gguf":
         return target
-    files = [p for p in _ggufs(target) if metadata.architecture(metadata.read_metadata(p)) != "dflash"]
+    files = [p for p in _ggufs(target) if metadata.architecture(metadata.read_metadata(p)) not in DRAFTER_ARCHS]
     if len(files) > 1:
         files = [p for p in files if dtype and dtype.lower() in p.name.lower()] or files
         if len(files) > 1:
@@ -47,16 +47,20 @@ def find_target(target: Path, dtype: str, cancelled) -> Path:
     return convert.target_gguf(target, dtype, cancelled)
 
 
+DRAFTER_ARCHS = ("dflash", "eagle3")   # GGUF drafter architectures -> the method each drafts for (the same name)
+
+
 def find_draft(draft: Path, target: Path, dtype: str, cancelled) -> Path:
-    """A DFlash .gguf file or a folder holding one, or a z-lab drafter folder to convert for the target."""
+    """A DFlash or EAGLE-3 .gguf file or a folder holding one, or a z-lab DFlash or EAGLE-3 drafter folder to
+    convert for the target."""
     if draft.suffix.lower() == ".gguf":
         return draft
-    files = [p for p in _ggufs(draft) if metadata.architecture(metadata.read_metadata(p)) == "dflash"]
+    files = [p for p in _ggufs(draft) if metadata.architecture(metadata.read_metadata(p)) in DRAFTER_ARCHS]
     if files:
         return files[0]
     if not (draft / "config.json").is_file():
-        raise CheckpointError(f"{draft} holds neither a DFlash .gguf drafter nor a drafter (config.json and "
-                              "safetensors) to convert.")
+        raise CheckpointError(f"{draft} holds neither a DFlash or EAGLE-3 .gguf drafter nor a drafter (config.json "
+                              "and safetensors) to convert.")
     tokenizer_dir = target if target.is_dir() else target.parent
     if not (tokenizer_dir / "config.json").is_file():
         raise CheckpointError(f"Converting the drafter in {draft} needs its target's config.json and tokenizer "
@@ -109,7 +113,9 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         draft_file = find_draft(Path(draft_dir), target, dtype, cancelled)
         dmeta = metadata.read_metadata(draft_file)
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
-        block = int(dmeta.get("dflash.block_size") or 16)
+        # DFlash drafts a block in one pass; EAGLE-3 one token a pass, up to its longest calibrated draft
+        block = (int(dmeta.get("dflash.block_size") or 16) if metadata.architecture(dmeta) == "dflash"
+                 else calibrate.EAGLE3_CANDIDATES[-1] + 1)
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
     report("weights", f"Starting llama-server with {target_file.name}")
     launch = Launch(binary, target_file, context=context, repack=cpu.repack_safe())
@@ -138,11 +144,13 @@ class LlamaCppPair:
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft = launch, draft
+        # the method the drafter drafts for: its GGUF architecture (dflash, eagle3)
+        self.drafter = metadata.architecture(metadata.read_metadata(draft)) if draft else None
         # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, the target's own MTP head
-        # where its GGUF keeps one, DFlash with a drafter
+        # where its GGUF keeps one, and the drafter's method
         arch = metadata.architecture(meta)
         mtp = ("mtp",) if int(meta.get(f"{arch}.nextn_predict_layers") or 0) > 0 else ()
-        self.methods = ("none", "ngram", *mtp, *(("dflash",) if draft else ()))
+        self.methods = ("none", "ngram", *mtp, *((self.drafter,) if draft else ()))
         # the most tokens one step can commit: the drafter's block, or n-gram lookup's longest draft + 1
         self.block_size = block_size if draft else calibrate.NGRAM_CANDIDATES[-1] + 1
         # On a CPU llama.cpp's flash attention is the slower path for a verify's block of queries, and for one
@@ -177,14 +185,15 @@ class LlamaCppPair:
         DFlash drafter its layers is refused now, by what the server itself says, not mid-answer. optional (a
         drafter found beside the model, not asked for): such a target decodes plainly instead; False then."""
         try:
-            self.server_for("dflash", self.block_size - 1)
+            self.server_for(self.drafter, self.block_size - 1)
             return True
         except ServerError as exc:
             said = "\n".join(exc.log_lines) + str(exc)
             if not ("layer input tensor" in said or "not extracted" in said):
                 raise
             if optional:
-                self.draft, self.methods = None, tuple(m for m in self.methods if m != "dflash")
+                self.methods = tuple(m for m in self.methods if m != self.drafter)
+                self.draft = self.drafter = None
                 self.block_size = calibrate.NGRAM_CANDIDATES[-1] + 1
                 self.info.update(block_size=self.block_size, has_drafter=False, draft_gguf=None,
                                  methods=list(self.methods))
@@ -204,7 +213,7 @@ class LlamaCppPair:
             method, n_max = "none", 0
         flags = self.flash_attn if n_max else (self.plain_flash_attn or self.flash_attn)
         n_max = calibrate.NGRAM_CANDIDATES[-1] if method == "ngram" else n_max
-        want = replace(self.base, draft=self.draft if method == "dflash" else None, method=method, n_max=n_max,
+        want = replace(self.base, draft=self.draft if method == self.drafter else None, method=method, n_max=n_max,
                        flash_attn=flags)
         if self._suspect and self.server is not None:
             self._suspect = False
@@ -240,14 +249,14 @@ class LlamaCppPair:
         asked for: the calibrated choice, or the block size setting's cap on it."""
         if baseline:
             return "none", 0, None
-        choice = self.choice or {"method": "dflash" if self.draft else "none", "n_max": self.block_size - 1}
+        choice = self.choice or {"method": self.drafter or "none", "n_max": self.block_size - 1}
         method, n_max = choice["method"], choice["n_max"]
         if settings.method is not None:        # asked for by name (the speedup demo's races): its measured best
             method = settings.method
             n_max = ((choice.get("by_method") or {}).get(method) or {}).get("n_max") or (
-                self.block_size - 1 if method == "dflash" else DEFAULT_DRAFTS[method])
-        elif settings.block_size and self.draft:    # the block size setting is DFlash's: DFlash at that width
-            method = "dflash"
+                self.block_size - 1 if method == self.drafter else DEFAULT_DRAFTS[method])
+        elif settings.block_size and self.draft:    # the block size setting is the drafter's: its method at that width
+            method = self.drafter
         elif method == "none" and not settings.plain_fallback:  # speculation asked for where plain measured faster
             method, n_max = calibrate.fastest_drafting(choice) or (method, n_max)
         if method != "none" and settings.block_size:
