@@ -39,8 +39,8 @@ class Variant(Launch):
 
 
 def variants(base: Variant) -> dict[str, Variant]:
-    def spec(kind, n_max, **flags):
-        extra = ("--spec-type", kind, "--spec-draft-n-max", str(n_max))
+    def spec(kind, longest, **flags):
+        extra = ("--spec-type", kind, "--spec-draft-n-max", str(longest))
         for flag, value in flags.items():
             extra += (f"--spec-{kind}-{flag.replace('_', '-')}", str(value))
         return replace(base, extra=extra)

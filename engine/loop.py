@@ -140,6 +140,9 @@ class Generation:
             raise SettingsError(f"This model runs {', '.join(METHODS[m] for m in methods if m in METHODS)}, not "
                                 f"{METHODS[settings.method]}: choose one of those, or let the engine choose.")
         baseline = baseline or settings.method == "none"
+        # how this answer speculates, in words (its fallback says so): named, the engine's choice, or DFlash
+        named = settings.method or pair.info.get("method")
+        self.method_label = METHODS[named if named not in (None, "none") else "dflash"]
         wanted = 1 if baseline or pair.block_size == 1 else (settings.block_size or pair.block_size)
         if wanted > pair.block_size:
             raise SettingsError(f"block_size {wanted} exceeds the drafter's block size {pair.block_size}.")
@@ -270,10 +273,14 @@ class Generation:
         self.fallback = {"after_tokens": len(self.tokens), "tau": tau, "break_even": break_even,
                          "dflash_step_ms": step_s * 1000, "plain_step_ms": costs.plain_s * 1000,
                          "speed_share": share,
-                         "reason": (f"DFlash committed {tau:.2f} tokens per step over its first {steps.count} steps, "
-                                    f"below this pair's break-even of {break_even:.2f} on this machine (it ran at "
-                                    f"{share:.0%} of plain decoding's speed), so the rest of the answer used "
-                                    "plain decoding.")}
+                         "reason": (f"{self.method_label} kept none of its drafts over its first {steps.count} steps: "
+                                    f"one token per step, which gains nothing whatever this pair's break-even "
+                                    f"({break_even:.2f} here), so the rest of the answer used plain decoding."
+                                    if tau <= 1.0 else
+                                    f"{self.method_label} committed {tau:.2f} tokens per step over its first "
+                                    f"{steps.count} steps, below this pair's break-even of {break_even:.2f} on this "
+                                    f"machine (it ran at {share:.0%} of plain decoding's speed), so the rest of the "
+                                    "answer used plain decoding.")}
         self.stats.fallback = self.fallback
         return self.fallback
 

@@ -243,7 +243,7 @@ class PairSession(QObject):
             return None
         loaded = self.loaded
         return {"id": self.pair.id, "name": self.display_name, "engine": loaded.engine, "device": loaded.device,
-                "dtype": loaded.dtype, "has_drafter": loaded.has_drafter, "chat": loaded.chat_template,
+                "dtype": loaded.dtype, "has_drafter": loaded.speculates, "chat": loaded.chat_template,
                 "baseline_key": self.baseline_key}
 
     def calibrate(self) -> None:
