@@ -89,8 +89,8 @@ def vocab_size(meta: dict) -> int:
 
 
 def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> None:
-    """A DFlash drafter GGUF against its target's: what llama.cpp would otherwise abort on, or silently
-    run slowly with (a drafter for another model accepts nothing)."""
+    """A DFlash (or EAGLE-3) drafter GGUF against its target's: what llama.cpp would otherwise abort on, or
+    silently run slowly with (a drafter for another model accepts nothing)."""
     arch = architecture(target)
     if arch == "dflash":
         raise PairMismatchError(f"{target_name} is a DFlash drafter, not a target model. Swap the two files.")
@@ -106,12 +106,7 @@ def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> 
         raise PairMismatchError(
             f"{draft_name} reads target layers {[i - 1 for i in wanted]} but {target_name} has {layers} layers, "
             "and llama.cpp cannot export its last one: this drafter was not made for this target.")
-    for what, t_key, d_key in (("hidden size", f"{arch}.embedding_length", "dflash.embedding_length"),
-                               ("vocabulary", "tokenizer.ggml.tokens", "tokenizer.ggml.tokens")):
-        t, d = target.get(t_key), draft.get(d_key)
-        if t is not None and d is not None and _size(t) != _size(d):
-            raise PairMismatchError(f"{draft_name} has {what} {_size(d)} but {target_name} has {_size(t)}: "
-                                    "this drafter was made for another model.")
+    _same_sizes(target, draft, target_name, draft_name, "dflash.embedding_length")
 
 
 def _check_eagle3(target: dict, draft: dict, target_name: str, draft_name: str) -> None:
@@ -122,7 +117,13 @@ def _check_eagle3(target: dict, draft: dict, target_name: str, draft_name: str) 
     if len(wanted) != 3 or not layers or max(wanted) > layers or min(wanted) < 0:
         raise PairMismatchError(f"{draft_name} reads target layers {wanted} but {target_name} has {layers} layers: "
                                 "this EAGLE-3 drafter was not made for this target.")
-    for what, t_key, d_key in (("hidden size", f"{arch}.embedding_length", "eagle3.target_hidden_size"),
+    _same_sizes(target, draft, target_name, draft_name, "eagle3.target_hidden_size")
+
+
+def _same_sizes(target: dict, draft: dict, target_name: str, draft_name: str, hidden_key: str) -> None:
+    """The drafter's idea of its target's hidden size (under hidden_key) and vocabulary, against the target's."""
+    arch = architecture(target)
+    for what, t_key, d_key in (("hidden size", f"{arch}.embedding_length", hidden_key),
                                ("vocabulary", "tokenizer.ggml.tokens", "tokenizer.ggml.tokens")):
         t, d = target.get(t_key), draft.get(d_key)
         if t is not None and d is not None and _size(t) != _size(d):

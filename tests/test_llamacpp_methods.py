@@ -4,8 +4,6 @@ tiny random Qwen3.5 with one, converted keeping it) and an EAGLE-3 drafter (rand
 calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings
 fed through the real calibration pick the fastest method and say why the others lost; a method the model
 cannot run is refused by name."""
-import os
-
 import pytest
 
 from engine.backends.llamacpp import build
@@ -23,7 +21,8 @@ from engine.bench import DEMO_DIR  # noqa: E402
 from engine.errors import SettingsError  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
-from tests.test_llamacpp_engine import assert_same_up_to_rounding  # noqa: E402
+# the module's fresh app folder (autouse) and the comparison that allows float-rounding ties
+from tests.test_llamacpp_engine import app_home, assert_same_up_to_rounding  # noqa: E402,F401
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 # code the demo target continues by repeating itself (a 5.8M model loops): n-gram lookup's best case
@@ -31,19 +30,6 @@ REPETITIVE = ("x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny = 2\nx = 1\n", "#\n#\n#\n#\n
               "def test_add():\n    assert add(1, 2) == 3\n\n\ndef test_sub():\n    assert sub(3, 2) == 1\n\n\n"
               "def test_mul():\n")
 NGRAM = GenerationSettings(max_new_tokens=96, method="ngram", plain_fallback=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def app_home(tmp_path_factory):
-    """Conversions and calibrations go to a fresh app folder, shared by this module's tests."""
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("DFLASH_DESKTOP_HOME")
-    os.environ["DFLASH_DESKTOP_HOME"] = str(home)
-    yield home
-    if old is None:
-        os.environ.pop("DFLASH_DESKTOP_HOME")
-    else:
-        os.environ["DFLASH_DESKTOP_HOME"] = old
 
 
 @pytest.fixture(scope="module")
