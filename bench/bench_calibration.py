@@ -75,9 +75,7 @@ def run(which: str, limit: int, tokens: int, calibrations: int) -> dict:
             for i, ids in enumerate(prompts):
                 order = settings if i % 2 else settings[::-1]    # interleaved prompt by prompt, alternating order
                 for method, n in order:
-                    top = max(k for m, k in settings if m == method)
-                    server = pair.server_for(method, n if method in calibrate.PASS_PER_DRAFT else top,
-                                             fresh=method == "ngram")
+                    server = calibrate.server(pair, method, n, max(k for m, k in settings if m == method))
                     runs[calibrate.name(method, n)].append(calibrate.measure(server, ids, n, tokens))
             totals = {k: calibrate.total(r) for k, r in runs.items()}
             medians = {k: statistics.median(r["tokens"] / r["seconds"] for r in rs if r["seconds"])

@@ -108,8 +108,7 @@ class LoadedPair:
     def method(self) -> str:
         """How answers speculate (engine.backends.METHODS): the engine's measured choice where it made one, else
         DFlash with a drafter and plain decoding without."""
-        chosen = (self.speculation or {}).get("method") or self.event.get("method")
-        return chosen or ("dflash" if self.has_drafter else "none")
+        return self.event.get("method") or ("dflash" if self.has_drafter else "none")
 
     @property
     def speculates(self) -> bool:

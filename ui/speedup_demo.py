@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPlainTex
 
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.offers import Offers
+from dflash_desktop.pairs import LoadedPair
 from dflash_desktop import session
 from dflash_desktop.session import BUSY_SHARE
 from dflash_desktop.qt_worker import QtWorker
@@ -296,10 +297,7 @@ class SpeedupDemo(QWidget):
 
     def label_of(self, mode: str) -> str:
         method = self.method_of(mode)
-        if method is None:
-            chosen = ((self.worker.pair_info or {}).get("speculation") or {}).get("method")
-            return METHODS.get(chosen, "DFlash") if chosen and chosen != "none" else "DFlash"
-        return METHODS[method]
+        return METHODS[method] if method else LoadedPair.of(self.worker.pair_info or {}).method_label
 
     @property
     def against_plain(self) -> bool:

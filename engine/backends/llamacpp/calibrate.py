@@ -20,7 +20,7 @@ from pathlib import Path
 from ...cache_dir import app_cache
 from ...errors import Cancelled
 from ...limits import GenerationSettings
-from ... import backends
+from .. import METHODS
 from . import build
 from .server import request_body
 
@@ -128,8 +128,16 @@ def parse(key: str) -> tuple[str, int]:
 def fastest_drafting(choice: dict) -> tuple[str, int] | None:
     """The fastest speculating setting the calibration measured (where the user asks for speculation even
     though plain decoding measured faster)."""
-    rates = {k: r for k, r in (choice.get("rates") or {}).items() if k != "none"}
-    return parse(max(rates, key=rates.get)) if rates else None
+    best = {m: r for m, r in (choice.get("by_method") or {}).items() if m != "none"}
+    top = max(best, key=lambda m: best[m]["tok_s"]) if best else None
+    return (top, best[top]["n_max"]) if top else None
+
+
+def server(pair, method: str, n_max: int, longest: int):
+    """The server a setting is timed on: one DFlash server at its longest drafts (each request lowers them); a
+    new n-gram server (nothing remembered); an MTP head or EAGLE-3 drafter started at n_max, since it drafts as
+    many passes as its server was started with."""
+    return pair.server_for(method, n_max if method in PASS_PER_DRAFT else longest, fresh=method == "ngram")
 
 
 def measure(server, prompt: list[int], n_max: int, tokens: int = TOKENS) -> dict:
@@ -177,12 +185,9 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
             if not mine:
                 continue
             for j, n_max in enumerate(mine[r % len(mine):] + mine[:r % len(mine)]):   # a new order each round
-                # one DFlash server at the most drafts (each request lowers them); n-gram lookup starts afresh;
-                # an MTP head or EAGLE-3 drafter drafts as many passes as its server was started with: one each
-                one = method != "dflash"
-                server = pair.server_for(method, n_max if method in PASS_PER_DRAFT else max(mine),
-                                         fresh=method == "ngram")
-                run(name(method, n_max), server, n_max, warm_first=one or j == 0)
+                # only DFlash keeps its server from one setting to the next: the others get a new one to warm up
+                run(name(method, n_max), server(pair, method, n_max, max(mine)), n_max,
+                    warm_first=method != "dflash" or j == 0)
     settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])
@@ -221,14 +226,14 @@ def decide(best: dict[str, dict], prompts: int = 1) -> dict:
     top = max(tops.values(), key=lambda k: best[k]["tok_s"]) if tops else None
     where = f"on this computer{over(prompts)}"
     if method != "none":
-        reason = (f"llama.cpp's {label(method)} with {n_max} drafts per step decoded {best[chosen]['tok_s']:.0f} "
+        reason = (f"llama.cpp's {METHODS[method]} with {n_max} drafts per step decoded {best[chosen]['tok_s']:.0f} "
                   f"tokens/s (tau {best[chosen]['tau']:.2f}) against plain decoding's {plain:.0f} tokens/s {where}, "
                   "so answers use it.")
     else:
         why = ("a drafting step costs more here than the tokens it saves"
                if any(best[k]["tau"] > 1.0 for k in tops.values()) else "no drafts were accepted")
         reason = f"llama.cpp's plain decoding ({plain:.0f} tokens/s) was the fastest {where}: {why}, so answers use it."
-    losers = [f"{label(m)} {best[k]['tok_s']:.0f} tokens/s at its best ({parse(k)[1]} drafts per step, "
+    losers = [f"{METHODS[m]} {best[k]['tok_s']:.0f} tokens/s at its best ({parse(k)[1]} drafts per step, "
               + (f"tau {best[k]['tau']:.2f})" if best[k]["tau"] > 1.0 else
                  "none of its drafts accepted)" if best[k].get("drafted", 1) else
                  "nothing to draft: no text in the answers repeated what came before)")
@@ -242,10 +247,6 @@ def decide(best: dict[str, dict], prompts: int = 1) -> dict:
             "taus": {k: round(r["tau"], 2) for k, r in best.items() if k != "none"},
             "tau": best[top]["tau"] if top else 1.0, "prompts": prompts,
             "speed_share": best[top]["tok_s"] / plain if top and plain else 0.0, "reason": reason}
-
-
-def label(method: str) -> str:
-    return backends.METHODS[method]
 
 
 def over(prompts: int) -> str:

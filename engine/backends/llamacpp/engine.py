@@ -135,6 +135,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
 
 
 DEFAULT_DRAFTS = {"ngram": 8, "mtp": 2}   # drafts per step when asked for before a calibration measured them
+NGRAM_BLOCK = calibrate.NGRAM_CANDIDATES[-1] + 1   # a step's most tokens without a drafter: n-gram's longest + 1
 
 
 class LlamaCppPair:
@@ -152,7 +153,7 @@ class LlamaCppPair:
         mtp = ("mtp",) if int(meta.get(f"{arch}.nextn_predict_layers") or 0) > 0 else ()
         self.methods = ("none", "ngram", *mtp, *((self.drafter,) if draft else ()))
         # the most tokens one step can commit: the drafter's block, or n-gram lookup's longest draft + 1
-        self.block_size = block_size if draft else calibrate.NGRAM_CANDIDATES[-1] + 1
+        self.block_size = block_size if draft else NGRAM_BLOCK
         # On a CPU llama.cpp's flash attention is the slower path for a verify's block of queries, and for one
         # decoding query once the context is long; its plain matrix products win (docs/BENCHMARKS.md, "Flash
         # attention off on the CPU"). A GPU keeps llama.cpp's own choice.
@@ -194,7 +195,7 @@ class LlamaCppPair:
             if optional:
                 self.methods = tuple(m for m in self.methods if m != self.drafter)
                 self.draft = self.drafter = None
-                self.block_size = calibrate.NGRAM_CANDIDATES[-1] + 1
+                self.block_size = NGRAM_BLOCK
                 self.info.update(block_size=self.block_size, has_drafter=False, draft_gguf=None,
                                  methods=list(self.methods))
                 self.server_for("none")
