@@ -19,7 +19,13 @@ loading (``dtype`` one the engine names in its QUANTIZED, e.g. the torch engine'
 when the full-precision weights leave no room for DFlash::
 
     {"id": "bnb-nf4", "label": "NF4 4-bit (bitsandbytes)", "dtype": "nf4", "devices": ["cuda"]}
-Variants of engines this version lacks, or that the pair's ``engines`` do not list, are skipped. ``refresh_catalog(url)`` fetches a newer copy
+Variants of engines this version lacks, or that the pair's ``engines`` do not list, are skipped.
+
+A pair speculates in one of several ways (engine.backends.METHODS), each a ``Speculation``: its ``drafter``
+(DFlash, or DFlash2 where the drafter's ``generation`` is 2), any ``drafters`` of other kinds listed for the
+same target (each with its ``method``: dflash, dflash2, eagle3 or dspark), the target's own MTP heads where it
+declares ``mtp_layers``, and n-gram lookup, which needs nothing more. Each runs on the pair's engines that declare
+the method; ``Pair.choosing(method)`` is the pair with that one, so the downloader fetches only its drafter. ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
 copy in use, so a bad network or a bad file can never leave the app without a catalog.
 """
@@ -30,13 +36,13 @@ import json
 import logging
 import re
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import assets
-from engine.backends import DEVICE_CLASSES, ENGINES
-from engine.config import GENERATIONS
+from engine.backends import DEVICE_CLASSES, ENGINES, METHODS
+from engine.config import GENERATION_METHODS
 from engine.package_file import package_file
 
 from . import paths
@@ -49,6 +55,8 @@ KINDS = ("hub", "embedded")
 _TARGET_INTS = ("layers", "attention_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                 "head_dim", "vocab_size", "max_context")
 _DRAFTER_INTS = ("layers", "num_kv_heads", "head_dim", "block_size", "captured_layers")
+# the methods whose drafter is a checkpoint of its own, downloaded beside the target
+DRAFTED = ("dflash", "dflash2", "eagle3", "dspark")
 
 
 class CatalogError(ValueError):
@@ -104,39 +112,72 @@ CONFIG_FILES = ("*config.json", "tokenizer*.json", "special_tokens_map*.json", "
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """One way to speculate on a pair's target: the method, the drafter it downloads (None: nothing more, the
+    target's own MTP heads or n-gram lookup) and the pair's engines that run it (device classes each)."""
+
+    method: str
+    drafter: ModelSpec | None
+    engines: dict[str, tuple[str, ...]]
+
+    @property
+    def label(self) -> str:
+        """The method and where it comes from, as the model list names it."""
+        if self.drafter is None:
+            return "MTP heads in the model" if self.method == "mtp" else "n-gram lookup"
+        owner = (self.drafter.repo_id or "").split("/")[0]
+        return f"{METHODS[self.method]} drafter" + (f" ({owner})" if owner else "")
+
+
+@dataclass(frozen=True)
 class Pair:
     id: str
     name: str
     kind: str
     target: ModelSpec
-    drafter: ModelSpec
+    drafter: ModelSpec | None             # the chosen method's drafter; None: it needs none (mtp, ngram)
     engines: dict[str, tuple[str, ...]]   # engine -> device classes it runs this pair on (best engine first)
     notes: str
     approximate: tuple[str, ...]
     raw: dict = field(repr=False, compare=False)
     variants: dict[str, tuple[Variant, ...]] = field(default_factory=dict)   # engine -> its variants, default first
+    method: str = "dflash"                 # the chosen speculation's method
+    speculations: tuple[Speculation, ...] = ()   # every way it can speculate here, the catalog's drafter first
+
+    def choosing(self, method: str) -> "Pair":
+        """The pair speculating with `method`: its drafter, and only the engines that run it."""
+        chosen = next((s for s in self.speculations if s.method == method), None)
+        if chosen is None:
+            raise KeyError(f"{self.name} cannot use {METHODS.get(method, method)} here; it offers "
+                           f"{', '.join(s.label for s in self.speculations)}.")
+        return replace(self, method=method, drafter=chosen.drafter, engines=chosen.engines)
 
     @property
     def needs_download(self) -> bool:
         return self.kind == "hub"
 
     @property
+    def models(self) -> tuple[ModelSpec, ...]:
+        """What the chosen speculation downloads or opens: the target, then its drafter if it has one."""
+        return (self.target, self.drafter) if self.drafter else (self.target,)
+
+    @property
     def block_size(self) -> int:
-        return int(self.drafter["block_size"])
+        return int(self.drafter["block_size"]) if self.drafter else 1
 
     @property
     def chat_mode(self) -> str:
-        return str(self.drafter.get("chat_mode", "unknown"))
-
-    @property
-    def generation(self) -> int:
-        """The drafter's generation: 1 DFlash, 2 DFlash2 (engine/config.py GENERATIONS)."""
-        return int(self.drafter.get("generation", 1))
+        """The chat mode the drafter was trained for; without a drafter, speculation follows any mode."""
+        return str(self.drafter.get("chat_mode", "unknown")) if self.drafter else "any"
 
     @property
     def thinking(self) -> bool | None:
         """Whether the drafter was trained with the chat template's thinking on (None: no such switch)."""
-        return self.drafter.get("thinking")
+        return self.drafter.get("thinking") if self.drafter else None
+
+    @property
+    def gated(self) -> bool:
+        return any(m.gated for m in self.models)
 
     @property
     def model_type(self) -> str:
@@ -160,10 +201,10 @@ class Pair:
         a variant, (repo_id, revision, exact files) of the variant, the target repo's CONFIG_FILES, the drafter."""
         variant = self.variant(engine)
         if variant is None:
-            return [(m.repo_id, m.revision) for m in (self.target, self.drafter) if m.repo_id]
+            return [(m.repo_id, m.revision) for m in self.models if m.repo_id]
         return [(variant.repo_id, variant.revision, variant.files),
                 (self.target.repo_id, self.target.revision, CONFIG_FILES),
-                (self.drafter.repo_id, self.drafter.revision)]
+                *((m.repo_id, m.revision) for m in self.models[1:])]
 
     def local_path(self, role: str) -> Path | None:
         """Absolute folder (or file) of an embedded model: a path relative to the folder that holds assets/
@@ -261,6 +302,9 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
         _need(d["attention_layers"] <= d["layers"], where, "'attention_layers' cannot exceed 'layers'")
         _need(d.get("native_dtype") in dtypes, where, f"unknown 'native_dtype' {d.get('native_dtype')!r}")
         _need(isinstance(d.get("recurrent_state_bytes", 0), int), where, "'recurrent_state_bytes' must be an int")
+        mtp = d.get("mtp_layers", 0)
+        _need(isinstance(mtp, int) and not isinstance(mtp, bool) and mtp >= 0, where,
+              f"'mtp_layers' must be a whole number of MTP layers (got {mtp!r})")
     else:
         _need(d.get("dtype") in dtypes, where, f"unknown 'dtype' {d.get('dtype')!r}")
         _need(d.get("thinking") in (True, False, None), where, "'thinking' must be true, false or null")
@@ -271,11 +315,10 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
                      path=d.get("path"), params=int(d["params"]), raw=d)
 
 
-def _engines(raw: Any, model_type: str, generation: int, where: str) -> dict[str, tuple[str, ...]]:
+def _engines(raw: Any, model_type: str, where: str) -> dict[str, tuple[str, ...]]:
     """The pair's engines this app has, each with the device classes it lists. An engine a newer catalog
     names and this version lacks is skipped; a listing the engine does not run (the target's architecture
-    on a device, or the drafter's generation) is an error, so the catalog can never promise what the code
-    cannot do."""
+    on a device) is an error, so the catalog can never promise what the code cannot do."""
     _need(isinstance(raw, dict) and raw, where, "'engines' must map engine names to lists of devices")
     out = {}
     for name, devices in raw.items():
@@ -286,11 +329,32 @@ def _engines(raw: Any, model_type: str, generation: int, where: str) -> dict[str
             continue
         wrong = [d for d in devices if not info.runs(model_type, d)]
         _need(not wrong, where, f"the {name} engine does not run {model_type!r} models on {', '.join(wrong)}")
-        _need(generation in info.drafter_generations, where,
-              f"the {name} engine does not run DFlash{'' if generation == 1 else generation} drafters "
-              f"(generation {generation})")
         out[name] = tuple(devices)
     return out
+
+
+def _speculations(p: dict, kind: str, target: ModelSpec, drafter: ModelSpec, engines: dict, where: str,
+                  dtypes: dict) -> tuple[Speculation, ...]:
+    """Every way the pair speculates with this version's engines: the catalog's drafter, its other drafters,
+    the target's MTP heads, n-gram lookup. A method this version does not know (a newer drafter kind or
+    generation) or that none of the pair's engines runs is left out."""
+    drafters = [(GENERATION_METHODS.get(drafter.get("generation", 1)), drafter)]
+    others = p.get("drafters", [])
+    _need(isinstance(others, list), where, "'drafters' must be a list of drafters")
+    for i, d in enumerate(others):
+        w = f"{where}: drafters #{i}"
+        method = d.get("method") if isinstance(d, dict) else None
+        _need(isinstance(method, str), w, f"'method' must name the drafter's kind, one of {', '.join(DRAFTED)}")
+        _need(method in DRAFTED or method not in METHODS, w, f"'method' {method!r} needs no drafter of its own: "
+              f"a drafter's method is one of {', '.join(DRAFTED)}")
+        drafters.append((method, _spec(d, "drafter", kind, w, dtypes)))
+    options = [*drafters, *((("mtp", None),) if target.get("mtp_layers") else ()), ("ngram", None)]
+    out = []
+    for method, spec in options:
+        runs = {name: devices for name, devices in engines.items() if method in ENGINES[name].methods}
+        if runs and method not in (s.method for s in out):
+            out.append(Speculation(method, spec, runs))
+    return tuple(out)
 
 
 _REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -372,19 +436,19 @@ def parse_catalog(data: Any, source: str = "bundled") -> Catalog:
         _need(kind in KINDS, pw, f"'kind' must be one of {KINDS} (got {kind!r})")
         target = _spec(p.get("target"), "target", kind, pw, dtypes)
         drafter = _spec(p.get("drafter"), "drafter", kind, pw, dtypes)
-        generation = drafter.get("generation", 1)
-        if generation not in GENERATIONS.values():   # a newer catalog's drafter kind: no engine here runs it
-            log.info("%s: drafter generation %s is unknown to this app version; skipped", pw, generation)
-            continue
-        engines = _engines(p.get("engines"), target["model_type"], generation, pw)
-        if not engines:
+        engines = _engines(p.get("engines"), target["model_type"], pw)
+        speculations = _speculations(p, kind, target, drafter, engines, pw, dtypes)
+        if kind == "embedded":      # its drafter is on this disk: nothing to choose between
+            speculations = speculations[:1] if speculations and speculations[0].drafter is drafter else ()
+        if not speculations:
             log.info("%s: no engine of this app version runs it; skipped", pw)
             continue
+        first = speculations[0]
         pairs.append(Pair(id=pid, name=str(p.get("name") or pid), kind=kind, target=target,
-                          drafter=drafter,
-                          engines=engines, notes=str(p.get("notes", "")),
+                          drafter=first.drafter, engines=first.engines, notes=str(p.get("notes", "")),
                           approximate=tuple(p.get("approximate", ())), raw=p,
-                          variants=_variants(p.get("variants"), engines, pw, dtypes)))
+                          variants=_variants(p.get("variants"), engines, pw, dtypes),
+                          method=first.method, speculations=speculations))
     return Catalog(pairs=tuple(pairs), dtype_bytes={k: float(v) for k, v in dtypes.items()},
                    source=source, updated=str(data.get("updated", "")))
 

@@ -39,7 +39,7 @@ STATS_FIELDS = {
     "fallback": {"reason": "text", "after_tokens": "count",
                  **dict.fromkeys(("tau", "break_even", "dflash_step_ms", "plain_step_ms", "speed_share"), "number")},
     "remote": {"server": "text", "note": "text"},
-    "method": "text",
+    "method": "text", "speculation": "text",
     "model": {**dict.fromkeys(("id", "name", "engine", "device", "dtype", "baseline_key"), "text"),
               "has_drafter": "flag", "chat": "flag"},
 }

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from engine.backends import ENGINES
+from engine.backends import ENGINES, METHODS
 from engine.limits import DEFAULT_CONTEXT
 
 from .catalog import Catalog, Pair
@@ -91,11 +91,12 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
         target_w = int(t["native_bytes"])
     else:
         target_w = int(t.params * wbytes)
-    # the drafter loads in the target's float dtype (float32 on a CPU), never below its own
-    drafter_w = int(d.params * max(wbytes, dtype_bytes[d["dtype"]]))
+    # the drafter loads in the target's float dtype (float32 on a CPU), never below its own; a method without
+    # one (MTP heads inside the target, n-gram lookup) adds nothing the target's own terms do not count
+    drafter_w = int(d.params * max(wbytes, dtype_bytes[d["dtype"]])) if d else 0
     per_tok_kv = 2 * t["attention_layers"] * t["num_kv_heads"] * t["head_dim"] * kvb
-    per_tok_dkv = 2 * d["layers"] * d["num_kv_heads"] * d["head_dim"] * kvb
-    per_tok_feat = d["captured_layers"] * t["hidden_size"] * kvb
+    per_tok_dkv = 2 * d["layers"] * d["num_kv_heads"] * d["head_dim"] * kvb if d else 0
+    per_tok_feat = d["captured_layers"] * t["hidden_size"] * kvb if d else 0
     per_tok_scores = score_rows * t["num_attention_heads"] * 4
     rec = int(t.get("recurrent_state_bytes", 0))
     active = t.get("active_params") or t.params   # a mixture of experts reads only its active experts
@@ -202,21 +203,26 @@ def _estimate_plan(pair: Pair, plan: RunPlan, budget: Budget, context_tokens: in
 def _sentence(pair: Pair, e: FitEstimate) -> str:
     need, have = gib(e.total_bytes), f"{gib(e.budget_bytes)} ({e.budget_source})"
     ctx = f"{e.context_tokens:,} tokens of context"
+    method = METHODS[pair.method]
     if e.verdict == "fits" and e.plain_tok_s is not None and e.plain_tok_s < SLOW_TOK_S:
         return (f"{pair.name} fits ({need} of {have} at {ctx}) but runs slowly here: plain decoding would "
                 f"make about {e.plain_tok_s:.1f} tokens per second, because each token reads "
                 f"{gib(e.read_per_token_bytes)} of weights and this computer streams memory at a measured "
-                f"{gib(e.bytes_per_s)}/s. DFlash multiplies that only as far as its drafts are accepted.")
+                f"{gib(e.bytes_per_s)}/s. {method} multiplies that only as far as its drafts are accepted.")
+    with_it = (f"with its {method} drafter" if pair.drafter else
+               "with its MTP heads" if pair.method == "mtp" else f"with {method}")
     if e.verdict == "fits":
-        return f"{pair.name} with its DFlash drafter fits: about {need} of {have} at {ctx}."
+        return f"{pair.name} {with_it} fits: about {need} of {have} at {ctx}."
     if e.verdict == "tight":
-        return (f"{pair.name} with its DFlash drafter should fit, but tightly: about {need} of {have} at {ctx}. "
+        return (f"{pair.name} {with_it} should fit, but tightly: about {need} of {have} at {ctx}. "
                 "Close other GPU-heavy apps or choose a shorter context.")
     extra = e.total_bytes - e.target_only_bytes
     if e.verdict == "target_only":
-        return (f"Only the target model fits ({gib(e.target_only_bytes)} of {have} at {ctx}); DFlash will be "
+        return (f"Only the target model fits ({gib(e.target_only_bytes)} of {have} at {ctx}); {method} will be "
                 f"off because the drafter, its KV cache and the captured features need another {gib(extra)}. "
-                "Generation runs at normal (non-speculative) speed.")
+                "Generation runs at normal (non-speculative) speed"
+                + (", or choose n-gram lookup, which needs no drafter." if any(
+                    o.method == "ngram" for o in pair.speculations) else "."))
     hint = (f" With DFlash it would fit up to {e.max_context_tokens:,} tokens of context."
             if e.max_context_tokens >= 1024 else
             " Try a smaller pair or lower-precision weights (8-bit or 4-bit).")

@@ -120,6 +120,17 @@ class LoadedPair:
     def method_label(self) -> str:
         return METHODS.get(self.method if self.method != "none" else "dflash", "DFlash")
 
+    @property
+    def measured(self) -> str | None:
+        """What the engine measured fastest for this pair on this computer, and why, in words (None: it measured
+        nothing, so answers run as the files say)."""
+        spec = self.speculation or {}
+        if not spec.get("reason"):
+            return None
+        what = ("plain decoding" if self.method == "none" else
+                f"{self.method_label}, {spec['n_max']} drafts a step" if spec.get("n_max") else self.method_label)
+        return f"{what}. {spec['reason']}"
+
     @classmethod
     def of(cls, event: dict) -> "LoadedPair":
         return cls(name=str(event.get("name") or ""), device=str(event.get("device") or "cpu"),

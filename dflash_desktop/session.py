@@ -102,10 +102,12 @@ def method_of(stats: dict | None) -> str | None:
 
 
 def method_words(stats: dict | None) -> str | None:
-    """"DFlash", "plain decoding", "DFlash, then plain decoding" (the fallback switched mid-answer)…"""
+    """"DFlash", "n-gram lookup", "plain decoding", "DFlash, then plain decoding" (the fallback switched
+    mid-answer)…: the speculation method by name where the answer drafted."""
     method = method_of(stats)
-    if method == "dflash" and (stats.get("fallback") or {}).get("after_tokens"):
-        return "DFlash, then plain decoding"
+    if method == "dflash":
+        name = METHODS.get(stats.get("speculation") or "dflash", "DFlash")
+        return f"{name}, then plain decoding" if (stats.get("fallback") or {}).get("after_tokens") else name
     return METHOD_WORDS.get(method or "")
 
 

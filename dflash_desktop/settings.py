@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from engine.backends import ENGINES
+from engine.backends import ENGINES, METHODS
 from engine.errors import SettingsError as EngineSettingsError
 from engine.limits import LIMITS
 
@@ -29,6 +29,7 @@ FONT_SIZES = (7, 32)    # points, smallest and largest
 PORTS = (1, 65535)
 MAX_REMOTE_SERVERS = 8
 MAX_RECENT_PAIRS = 12
+MAX_MEASURED = 64               # pairs whose measured method the model list remembers
 # the generation settings kept here and sent with every answer, each held to engine/limits.py, in the order the
 # Settings dialog shows them
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "max_new_tokens", "loop_guard",
@@ -71,6 +72,7 @@ class Settings:
     splitter_state: str = ""       # the chats list / chat splitter, base64
     last_conversation: int | None = None   # the chat on screen when the app closed, reopened at start
     welcome_seen: bool = False     # the first-run welcome was shown (Help > Welcome reopens it)
+    measured: dict = field(default_factory=dict)   # pair id -> {method, summary}: what its engine measured fastest
 
     def validate(self, max_block_size: int | None = None) -> "Settings":
         """Raise SettingsError on the first out-of-range value; return self for chaining."""
@@ -116,6 +118,10 @@ class Settings:
         need(all(isinstance(v, str) and len(v) <= 16384 and _is_base64(v)
                  for v in (self.window_geometry, self.window_state, self.splitter_state)),
              "Window layout fields are short base64 texts.")
+        need(isinstance(self.measured, dict) and len(self.measured) <= MAX_MEASURED and all(
+            isinstance(k, str) and isinstance(v, dict) and set(v) == {"method", "summary"} and v["method"] in METHODS
+            and isinstance(v["summary"], str) and len(v["summary"]) <= 4000 for k, v in self.measured.items()),
+            "Measured methods are {method, summary} per model pair.")
         need(self.last_conversation is None or (_is_int(self.last_conversation) and self.last_conversation > 0),
              "The last chat is a chat number.")
         return self
@@ -135,6 +141,12 @@ def remember_server(settings: Settings, base_url: str, api_key: str) -> None:
     """Put a remote server first in the list the model picker offers."""
     rest = [r for r in settings.remote_servers if r["base_url"] != base_url]
     settings.remote_servers = [{"base_url": base_url, "api_key": api_key}, *rest][:MAX_REMOTE_SERVERS]
+
+
+def remember_measured(settings: Settings, pair_id: str, method: str, summary: str) -> None:
+    """Keep what a pair's engine measured fastest on this computer (the model list shows it), the latest last."""
+    rest = {k: v for k, v in settings.measured.items() if k != pair_id}
+    settings.measured = dict(list({**rest, pair_id: {"method": method, "summary": summary}}.items())[-MAX_MEASURED:])
 
 
 def remember_pair(settings: Settings, pair: dict) -> None:

@@ -15,6 +15,8 @@ from .weights import config_int, real, whole
 
 # config.json `architectures` name -> drafter generation
 GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
+# drafter generation -> the speculation method it drafts for (engine.backends.METHODS)
+GENERATION_METHODS = {1: "dflash", 2: "dflash2"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # dflash_config keys of a DFlash2 drafter. Any other nested key is refused: it may change what the
 # drafter computes, and a drafter silently run without it would propose worse tokens.

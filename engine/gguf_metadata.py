@@ -57,8 +57,10 @@ class ArrayLength(int):
     """A long array (a vocabulary) read as its length only."""
 
 
-def read_metadata(path: Path) -> dict:
-    """The file's metadata, plus 'gguf.tensor_count'. Raises CheckpointError naming the problem."""
+def read_metadata(path: Path, tensors: bool = False) -> dict:
+    """The file's metadata, plus 'gguf.tensor_count' and, with tensors, 'gguf.tensors': the tensors' names
+    (what tells a DSpark drafter from a DFlash one: drafter_method). Raises CheckpointError naming the
+    problem."""
     path = Path(path)
     where = f"The GGUF file {path}"
     if not path.is_file():
@@ -68,19 +70,39 @@ def read_metadata(path: Path) -> dict:
             raise CheckpointError(f"{path} is not a GGUF file (it does not start with 'GGUF'). Give a .gguf "
                                   "model file, or a folder of safetensors to convert.")
         r = _Reader(f, where)
-        version, tensors, keys = r.take("<I"), r.take("<Q"), r.take("<Q")
+        version, tensors_n, keys = r.take("<I"), r.take("<Q"), r.take("<Q")
         if version not in (2, 3) or keys > MAX_KEYS:
             raise CheckpointError(f"{where} has GGUF version {version} and {keys} keys: damaged or from an "
                                   "unknown llama.cpp version. Download or convert it again.")
-        meta = {"gguf.version": version, "gguf.tensor_count": tensors}
+        meta = {"gguf.version": version, "gguf.tensor_count": tensors_n}
         for _ in range(keys):
             name = r.string()
             meta[name] = r.value(r.take("<I"))
+        if tensors:
+            meta["gguf.tensors"] = frozenset(_tensor_names(r, tensors_n))
     return meta
+
+
+def _tensor_names(r: _Reader, n: int):
+    """The tensor entries after the keys: a name, its dimensions, type and offset (only the name kept)."""
+    for _ in range(n):
+        name, dims = r.string(), r.take("<I")
+        if dims > 4:                           # ggml's most
+            raise CheckpointError(f"{r.where} has a damaged header (a tensor of {dims} dimensions). Download "
+                                  "it again.")
+        r.f.seek(8 * dims + 4 + 8, 1)
+        yield name
 
 
 def architecture(meta: dict) -> str:
     return str(meta.get("general.architecture", ""))
+
+
+def drafter_method(meta: dict) -> str:
+    """The method a drafter GGUF drafts for, told apart as llama-server tells them (its speculative.cpp): a
+    dflash one with a Markov head (tensor markov_w1) is DSpark; needs read_metadata(..., tensors=True)."""
+    arch = architecture(meta)
+    return "dspark" if arch == "dflash" and "markov_w1.weight" in meta["gguf.tensors"] else arch
 
 
 def vocab_size(meta: dict) -> int:

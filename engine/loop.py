@@ -143,11 +143,15 @@ class Generation:
         # how this answer speculates, in words (its fallback says so): named, the engine's choice, or DFlash
         named = settings.method or pair.info.get("method")
         self.method_label = METHODS[named if named not in (None, "none") else "dflash"]
-        wanted = 1 if baseline or pair.block_size == 1 else (settings.block_size or pair.block_size)
-        if wanted > pair.block_size:
-            raise SettingsError(f"block_size {wanted} exceeds the drafter's block size {pair.block_size}.")
+        block, whose = pair.block_size, "the drafter's"
+        if named == "ngram" and "ngram_block" in pair.info:   # blocks of its own (torch: also without a drafter)
+            block, whose = pair.info["ngram_block"], "n-gram lookup's"
+        wanted = 1 if baseline or block == 1 else (settings.block_size or block)
+        if wanted > block:
+            raise SettingsError(f"block_size {wanted} exceeds {whose} block size {block}.")
         self.block_size = wanted
-        self.stats = Stats(block_size=wanted, prompt_tokens=len(self.prompt))
+        self.stats = Stats(block_size=wanted, prompt_tokens=len(self.prompt),
+                           speculation=named if named not in (None, "none") else "dflash")
         self.tokens: list[int] = []
         self.stop_reason: str | None = None
         self.fallback: dict | None = None

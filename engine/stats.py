@@ -44,6 +44,7 @@ class Stats:
     cuda_reserved_bytes: int | None = None  # what torch's caching allocator holds; None elsewhere
     fallback: dict | None = None     # set when the loop switched to plain decoding (engine/loop.py)
     unknown: tuple[str, ...] = ()    # counts an engine running its own loop did not report
+    speculation: str = "dflash"      # the method that drafts (engine.backends.METHODS key), when `method` is "dflash"
 
     def record_totals(self, drafted: int | None = None, accepted: int | None = None,
                       steps: int | None = None) -> None:
@@ -126,5 +127,5 @@ class Stats:
             "decode_s": self.decode_s, "decode_tok_s": self.decode_tok_s,
             "end_to_end_tok_s": self.end_to_end_tok_s, "peak_memory_bytes": self.peak_memory_bytes,
             "cuda_peak_bytes": self.cuda_peak_bytes, "cuda_reserved_bytes": self.cuda_reserved_bytes,
-            "fallback": self.fallback, "unknown": list(self.unknown),
+            "fallback": self.fallback, "unknown": list(self.unknown), "speculation": self.speculation,
         }

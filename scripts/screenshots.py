@@ -102,6 +102,35 @@ def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
     picker.reject()
 
 
+def shoot_picker_choices(app, window, shots: Shooter) -> None:
+    """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 8B with the speculation box
+    open, its EAGLE-3 drafter chosen (size, fit and plan follow the choice); 27: the chat pair, with what its
+    calibration measured fastest when it loaded."""
+    from dflash_desktop.catalog import bundled_path, load_file
+    from ui.model_picker import ModelPicker
+    from ui.pair_list_model import Roles
+    picker = ModelPicker(window, catalog=load_file(bundled_path()), measured=window.settings.measured)
+    ready: list[bool] = []
+    picker.ready.connect(lambda: ready.append(True))
+    picker.show()
+    wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
+
+    def select(pair_id: str) -> None:
+        row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == pair_id)
+        picker.list.setCurrentIndex(picker.model.index(row))
+    select("qwen3-8b")
+    picker.method_box.activated.emit(next(i for i in range(picker.method_box.count())
+                                          if picker.method_box.itemData(i) == "eagle3"))
+    picker.method_box.showPopup()
+    settle(app, 0.4)
+    shots.shoot("26-model-picker-speculation", picker)
+    picker.method_box.hidePopup()
+    select("chat")
+    settle(app, 0.2)
+    shots.shoot("27-model-picker-measured", picker)
+    picker.reject()
+
+
 def new_chat(window) -> list[dict]:
     """A new chat with room for 160 tokens; the list fills with each answer's finished event."""
     finished: list[dict] = []
@@ -225,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
-    parser.add_argument("--only-real", action="store_true", help="only 18-21, the real chat model")
+    parser.add_argument("--only-real", action="store_true", help="only 18-21 and 26-27, the real chat model")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -255,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_until(app, lambda: window.session.ready, 240, "the model to load")
             shoot_real_model(app, window, shots)
             shoot_chat_pair(app, window, shots)
+            shoot_picker_choices(app, window, shots)
             return 0
         # 1. first run: model loaded (and the baseline calibrated), empty chat ready for a prompt
         window.show_stats(False)
@@ -396,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot_trust_states(app, window, shots, home)
         shoot_real_model(app, window, shots)
         shoot_chat_pair(app, window, shots)
+        shoot_picker_choices(app, window, shots)
         shoot_my_models(app, window, shots)
 
     finally:

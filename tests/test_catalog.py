@@ -36,7 +36,7 @@ def raw() -> dict:
 def test_bundled_catalog_has_every_design_pair_and_the_demo():
     c = load_catalog()
     hub_pairs = {p.target.repo_id: p for p in c.pairs if p.kind == "hub"}
-    assert set(hub_pairs) == set(DESIGN_PAIRS)
+    assert set(hub_pairs) - set(DESIGN_PAIRS) == {"Qwen/Qwen3.8-27B"}      # issue 34's 2026 pair
     for target, (drafter, block) in DESIGN_PAIRS.items():
         p = hub_pairs[target]
         assert p.drafter.repo_id == drafter and p.block_size == block
@@ -82,23 +82,72 @@ def test_validation_errors_name_the_problem(mutate, expected):
         parse_catalog(data)
 
 
-def test_drafter_generations_are_checked_against_the_engines(monkeypatch):
-    """DFlash2 pairs load where the engine runs DFlash2 drafters and are refused where it does not; a
-    generation this version does not know (a newer catalog) is skipped, like an engine it lacks."""
+def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
+    """A DFlash2 drafter runs on the engines that decode DFlash2 (torch), and the pair's other engines still
+    offer what they run without it (n-gram lookup in llama.cpp and torch); a generation this version does not know
+    (a newer catalog) leaves only those; an engine that loses DFlash2 loses the drafter."""
     from dataclasses import replace
     data = raw()
     data["pairs"][2]["drafter"]["generation"] = 2
     data["pairs"][3]["drafter"]["generation"] = 3
-    for engine in ("mlx", "llamacpp"):        # both run DFlash drafters only
-        with pytest.raises(CatalogError, match=f"pair 'qwen3-4b': the {engine} engine does not run DFlash2 drafters"):
-            parse_catalog(data)
-        data["pairs"][2]["engines"].pop(engine)
+    data["pairs"][3].pop("drafters")
     c = parse_catalog(data)
-    assert c.get("qwen3-4b").generation == 2 and c.get("demo").generation == 1
-    assert "qwen3-8b" not in {p.id for p in c.pairs}
-    monkeypatch.setitem(cat.ENGINES, "torch", replace(cat.ENGINES["torch"], drafter_generations=(1,)))
-    with pytest.raises(CatalogError, match="pair 'qwen3-4b': the torch engine does not run DFlash2 drafters"):
+    q4 = c.get("qwen3-4b")
+    assert (q4.method, list(q4.engines), q4.drafter.repo_id) == ("dflash2", ["torch"], "z-lab/Qwen3-4B-DFlash-b16")
+    assert [s.method for s in q4.speculations][-1] == "ngram" and "eagle3" in [s.method for s in q4.speculations]
+    q8 = c.get("qwen3-8b")
+    assert (q8.method, q8.drafter, list(q8.engines)) == ("ngram", None, ["llamacpp", "torch"])
+    assert q8.repos() == [("Qwen/Qwen3-8B", "main")]
+    monkeypatch.setitem(cat.ENGINES, "torch", replace(cat.ENGINES["torch"], methods=("none", "dflash")))
+    assert parse_catalog(raw() | {"pairs": data["pairs"]}).get("qwen3-4b").method == "eagle3"
+
+
+def test_each_speculation_downloads_only_what_it_needs():
+    """Qwen3 8B lists DFlash, EAGLE-3 and DSpark drafters and n-gram lookup: choosing one keeps its drafter and
+    the engines that run it, and the downloader fetches that drafter only (nothing more for n-gram lookup);
+    Qwen3.5's own MTP heads need no drafter either; the DFlash2 pair runs its drafter in torch alone."""
+    c = load_catalog()
+    q8 = c.get("qwen3-8b")
+    assert [s.method for s in q8.speculations] == ["dflash", "eagle3", "dspark", "ngram"]
+    assert q8.method == "dflash" and q8.repos() == [("Qwen/Qwen3-8B", "main"), ("z-lab/Qwen3-8B-DFlash-b16", "main")]
+    eagle = q8.choosing("eagle3")
+    assert eagle.engines == {"llamacpp": ("cpu",)} and eagle.block_size == 7
+    assert eagle.repos() == [("Qwen/Qwen3-8B", "main"), ("AngelSlim/Qwen3-8B_eagle3", "main")]
+    gguf = eagle.variant("llamacpp")
+    assert eagle.repos("llamacpp") == [(gguf.repo_id, "main", gguf.files), ("Qwen/Qwen3-8B", "main", cat.CONFIG_FILES),
+                                       ("AngelSlim/Qwen3-8B_eagle3", "main")]
+    assert q8.choosing("dspark").drafter.repo_id == "deepseek-ai/dspark_qwen3_8b_block7"
+    ngram = q8.choosing("ngram")
+    assert ngram.drafter is None and ngram.block_size == 1 and ngram.chat_mode == "any"
+    assert ngram.repos("llamacpp") == [(gguf.repo_id, "main", gguf.files), ("Qwen/Qwen3-8B", "main", cat.CONFIG_FILES)]
+    assert ngram.choosing("dflash") == q8                     # every choice stays reachable from any other
+    mtp = c.get("qwen3.5-9b").choosing("mtp")
+    assert mtp.drafter is None and mtp.engines == {"llamacpp": ("cpu",)}
+    assert mtp.repos() == [("Qwen/Qwen3.5-9B", "main")]
+    with pytest.raises(KeyError, match="Qwen3 8B cannot use MTP heads here; it offers DFlash drafter"):
+        q8.choosing("mtp")
+    q38 = c.get("qwen3.8-27b")
+    assert (q38.method, list(q38.engines), q38.drafter.repo_id) == ("dflash2", ["torch"], "z-lab/Qwen3.8-27B-DFlash2")
+    assert [s.method for s in q38.speculations] == ["dflash2", "dspark", "mtp", "ngram"]
+    assert c.get("demo").speculations == (c.get("demo").speculations[0],)     # built in: nothing to choose
+
+
+@pytest.mark.parametrize("drafter, expected", [
+    ({"method": "ngram"}, "drafters #0: 'method' 'ngram' needs no drafter of its own"),
+    ({"method": 5}, "drafters #0: 'method' must name the drafter's kind"),
+    ({"method": "eagle3", "params": 1}, "drafters #0: drafter: 'repo_id' must look like 'owner/name'"),
+])
+def test_other_drafters_are_validated(drafter, expected):
+    data = raw()
+    data["pairs"][3]["drafters"] = [drafter]
+    with pytest.raises(CatalogError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         parse_catalog(data)
+
+
+def test_a_drafter_kind_this_version_does_not_know_is_left_out():
+    data = raw()
+    data["pairs"][3]["drafters"][0]["method"] = "medusa2"      # a newer catalog's kind
+    assert [s.method for s in parse_catalog(data).get("qwen3-8b").speculations] == ["dflash", "dspark", "ngram"]
 
 
 def test_unreadable_file_is_a_clear_error(tmp_path):

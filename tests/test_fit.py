@@ -68,6 +68,20 @@ def test_qwen3_8b_on_a_12gb_gpu(catalog):
     assert "DFlash will be off" in e8.sentence and "2.7 GB" in e8.sentence  # 13.59 - 10.88 GB
 
 
+def test_a_method_without_a_drafter_counts_the_target_alone(catalog):
+    """Qwen3 8B with 8-bit weights on the 12 GB card: DFlash would be off (above), but n-gram lookup needs no
+    drafter, so the same target fits with it: the drafter's three terms are zero and the total is the
+    target alone, by the same hand numbers."""
+    b = budget_of("nvidia_rtx3060_smi")
+    e = estimate_fit(catalog.get("qwen3-8b").choosing("ngram"), b, CTX, weight_dtype="int8")
+    assert e.breakdown["drafter_weights"] == e.breakdown["drafter_kv_cache"] == e.breakdown["captured_features"] == 0
+    assert e.total_bytes == e.target_only_bytes == 10_881_973_504
+    assert e.verdict == "tight" and e.dflash
+    assert e.sentence.startswith("Qwen3 8B with n-gram lookup should fit, but tightly")
+    e8 = estimate_fit(catalog.get("qwen3-8b"), b, CTX, weight_dtype="int8")
+    assert "choose n-gram lookup, which needs no drafter" in e8.sentence
+
+
 def test_qwen3_8b_on_a_24gb_gpu(catalog):
     b = budget_of("nvidia_rtx4090_nvml")
     assert b.bytes == 23817 * MiB == 24_973_934_592

@@ -378,6 +378,20 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     assert auto_engine(target, "cpu", draft) == "llamacpp"
 
 
+@pytest.mark.parametrize("architecture", ["LlamaForCausalLMEagle3", "DSparkDraftModel"])
+def test_auto_engine_gives_eagle3_and_dspark_drafters_to_llamacpp(tmp_path, architecture):
+    """Only llama.cpp runs EAGLE-3 and DSpark drafters: "auto" sends such a folder there on any device, where torch
+    would refuse it as a drafter it cannot run; the same target with a DFlash drafter on a GPU stays with torch."""
+    from engine.backends.choice import auto_engine
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir(), draft.mkdir()
+    (target / "config.json").write_text((TARGET / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    assert auto_engine(target, "cpu", draft) == auto_engine(target, "cuda", draft) == "llamacpp"
+    (draft / "config.json").write_text((DRAFT / "config.json").read_text())
+    assert auto_engine(target, "cuda", draft) == "torch"
+
+
 def test_a_pair_of_gguf_files_from_disk_loads_in_a_worker(pair, tmp_path):
     """What "Open a model from disk" sends: a target GGUF file and a DFlash GGUF file, engine llama.cpp; the
     same target with the torch engine, which cannot unpack this one, is refused naming llama.cpp, and a missing

@@ -1,9 +1,10 @@
 """Speculation methods other than DFlash in the llama.cpp engine, on real servers: n-gram lookup gives plain
 decoding's greedy tokens on the demo pair and on SmolLM2 (a real model), and so does a target's own MTP head (a
-tiny random Qwen3.5 with one, converted keeping it) and an EAGLE-3 drafter (random, SpecForge's layout); a model opened without a drafter is
-calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings
-fed through the real calibration pick the fastest method and say why the others lost; a method the model
-cannot run is refused by name."""
+tiny random Qwen3.5 with one, converted keeping it), an EAGLE-3 drafter (random, SpecForge's layout) and a DSpark
+drafter (the demo's DFlash drafter with a random Markov head); a model opened without a drafter is calibrated
+between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings fed through
+the real calibration pick the fastest method and say why the others lost; a method the model cannot run is
+refused by name."""
 import pytest
 
 from engine.backends.llamacpp import build
@@ -46,8 +47,8 @@ def target_alone(app_home):
 
 
 def test_the_engines_declare_the_methods_they_run():
-    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dflash")
-    assert ENGINES["torch"].methods == ("none", "dflash", "dflash2")
+    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash")
+    assert ENGINES["torch"].methods == ("none", "ngram", "dflash", "dflash2")
     assert ENGINES["mlx"].methods == ("none", "dflash")
     for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
         assert ("dflash2" in info.methods) == (2 in info.drafter_generations)
@@ -149,8 +150,8 @@ def test_a_method_the_model_cannot_run_is_refused_by_name(target_alone):
     with pytest.raises(SettingsError, match="method must be one of"):
         GenerationSettings(method="medusa")
     reference = torch_pair(TARGET, DRAFT)
-    with pytest.raises(SettingsError, match="not n-gram lookup"):
-        Generation(reference, ids, GenerationSettings(method="ngram"))
+    with pytest.raises(SettingsError, match="not EAGLE-3"):
+        Generation(reference, ids, GenerationSettings(method="eagle3"))
     plain = Generation(reference, ids, GenerationSettings(max_new_tokens=8, method="none")).run()
     assert plain.stats.block_size == 1 and plain.stats.drafted == 0
 
@@ -272,3 +273,73 @@ def test_an_eagle3_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_h
     wrong = random_eagle3(tmp_path / "wrong", cfg, layers=[1, 3, 9])
     with pytest.raises(PairMismatchError, match="reads target layers"):
         load_pair(TARGET, wrong)
+
+
+def random_dspark(folder, layers=(1, 2, 3), speculators: bool = False, rank: int = 16, seed: int = 0):
+    """A DSpark drafter for the demo target: the demo's DFlash drafter with a random Markov head (markov_w1: the
+    previous token -> rank, markov_w2: rank -> a bias on each block position's logits) and confidence head, in
+    DeepSpec's DFlash-lineage config (it drafts from the block's first position, the last token), or in vLLM
+    speculators' (the backbone's config nested, target layers counted from the embeddings, drafts after the
+    last token as DFlash does)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    weights = load_file(DRAFT / "model.safetensors")
+    cfg = json.loads((DRAFT / "config.json").read_text(encoding="utf-8"))
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    g = torch.Generator().manual_seed(seed)
+    weights.update({"markov_head.markov_w1.weight": torch.randn(vocab, rank, generator=g) * 0.05,
+                    "markov_head.markov_w2.weight": torch.randn(vocab, rank, generator=g) * 0.05,
+                    "confidence_head.proj.weight": torch.randn(1, h + rank, generator=g) * 0.05,
+                    "confidence_head.proj.bias": torch.zeros(1)})
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    if speculators:
+        backbone = {k: v for k, v in cfg.items() if k not in ("architectures", "dflash_config", "block_size")}
+        cfg = {"architectures": ["DSparkSpeculator"], "transformer_layer_config": backbone, "block_size": 16,
+               "mask_token_id": cfg["dflash_config"]["mask_token_id"],
+               "aux_hidden_state_layer_ids": [i + 1 for i in layers], "markov_rank": rank}
+    else:
+        cfg = {**cfg, "architectures": ["DSparkDraftModel"], "markov_rank": rank, "markov_head_type": "vanilla",
+               "dflash_config": {**cfg["dflash_config"], "target_layer_ids": list(layers)}}
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
+
+
+def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_home, tmp_path):
+    """A DSpark drafter (DeepSpec's layout) converts with llama.cpp's converter, is told from a DFlash one by its
+    Markov head, drafts its whole block from the last token as draft-dspark, and keeps plain decoding's greedy
+    tokens; one in speculators' layout drafts a block after the last token, as DFlash does; one made for another
+    target's layers is refused before a server starts."""
+    from engine import gguf_metadata as metadata
+    from engine.backends.llamacpp import convert
+    from engine.backends.llamacpp.engine import drafter_block
+    from engine.errors import PairMismatchError
+    reference = torch_pair(TARGET)
+    pair = load_pair(TARGET, random_dspark(tmp_path / "dspark"))
+    try:
+        assert pair.info["methods"] == ["none", "ngram", "dspark"] and pair.info["has_drafter"]
+        assert set(pair.choice["by_method"]) == {"none", "ngram", "dspark"}
+        assert pair.block_size == 17                  # 16 drafts from a block of 16, then the target's token
+        drafted = accepted = 0
+        for text in REPETITIVE[:2]:
+            ids = pair.tokenizer.encode_prompt(text, raw=True)
+            plain = Generation(pair, ids, GenerationSettings(max_new_tokens=48), baseline=True).run()
+            for n in (3, 16):
+                fast = Generation(pair, ids, GenerationSettings(max_new_tokens=48, method="dspark", block_size=n + 1,
+                                                                plain_fallback=False)).run()
+                launch = pair.server.launch
+                assert (launch.method, launch.n_max) == ("dspark", n) and launch.draft is not None
+                assert "draft-dspark" in launch.args(1, DEMO_DIR)
+                assert_same_up_to_rounding(fast.tokens, plain.tokens, ids, reference)
+                drafted, accepted = drafted + fast.stats.drafted, accepted + fast.stats.accepted
+        assert drafted > 0 and accepted > 0
+    finally:
+        pair.close()
+    meta = metadata.read_metadata(convert.draft_gguf(random_dspark(tmp_path / "speculators", speculators=True),
+                                                     TARGET), tensors=True)
+    assert metadata.drafter_method(meta) == "dspark" and meta["dflash.target_layers"] == [2, 3, 4]
+    assert meta["dflash.sample_from_anchor"] is False and drafter_block(meta) == 16
+    with pytest.raises(PairMismatchError, match="reads target layers"):
+        load_pair(TARGET, random_dspark(tmp_path / "wrong", layers=(1, 2, 9)))

@@ -115,6 +115,16 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
     info = loaded.args[0]
     assert (info.engine, info.dtype, info.event["architecture"], info.has_drafter) == \
         ("llamacpp", "q4_1", "llama", True), info
+    # what the calibration measured fastest is remembered, and the model list shows it when opened again
+    measured = window.settings.measured["smollm2-135m"]
+    assert measured["method"] == info.method and info.speculation["reason"] in measured["summary"]
+    again = window.open_model_picker(catalog=parse_catalog(smollm2_catalog(smollm2_gguf), "test"), hardware=cpu)
+    with qtbot.waitSignal(again.ready, timeout=30_000):
+        pass
+    again.list.setCurrentIndex(next(again.model.index(i) for i in range(again.model.rowCount())
+                                    if again.model.index(i).data(Roles.Id) == "smollm2-135m"))
+    assert again.measured_label.text() == f"Measured fastest here when last loaded: {measured['summary']}"
+    again.reject()
     answer = ask(qtbot, window, QUESTION)
     assert answer["event"] == "done" and len(answer["text"].split()) >= 3, answer
     stored = window.controller.store.messages(window.controller.conversation_id)

@@ -46,11 +46,24 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
     ("baselines", {"demo|/x": {"tok_s": 40.0, "tokens": 64, "measured_at": 1.0, "device": "cpu", "runs": ["x"]}},
      "Baselines"),
     ("engine", ["torch"], "Engine must be"),
+    ("measured", {"demo": {"method": "warp", "summary": "x"}}, "Measured methods are {method, summary} per model pair"),
+    ("measured", {"demo": {"method": "ngram"}}, "Measured methods"),
+    ("measured", {str(i): {"method": "none", "summary": ""} for i in range(S.MAX_MEASURED + 1)}, "Measured methods"),
 ])
 def test_absurd_values_are_refused_with_a_clear_message(field, value, message):
     s = S.Settings(**{field: value})
     with pytest.raises(S.SettingsError, match=re.escape(message)):
         s.validate(max_block_size=16)
+
+
+def test_the_measured_method_of_each_pair_is_kept_the_latest_last():
+    s = S.Settings()
+    for i in range(S.MAX_MEASURED + 2):
+        S.remember_measured(s, f"pair{i}", "ngram", f"n-gram lookup, run {i}")
+    S.remember_measured(s, "pair5", "dflash", "DFlash, 7 drafts a step")
+    assert len(s.measured) == S.MAX_MEASURED and list(s.measured)[-1] == "pair5" and "pair0" not in s.measured
+    assert s.measured["pair5"] == {"method": "dflash", "summary": "DFlash, 7 drafts a step"}
+    s.validate(max_block_size=16)
 
 
 def test_defaults_are_valid_and_generation_dict():

@@ -33,6 +33,7 @@ def catalog_data(random_pair) -> dict:
     pairs["demo"]["target"]["path"], pairs["demo"]["drafter"]["path"] = map(str, random_pair)
     pairs["qwen3-4b"]["target"]["repo_id"] = "org/target"
     pairs["qwen3-4b"]["drafter"]["repo_id"] = "org/draft"
+    pairs["qwen3-4b"]["variants"].pop("llamacpp")     # llama.cpp converts the target's own weights
     data["pairs"] = [pairs[k] for k in ("qwen3-4b", "qwen3-8b", "demo", "qwen3.5-4b")]  # demo not first on purpose
     return data
 
@@ -271,3 +272,42 @@ def test_the_search_box_filters_the_list_by_every_word(qtbot, picker):
     assert all(not picker.list.isRowHidden(i) for i in rows(picker).values()) and len(ids) == 4
     qtbot.keyClicks(picker.search, "no such model")
     assert all(picker.list.isRowHidden(i) for i in rows(picker).values())
+
+
+def test_choosing_a_speculation_changes_what_downloads_and_loads(qtbot, picker, hub, monkeypatch):
+    """Qwen3 4B offers its DFlash, EAGLE-3 and DSpark drafters and n-gram lookup: the speculation box lists
+    each with what it adds to the download and the engines that run it; choosing EAGLE-3 plans llama.cpp on the
+    CPU; choosing n-gram lookup shows the target's size alone, downloads only the target from the fake hub, and
+    loads without a drafter."""
+    from huggingface_hub import constants
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    hub.repos["org/target"] = make_repo(1, shards=1, shard_size=200_000)   # org/draft is not served at all
+    idx = select(picker, "qwen3-4b")
+    assert not picker.method_row.isHidden()
+    items = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
+    assert [picker.method_box.itemData(i) for i in range(len(items))] == ["dflash", "eagle3", "dspark", "ngram"]
+    assert items[0].startswith("DFlash drafter (org) · 1.1 GB more · ") and "PyTorch" in items[0]
+    assert items[1] == "EAGLE-3 drafter (AngelSlim) · 440 MB more · llama.cpp"
+    assert items[3] == "n-gram lookup · nothing more to download · llama.cpp or PyTorch"
+    with_drafter = idx.data(Roles.SizeBytes)
+    picker.method_box.activated.emit(1)
+    idx = select(picker, "qwen3-4b")
+    assert idx.data(Roles.Plan)["engine"] == "llamacpp" and "llama.cpp on the CPU" in picker.facts.text()
+    assert picker.method_box.currentData() == "eagle3" and "Drafter block size 7" in picker.facts.text()
+    picker.method_box.activated.emit(3)
+    idx = select(picker, "qwen3-4b")
+    assert picker.method_box.currentData() == "ngram" and idx.data(Roles.Plan)["engine"] == "torch"
+    assert idx.data(Roles.SizeBytes) < with_drafter and "Drafter block size" not in picker.facts.text()
+    assert "with n-gram lookup" in picker.fit_sentence.text()
+    picker._refresh_offline()
+    qtbot.waitUntil(lambda: "Online (127.0.0.1" in picker.offline_label.text(), timeout=WAIT_MS)
+    picker.download_button.click()
+    qtbot.waitUntil(lambda: idx.data(Roles.DownloadState) != "downloading", timeout=WAIT_MS)
+    assert idx.data(Roles.DownloadState) == "ready", idx.data(Roles.DownloadText)
+    with qtbot.waitSignal(picker.pairChosen, timeout=WAIT_MS) as chosen:
+        picker.load_button.click()
+    got = chosen.args[0]
+    assert got.draft_dir is None and got.plan["engine"] == "torch"
+    assert (Path(got.target_dir) / "config.json").read_bytes() == hub.repos["org/target"].files["config.json"]

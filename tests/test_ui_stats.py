@@ -173,9 +173,9 @@ def test_an_answer_decoded_plainly_shows_no_speedup(qtbot, home, chat_worker, ec
 
 
 def test_each_chat_keeps_the_figures_of_the_model_that_wrote_it(qtbot, home, chat_worker, echo_pair):
-    """A chat with the echo pair (DFlash), then a switch to its target alone (no drafter) in a new chat: each
-    answer is headed by its own model and method, and reopening the first chat shows its speedup against its
-    own baseline, never the loaded model's, nor a diagnosis of the other model."""
+    """A chat with the echo pair (DFlash), then a switch to its target alone (no drafter: it speculates with
+    n-gram lookup) in a new chat: each answer is headed by its own model and method, and reopening the first chat
+    shows its speedup against its own baseline, never the loaded model's, nor a diagnosis of the other model."""
     window = make_window(qtbot, chat_worker, echo_pair)
     panel, c = window.stats_panel, window.controller
     first = send_and_wait(qtbot, window, "def f(x):")["stats"]
@@ -188,15 +188,17 @@ def test_each_chat_keeps_the_figures_of_the_model_that_wrote_it(qtbot, home, cha
     with qtbot.waitSignal(window.session.pairLoaded, timeout=ANSWER_TIMEOUT_MS):
         window.load_pair(alone)
     qtbot.waitUntil(lambda: window.session.ready, timeout=ANSWER_TIMEOUT_MS)
+    assert window.pair_label.text().endswith("·  n-gram lookup, up to 8 drafts a step")
     # the target alone gets its own baseline, far from the echo pair's (its own calibration)
     record = BaselineRecord(baseline_a.tok_s * 10, 64, time.time(), "cpu")
     window.session.record_baseline(record)
     second = send_and_wait(qtbot, window, "def g(y):")["stats"]
     stored = window.store.messages(c.conversation_id)[-1].stats
-    assert second["method"] == "plain" and stored["model"]["name"] == "Echo target alone"
-    assert not stored["model"]["has_drafter"] and stored["model"]["baseline_key"] == window.session.baseline_key
-    assert window.chat_view.messages[-1].role_label.text() == "Echo target alone  ·  plain decoding"
-    assert shown(window)["speedup"] is None and panel.acceptance_label.text() == "no drafter"
+    assert second["speculation"] == "ngram" and stored["model"]["name"] == "Echo target alone"
+    assert stored["model"]["has_drafter"] and stored["model"]["baseline_key"] == window.session.baseline_key   # drafts
+    words = "n-gram lookup" if second["method"] == "dflash" else "plain decoding"   # no repeat: nothing drafted
+    assert window.chat_view.messages[-1].role_label.text() == f"Echo target alone  ·  {words}"
+    assert shown(window)["speedup"] == pytest.approx(second["decode_tok_s"] / record.tok_s)
 
     c.open_conversation(chat_a)
     answer = window.chat_view.messages[-1]

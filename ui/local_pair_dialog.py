@@ -26,13 +26,14 @@ class LocalPairDialog(QDialog):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Open a model from disk")
-        intro = QLabel("A target model and, for DFlash, its drafter. A target can be a GGUF file (run by "
-                       "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash GGUF or a "
-                       "z-lab drafter folder, converted for llama.cpp when needed. Nothing in the folders is "
-                       "ever run as code.")
+        intro = QLabel("A target model and, optionally, its drafter. A target can be a GGUF file (run by "
+                       "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash, DSpark or "
+                       "EAGLE-3 GGUF or folder (DSpark and EAGLE-3 run in llama.cpp), converted for llama.cpp when "
+                       "needed. Without one, the model still speculates with n-gram lookup where that measures "
+                       "faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)
         self.target = self._path_field("Target model file or folder", "for example ~/models/Qwen3-4B-Q4_K_M.gguf")
-        self.draft = self._path_field("Drafter file or folder", "optional: without one, plain decoding")
+        self.draft = self._path_field("Drafter file or folder", "optional: without one, n-gram lookup or plain decoding")
         form = QFormLayout()
         form.addRow("Target", self._with_browse(self.target, "Choose the target"))
         form.addRow("Drafter", self._with_browse(self.draft, "Choose the drafter"))

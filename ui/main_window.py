@@ -388,8 +388,9 @@ class MainWindow(QMainWindow):
         memory = f"  ·  {rss / 2**20:,.0f} MB" if rss else ""
         spec = loaded.speculation or {}
         if loaded.method != "none":
+            lookup = loaded.event.get("ngram_block") if loaded.method == "ngram" and not spec else None
             how = (f"{spec['n_max']} drafts a step" if spec.get("n_max") and not self.settings.block_size
-                   else self._block_text(loaded.block_size))
+                   else f"up to {lookup - 1} drafts a step" if lookup else self._block_text(loaded.block_size))
             method = f"{loaded.method_label}, {how}"
         elif spec:
             method = "plain (measured fastest here)" if self.settings.plain_fallback else "drafting at its fastest"
@@ -638,7 +639,8 @@ class MainWindow(QMainWindow):
         except ImportError as exc:
             self.status_label.setText(f"The model picker is not available in this build ({exc}).")
             return None
-        picker = ModelPicker(self, catalog=catalog, hardware=hardware, servers=self.settings.remote_servers)
+        picker = ModelPicker(self, catalog=catalog, hardware=hardware, servers=self.settings.remote_servers,
+                             measured=self.settings.measured)
         picker.pairChosen.connect(lambda pair: self.load_pair(self.with_engine(pair)))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()

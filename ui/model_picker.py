@@ -1,4 +1,5 @@
-"""Choose, download and load a DFlash pair, with an honest answer to "will it run on this computer?".
+"""Choose, download and load a model and the way it speculates, with an honest answer to "will it run on this
+computer?".
 
 Catalog loading, the hardware probe and the disk scan for finished downloads run on a background
 thread; downloads run on DownloadJob's own thread and reach the widgets only through queued signals.
@@ -12,7 +13,7 @@ import urllib.request
 
 from PySide6.QtCore import QModelIndex, QObject, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette
-from PySide6.QtWidgets import (QApplication, QDialog, QFrame, QHBoxLayout, QLabel, QLineEdit, QListView,
+from PySide6.QtWidgets import (QApplication, QComboBox, QDialog, QFrame, QHBoxLayout, QLabel, QLineEdit, QListView,
                                QProgressBar, QPushButton, QSplitter, QStyle, QStyledItemDelegate,
                                QStyleOptionViewItem, QVBoxLayout, QWidget)
 
@@ -21,7 +22,8 @@ from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
 from dflash_desktop.pairs import PairRequest
 
-from .pair_list_model import PairListModel, Roles, build_rows, local_dirs_for
+from .pair_list_model import (PairListModel, Roles, build_row, build_rows, local_dirs_for, pair_dirs,
+                              speculation_label)
 from .local_pair_dialog import LocalPairDialog
 from .remote_dialog import AddServerDialog
 
@@ -144,16 +146,19 @@ class ModelPicker(QDialog):
     ready = Signal()           # catalog, hardware and disk scan are in
 
     def __init__(self, parent: QWidget | None = None, catalog: Catalog | None = None,
-                 hardware: HardwareReport | None = None, servers: list[dict] | None = None):
+                 hardware: HardwareReport | None = None, servers: list[dict] | None = None,
+                 measured: dict | None = None):
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(980, 620)
         self.catalog, self.hardware = catalog, hardware
         self.servers = servers or []     # remote servers used before, the latest first
+        self.measured = measured or {}   # pair id -> {method, summary}: what loading it last measured fastest
         self.server_dialog: AddServerDialog | None = None
         self.model = PairListModel(self)
         self.online: bool | None = None   # the hub answered (None: not asked yet, or offline mode)
         self._jobs: dict[str, downloads.DownloadJob] = {}
+        self.chosen: dict[str, str] = {}  # pair id -> the speculation method picked in this dialog
         self._build()
         self._load_in_background()
 
@@ -184,14 +189,27 @@ class ModelPicker(QDialog):
         self.title.setFont(big)
         self.badge = QLabel()
         self.facts = QLabel()
+        self.method_box = QComboBox()
+        self.method_box.setAccessibleName("Speculation method")
+        self.method_box.setToolTip("How this model speculates: a drafter of its own (downloaded beside it), its "
+                                   "own MTP heads or n-gram lookup (nothing more to download). Loading measures "
+                                   "every method whose files are here and keeps the fastest.")
+        self.method_box.activated.connect(self._choose_method)
+        self.method_row = QWidget()
+        method_line = QHBoxLayout(self.method_row)
+        method_line.setContentsMargins(0, 0, 0, 0)
+        method_line.addWidget(QLabel("Speculation:"))
+        method_line.addWidget(self.method_box, 1)
         self.fit_sentence = QLabel()
         self.fit_numbers = QLabel()
         self.fit_numbers.setStyleSheet("color: palette(placeholder-text);")
         self.notes = QLabel()
+        self.measured_label = QLabel()
+        self.measured_label.setAccessibleName("Measured on this computer")
         self.reason = QLabel()
         self.reason.setObjectName("pickerReason")
         self.reason.setStyleSheet("QLabel#pickerReason { color: rgb(218,54,51); font-weight: bold; }")
-        for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.reason):
+        for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.measured_label, self.reason):
             w.setWordWrap(True)
             w.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
@@ -214,8 +232,8 @@ class ModelPicker(QDialog):
                                       "this computer cannot hold")
         self.server_button.clicked.connect(self.add_server)
         self.local_button = QPushButton("Open from disk…")
-        self.local_button.setToolTip("Load a model you already have: a GGUF file or a model folder, with its DFlash "
-                                     "drafter")
+        self.local_button.setToolTip("Load a model you already have: a GGUF file or a model folder, with its drafter "
+                                     "(DFlash, DSpark or EAGLE-3) if it has one")
         self.local_button.clicked.connect(self.open_local)
         buttons = QHBoxLayout()
         buttons.addWidget(self.local_button)
@@ -232,7 +250,7 @@ class ModelPicker(QDialog):
         head.addWidget(self.title, 1)
         head.addWidget(self.badge)
         d.addLayout(head)
-        for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes):
+        for w in (self.facts, self.method_row, self.measured_label, self.fit_sentence, self.fit_numbers, self.notes):
             d.addWidget(w)
         d.addStretch(1)
         d.addWidget(self.token_box)
@@ -358,11 +376,12 @@ class ModelPicker(QDialog):
         self.token_box.setVisible(False)
         self.progress.setVisible(False)
         self.progress_text.setVisible(False)
+        self.method_row.setVisible(False)
         if not has:
             self.title.setText("Models")
             self.badge.clear()
             self.badge.setStyleSheet("")
-            for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.reason):
+            for w in (self.facts, self.fit_sentence, self.fit_numbers, self.notes, self.measured_label, self.reason):
                 w.clear()
             return
         row = self.model.pair_row(idx.row())
@@ -373,12 +392,18 @@ class ModelPicker(QDialog):
         self.badge.setText(idx.data(Roles.VerdictLabel))
         gated = " · gated: needs a Hugging Face token and accepted licence" if idx.data(Roles.Gated) else ""
         runs = f"Runs with {idx.data(Roles.PlanLabel)}\n" if idx.data(Roles.PlanLabel) else ""
+        drafter = (f"Drafter block size {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}\n"
+                   if row.pair.drafter else "")
         self.facts.setText(f"{idx.data(Roles.SizeText)} · licence {idx.data(Roles.License)}{gated}\n"
-                           f"Drafter block size {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}\n"
-                           f"{runs}{idx.data(Roles.DownloadText)}")
+                           f"{drafter}{runs}{idx.data(Roles.DownloadText)}")
+        self._show_methods(row)
         self.fit_sentence.setText(idx.data(Roles.FitSentence))
         self.fit_numbers.setText(idx.data(Roles.FitDetails))
         self.notes.setText(idx.data(Roles.Notes))
+        measured = self.measured.get(row.pair.id)
+        self.measured_label.setText(f"Measured fastest here when last loaded: {measured['summary']}" if measured
+                                    else "")
+        self.measured_label.setVisible(bool(measured))
         self.reason.setText(idx.data(Roles.Reason) if state in ("ready", "error") or verdict in
                             ("wont_fit", "unsupported") else "")
         downloading = state == "downloading"
@@ -400,12 +425,37 @@ class ModelPicker(QDialog):
         self.cancel_button.setEnabled(downloading)
         self.load_button.setEnabled(bool(idx.data(Roles.CanLoad)))
         if idx.data(Roles.Gated) and state != "ready":
-            repo = row.pair.target.repo_id if row.pair.target.gated else row.pair.drafter.repo_id
+            repo = next(m.repo_id for m in row.pair.models if m.gated)
             self.token_help.setText(f'This model is gated. Accept its licence on <a href="https://huggingface.co/{repo}">'
                                     f"huggingface.co/{repo}</a>, then paste an access token.")
             if downloads.current_token() and not self.token_status.text():
                 self.token_status.setText("A Hugging Face token is already set on this computer.")
             self.token_box.setVisible(True)
+
+    def _show_methods(self, row) -> None:
+        """The speculation box: every way this pair speculates here, the chosen one selected; hidden when there
+        is no choice, and fixed while a download of the chosen one runs."""
+        options = row.pair.speculations
+        self.method_row.setVisible(len(options) > 1)
+        self.method_box.clear()
+        for s in options:
+            self.method_box.addItem(speculation_label(s, self.catalog), s.method)
+        self.method_box.setCurrentIndex(next(i for i, s in enumerate(options) if s.method == row.pair.method))
+        self.method_box.setEnabled(row.download_state != "downloading")
+
+    def _choose_method(self, index: int) -> None:
+        """Another speculation for the selected pair: its row is rebuilt (size, fit, plan, what is on disk)."""
+        idx = self.list.currentIndex()
+        method = self.method_box.itemData(index)
+        if not idx.isValid() or method is None:
+            return
+        row = self.model.pair_row(idx.row())
+        if method == row.pair.method:
+            return
+        pair = row.pair.choosing(method)
+        self.chosen[pair.id] = method
+        self.model.replace_row(build_row(pair, self.catalog, self.hardware,
+                                         pair_dirs(pair, downloads.find_cached, self.hardware)))
 
     # -- actions ----------------------------------------------------------------------------------
     def load_selected(self) -> None:
@@ -464,7 +514,8 @@ class ModelPicker(QDialog):
             plan = row.fit.plan if row.fit else None
             target = (variant_folder.assemble(row.pair, plan.files_variant, job.cache_dir)
                       if plan and plan.files_variant else job.result[row.pair.target.repo_id])
-            dirs = {"target": target, "drafter": job.result[row.pair.drafter.repo_id]}
+            dirs = {"target": target, **({"drafter": job.result[row.pair.drafter.repo_id]} if row.pair.drafter
+                                         else {})}
             self.model.set_download(pair_id, "ready", 1.0, dirs=dirs)
         elif job.state == "cancelled":
             self.model.set_download(pair_id, "not_downloaded", 0.0)

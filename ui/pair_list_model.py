@@ -16,7 +16,7 @@ from dflash_desktop.catalog import Catalog, Pair
 from dflash_desktop.fit import SLOW_TOK_S, FitEstimate, estimate_here
 from dflash_desktop.hardware import HardwareReport, gib
 from dflash_desktop.run_plan import plan_for
-from engine.backends import DEVICE_CLASSES, DEVICE_LABELS, ENGINES
+from engine.backends import DEVICE_CLASSES, DEVICE_LABELS, ENGINES, METHODS
 
 VERDICT_LABELS = {"fits": "Fits", "slow": "Fits, slowly", "tight": "Tight fit", "target_only": "Target only",
                   "wont_fit": "Won't fit", "unsupported": "Not for this device", "unknown": "Checking…"}
@@ -110,10 +110,22 @@ class PairRow:
 
 def pair_size(pair: Pair, catalog: Catalog, variant=None) -> int:
     """Bytes to download: the target's files (a variant's own, such as a GGUF quantization the plan runs, else
-    the target in its native dtype) plus the drafter."""
+    the target in its native dtype) plus the chosen method's drafter, if it has one."""
     b = catalog.dtype_bytes
     target = variant.bytes if variant is not None else pair.target.params * b[pair.target["native_dtype"]]
-    return int(target + pair.drafter.params * b[pair.drafter["dtype"]])
+    return int(target + drafter_size(pair.drafter, catalog))
+
+
+def drafter_size(drafter, catalog: Catalog) -> int:
+    return int(drafter.params * catalog.dtype_bytes[drafter["dtype"]]) if drafter else 0
+
+
+def speculation_label(speculation, catalog: Catalog) -> str:
+    """One choice of the model list's speculation box: the method, what it downloads, the engines it runs on."""
+    size = (f"{human_size(drafter_size(speculation.drafter, catalog))} more" if speculation.drafter
+            else "nothing more to download")
+    engines = " or ".join(ENGINES[name].label for name in speculation.engines)
+    return f"{speculation.label} · {size} · {engines}"
 
 
 def human_size(n: float) -> str:
@@ -127,7 +139,7 @@ def memory(n: int) -> str:
 
 def licence(pair: Pair) -> str:
     """Target and drafter licences, once each ("apache-2.0/mit")."""
-    return "/".join(dict.fromkeys(str(m.get("license", "unknown")) for m in (pair.target, pair.drafter)))
+    return "/".join(dict.fromkeys(str(m.get("license", "unknown")) for m in pair.models))
 
 
 def fit_details(row: PairRow) -> str:
@@ -136,34 +148,39 @@ def fit_details(row: PairRow) -> str:
         return VERDICT_LABELS[row.verdict]
     e = row.fit
     lines = [f"{TERM_LABELS.get(k, k)}: {memory(v)}" for k, v in e.breakdown.items() if v]
-    lines += [f"Total with DFlash: {gib(e.total_bytes)}", f"Target alone: {gib(e.target_only_bytes)}",
+    lines += [f"Total with {METHODS[row.pair.method]}: {gib(e.total_bytes)}", f"Target alone: {gib(e.target_only_bytes)}",
               f"Available: {gib(e.budget_bytes)} ({e.budget_source})",
               f"At {e.context_tokens:,} tokens of context ({e.weight_dtype} weights, {e.kv_dtype} cache)"]
     return "\n".join(lines)
 
 
-def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict[str, dict]) -> list[PairRow]:
-    """One row per pair, demo first. `local_dirs` maps pair id -> {role: folder} for pairs fully on disk."""
+def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict[str, dict],
+               chosen: dict[str, str] | None = None) -> list[PairRow]:
+    """One row per pair, demo first. `local_dirs` maps pair id -> {role: folder} for pairs fully on disk;
+    `chosen` maps pair id -> the speculation method picked for it (else the catalog's first)."""
     pairs = sorted(catalog.pairs, key=lambda p: p.kind != "embedded")  # stable: catalog order otherwise
-    rows = []
-    for pair in pairs:
-        row = PairRow(pair, pair_size(pair, catalog))
-        if report is not None:
-            row.fit = estimate_here(pair, report, dtype_bytes=catalog.dtype_bytes)
-            row.supported, row.device = row.fit is not None, report.device
-            if row.fit is None:
-                row.missing = {name: why for name, why in report.engines_missing.items()
-                               if {report.device, "cpu"} & set(pair.engines.get(name, ()))}
-            if row.fit is not None and row.fit.plan is not None:
-                row.size_bytes = pair_size(pair, catalog, row.fit.plan.files_variant)   # what the plan downloads
-        if pair.id in local_dirs:
-            row.download_state, row.dirs = "ready", local_dirs[pair.id]
-        elif not pair.needs_download:
-            row.download_state = "error"
-            where = pair.local_path("target") or pair.target.get("package_file")
-            row.error = f"The built-in model's files are missing ({where}). {pair.install_hint}"
-        rows.append(row)
-    return rows
+    return [build_row(pair.choosing((chosen or {}).get(pair.id, pair.method)), catalog, report,
+                      local_dirs.get(pair.id)) for pair in pairs]
+
+
+def build_row(pair: Pair, catalog: Catalog, report: HardwareReport | None, dirs: dict | None) -> PairRow:
+    """One pair's row with its chosen speculation: size, fit, plan and download state."""
+    row = PairRow(pair, pair_size(pair, catalog))
+    if report is not None:
+        row.fit = estimate_here(pair, report, dtype_bytes=catalog.dtype_bytes)
+        row.supported, row.device = row.fit is not None, report.device
+        if row.fit is None:
+            row.missing = {name: why for name, why in report.engines_missing.items()
+                           if {report.device, "cpu"} & set(pair.engines.get(name, ()))}
+        if row.fit is not None and row.fit.plan is not None:
+            row.size_bytes = pair_size(pair, catalog, row.fit.plan.files_variant)   # what the plan downloads
+    if dirs is not None:
+        row.download_state, row.dirs = "ready", dirs
+    elif not pair.needs_download:
+        row.download_state = "error"
+        where = pair.local_path("target") or pair.target.get("package_file")
+        row.error = f"The built-in model's files are missing ({where}). {pair.install_hint}"
+    return row
 
 
 class PairListModel(QAbstractListModel):
@@ -175,6 +192,12 @@ class PairListModel(QAbstractListModel):
         self.beginResetModel()
         self._rows = list(rows)
         self.endResetModel()
+
+    def replace_row(self, row: PairRow) -> None:
+        """A pair's row rebuilt (another speculation chosen for it)."""
+        i = self.row_of(row.pair.id)
+        self._rows[i] = row
+        self.dataChanged.emit(self.index(i), self.index(i))
 
     def row_of(self, pair_id: str) -> int:
         return next((i for i, r in enumerate(self._rows) if r.pair.id == pair_id), -1)
@@ -224,7 +247,7 @@ class PairListModel(QAbstractListModel):
             Roles.SizeBytes: lambda: r.size_bytes,
             Roles.SizeText: lambda: human_size(r.size_bytes),
             Roles.License: lambda: licence(p),
-            Roles.Gated: lambda: p.target.gated or p.drafter.gated,
+            Roles.Gated: lambda: p.gated,
             Roles.ChatMode: lambda: p.chat_mode,
             Roles.Notes: lambda: p.notes,
             Roles.CanLoad: lambda: not r.reason,
@@ -250,28 +273,35 @@ class PairListModel(QAbstractListModel):
     def _subtitle(r: PairRow) -> str:
         p = r.pair
         parts = [human_size(r.size_bytes), licence(p), "any chat mode" if p.chat_mode == "any" else p.chat_mode]
-        if p.target.gated or p.drafter.gated:
+        if p.gated:
             parts.append("gated")
         return " · ".join(parts)
 
 
-def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None = None) -> dict[str, dict]:
+def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None = None,
+                   chosen: dict[str, str] | None = None) -> dict[str, dict]:
     """Which pairs are complete on disk (disk only, no network); slow-ish, so call it off the GUI thread.
-    A pair whose planned engine has its own files (a GGUF variant) is ready when those are."""
+    `chosen`: pair id -> its speculation method (else the catalog's first), whose drafter, if any, must be
+    there too."""
     found = {}
     for pair in catalog.pairs:
-        plan = plan_for(pair, report) if report else None
-        if plan is not None and plan.variant is not None:
-            target = variant_folder.assemble(pair, plan.variant)
-            draft = find_cached(pair.drafter.repo_id, pair.drafter.revision)
-            if target and draft:
-                found[pair.id] = {"target": target, "drafter": draft}
-            continue
-        if pair.kind == "embedded":
-            if pair.installed():
-                found[pair.id] = {"target": pair.local_path("target"), "drafter": pair.local_path("drafter")}
-            continue
-        dirs = {spec.role: find_cached(spec.repo_id, spec.revision) for spec in (pair.target, pair.drafter)}
-        if all(dirs.values()):  # a half-downloaded pair is not ready; Download resumes it
+        dirs = pair_dirs(pair.choosing((chosen or {}).get(pair.id, pair.method)), find_cached, report)
+        if dirs is not None:
             found[pair.id] = dirs
     return found
+
+
+def pair_dirs(pair: Pair, find_cached, report: HardwareReport | None = None) -> dict | None:
+    """{role: folder} of a pair with its chosen speculation when all of it is on disk, else None. A pair whose
+    planned engine has its own files (a GGUF variant) is ready when those are."""
+    if pair.kind == "embedded":
+        return {"target": pair.local_path("target"), "drafter": pair.local_path("drafter")} \
+            if pair.installed() else None
+    plan = plan_for(pair, report) if report else None
+    if plan is not None and plan.variant is not None:
+        dirs = {"target": variant_folder.assemble(pair, plan.variant)}
+    else:
+        dirs = {"target": find_cached(pair.target.repo_id, pair.target.revision)}
+    if pair.drafter is not None:
+        dirs["drafter"] = find_cached(pair.drafter.repo_id, pair.drafter.revision)
+    return dirs if all(dirs.values()) else None     # a half-downloaded pair is not ready; Download resumes it

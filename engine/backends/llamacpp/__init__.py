@@ -1,6 +1,6 @@
-"""The llama.cpp engine: GGUF targets with DFlash GGUF drafters, run by llama-server (built from the
-pinned llama-cpp-python sdist, build.py) on 127.0.0.1. The server drafts and verifies by itself, so this
-engine streams (docs/ENGINES.md, "Engines that run their own loop"). This file only declares; the
+"""The llama.cpp engine: GGUF targets with GGUF drafters (DFlash, DSpark, EAGLE-3), run by llama-server
+(built from the pinned llama-cpp-python sdist, build.py) on 127.0.0.1. The server drafts and verifies by
+itself, so this engine streams (docs/ENGINES.md, "Engines that run their own loop"). This file only declares; the
 modules below it start processes and read files only when a pair is loaded."""
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ ARCHITECTURES = {"qwen3": ("cpu",), "llama": ("cpu",), "qwen3_moe": ("cpu",), "q
                  "qwen3_5_moe": ("cpu",), "gpt_oss": ("cpu",)}
 # Speculation methods (engine.backends.METHODS) its server runs here, each checked identical to plain decoding
 # (tests/test_llamacpp_methods.py): n-gram lookup needs no drafter, MTP a target GGUF that keeps its
-# multi-token-prediction head, EAGLE-3 and DFlash their drafters; a pair's calibration (calibrate.py) measures
-# those its files allow and keeps the fastest
-METHODS = ("none", "ngram", "mtp", "eagle3", "dflash")
+# multi-token-prediction head, EAGLE-3, DSpark and DFlash their drafters; a pair's calibration (calibrate.py)
+# measures those its files allow and keeps the fastest
+METHODS = ("none", "ngram", "mtp", "eagle3", "dspark", "dflash")
 # GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
 GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",

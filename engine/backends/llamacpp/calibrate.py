@@ -1,12 +1,13 @@
-"""Which is fastest for this pair on this computer: llama.cpp's plain decoding, n-gram lookup, or its DFlash,
-each with how many drafts per step? Greedy answers to a few prompts of the kind the pair is sent (a chat
-model: a coding request, an explanation and an edit of pasted code; a code model: three code files), timed by
-the server itself (decoding only). The settings take turns, round after round, so a busy moment slows them
-alike; each keeps its best round per prompt, and the setting with the best total over the prompts wins: one
-prompt may favour a setting the others do not (docs/BENCHMARKS.md). n-gram lookup remembers what it has seen
-across answers, so each of its settings gets a new server each round: an answer it has seen before would
-draft itself. The choice and its numbers are remembered in the app's cache, keyed by the build, the two files
-and the machine, so a pair calibrates once; it says in words which it chose and why the others lost.
+"""Which is fastest for this pair on this computer: llama.cpp's plain decoding, n-gram lookup, the target's MTP
+head or its drafter (DFlash, DSpark, EAGLE-3), each with how many drafts per step? Greedy answers to a few
+prompts of the kind the pair is sent (a chat model: a coding request, an explanation and an edit of pasted code;
+a code model: three code files), timed by the server itself (decoding only). The settings take turns, round
+after round, so a busy moment slows them alike; each keeps its best round per prompt, and the setting with the
+best total over the prompts wins: one prompt may favour a setting the others do not (docs/BENCHMARKS.md). n-gram
+lookup remembers what it has seen across answers, so each of its settings gets a new server each round: an
+answer it has seen before would draft itself. The choice and its numbers are remembered in the app's cache,
+keyed by the build, the two files and the machine, so a pair calibrates once; it says in words which it chose
+and why the others lost.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .. import METHODS
 from . import build
 from .server import request_body
 
-CANDIDATES = (3, 7, 15)      # DFlash's drafts per step tried (capped at the block size - 1)
+CANDIDATES = (3, 7, 15)      # DFlash's and DSpark's drafts per step tried (capped at the block size - 1)
 NGRAM_CANDIDATES = (4, 8, 16)   # n-gram lookup's longest drafts tried (docs/BENCHMARKS.md, "n-gram lookup")
 MTP_CANDIDATES = (1, 2, 3)       # the target's MTP head drafts one token per pass: a server each (it drafts n_max)
 EAGLE3_CANDIDATES = (2, 4, 6)    # an EAGLE-3 drafter too: one pass per draft, a server each
@@ -99,6 +100,7 @@ def warm_up(pair) -> list[int]:
 
 
 PASS_PER_DRAFT = ("mtp", "eagle3")   # methods whose server drafts all its n_max, whatever a request asks
+ONE_PASS = ("dspark", "dflash")      # methods that draft a block in one pass: one server, each request lowers it
 
 
 def settings_of(pair) -> list[tuple[str, int]]:
@@ -110,8 +112,9 @@ def settings_of(pair) -> list[tuple[str, int]]:
         out += [("mtp", n) for n in MTP_CANDIDATES]
     if "eagle3" in pair.methods:
         out += [("eagle3", n) for n in EAGLE3_CANDIDATES]
-    if "dflash" in pair.methods:
-        out += [("dflash", n) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]
+    for method in ONE_PASS:
+        if method in pair.methods:
+            out += [(method, n) for n in sorted({min(c, pair.block_size - 1) for c in CANDIDATES})]
     return out
 
 
@@ -134,9 +137,9 @@ def fastest_drafting(choice: dict) -> tuple[str, int] | None:
 
 
 def server(pair, method: str, n_max: int, longest: int):
-    """The server a setting is timed on: one DFlash server at its longest drafts (each request lowers them); a
-    new n-gram server (nothing remembered); an MTP head or EAGLE-3 drafter started at n_max, since it drafts as
-    many passes as its server was started with."""
+    """The server a setting is timed on: one DFlash or DSpark server at its longest drafts (each request lowers
+    them); a new n-gram server (nothing remembered); an MTP head or EAGLE-3 drafter started at n_max, since it
+    drafts as many passes as its server was started with."""
     return pair.server_for(method, n_max if method in PASS_PER_DRAFT else longest, fresh=method == "ngram")
 
 
@@ -180,14 +183,14 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
         for flags in plain_flags:
             pair.plain_flash_attn = flags
             run(("plain", flags), pair.server_for("none"), 0, warm_first=True)
-        for method in ("ngram", "mtp", "eagle3", "dflash"):
+        for method in ("ngram", *PASS_PER_DRAFT, *ONE_PASS):
             mine = [n for m, n in drafting if m == method]
             if not mine:
                 continue
             for j, n_max in enumerate(mine[r % len(mine):] + mine[:r % len(mine)]):   # a new order each round
-                # only DFlash keeps its server from one setting to the next: the others get a new one to warm up
+                # only DFlash and DSpark keep their server from one setting to the next: the others get a new one
                 run(name(method, n_max), server(pair, method, n_max, max(mine)), n_max,
-                    warm_first=method != "dflash" or j == 0)
+                    warm_first=method not in ONE_PASS or j == 0)
     settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])

@@ -1,5 +1,5 @@
 """Safetensors folders to GGUF with llama.cpp's own converter (from the same build): targets in the
-dtype asked for, z-lab DFlash drafters (safetensors) to DFlash GGUF drafters for their target.
+dtype asked for, DFlash, DSpark and EAGLE-3 drafters (safetensors) to GGUF drafters for their target.
 
 The converter runs in a child process and sees only a staging folder of links to the model's JSON
 configs, tokenizer files and safetensors: no Python file and no pickle of a model folder reaches it, and
@@ -155,11 +155,17 @@ def target_gguf(target_dir: Path, dtype: str, cancelled=lambda: False) -> Path:
 
 # EAGLE-3 drafters as llama.cpp's converter knows them (SpecForge, vLLM/AngelSlim, speculators)
 EAGLE3 = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator", "Eagle3DraftModel"}
+# DSpark drafters (DFlash with a Markov head) as llama.cpp's converter knows them (DeepSpec, speculators); it
+# writes them as DFlash GGUFs with the head's tensors, which llama-server runs as draft-dspark
+DSPARK = {"Qwen3DSparkModel", "DSparkDraftModel", "DSparkSpeculator", "Lfm2DSparkDraftModel", "LingDSparkModel",
+          "Gemma4DSparkModel"}
 
 
 def drafter_kind(cfg: dict) -> str | None:
-    """dflash or eagle3 for a drafter's config.json (the method it drafts for), else None."""
+    """dflash, dspark or eagle3 for a drafter's config.json (the method it drafts for), else None."""
     names = set(cfg.get("architectures") or ())
+    if names & DSPARK:
+        return "dspark"
     if names & {"DFlashDraftModel", "DFlash2DraftModel"}:
         return "dflash"
     if names & EAGLE3 or ("draft_vocab_size" in cfg and cfg.get("num_hidden_layers") == 1):
@@ -168,13 +174,13 @@ def drafter_kind(cfg: dict) -> str | None:
 
 
 def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancelled=lambda: False) -> Path:
-    """A z-lab DFlash drafter, or an EAGLE-3 one, for a target whose config and tokenizer are in target_dir; a
-    quantized target keeps a float16 drafter (DFlash's acceptance suffers from a quantized drafter, and drafters
-    are small)."""
+    """A z-lab DFlash drafter, a DSpark or an EAGLE-3 one, for a target whose config and tokenizer are in
+    target_dir; a quantized target keeps a float16 drafter (DFlash's acceptance suffers from a quantized drafter,
+    and drafters are small)."""
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
     kind = drafter_kind(cfg)
     if kind is None:
-        raise CheckpointError(f"{draft_dir} is neither a DFlash nor an EAGLE-3 drafter (config.json architectures "
+        raise CheckpointError(f"{draft_dir} is not a DFlash, DSpark or EAGLE-3 drafter (config.json architectures "
                               f"{cfg.get('architectures')}).")
     key = identity((draft_dir, True), (target_dir, False))
     outtype = OUTTYPES.get(dtype, "f16") if dtype != "q8_0" else "f16"

@@ -47,20 +47,22 @@ def find_target(target: Path, dtype: str, cancelled) -> Path:
     return convert.target_gguf(target, dtype, cancelled)
 
 
-DRAFTER_ARCHS = ("dflash", "eagle3")   # GGUF drafter architectures -> the method each drafts for (the same name)
+# GGUF drafter architectures: each the method it drafts for, but a dflash one with a Markov head drafts for
+# DSpark (metadata.drafter_method)
+DRAFTER_ARCHS = ("dflash", "eagle3")
 
 
 def find_draft(draft: Path, target: Path, dtype: str, cancelled) -> Path:
-    """A DFlash or EAGLE-3 .gguf file or a folder holding one, or a z-lab DFlash or EAGLE-3 drafter folder to
-    convert for the target."""
+    """A DFlash, DSpark or EAGLE-3 .gguf file or a folder holding one, or a z-lab DFlash, DSpark or EAGLE-3
+    drafter folder to convert for the target."""
     if draft.suffix.lower() == ".gguf":
         return draft
     files = [p for p in _ggufs(draft) if metadata.architecture(metadata.read_metadata(p)) in DRAFTER_ARCHS]
     if files:
         return files[0]
     if not (draft / "config.json").is_file():
-        raise CheckpointError(f"{draft} holds neither a DFlash or EAGLE-3 .gguf drafter nor a drafter (config.json "
-                              "and safetensors) to convert.")
+        raise CheckpointError(f"{draft} holds neither a DFlash, DSpark or EAGLE-3 .gguf drafter nor a drafter "
+                              "(config.json and safetensors) to convert.")
     tokenizer_dir = target if target.is_dir() else target.parent
     if not (tokenizer_dir / "config.json").is_file():
         raise CheckpointError(f"Converting the drafter in {draft} needs its target's config.json and tokenizer "
@@ -111,11 +113,9 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     if draft_dir is not None:
         report("drafter", f"Preparing the drafter {Path(draft_dir).name} for llama.cpp")
         draft_file = find_draft(Path(draft_dir), target, dtype, cancelled)
-        dmeta = metadata.read_metadata(draft_file)
+        dmeta = metadata.read_metadata(draft_file, tensors=True)
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
-        # DFlash drafts a block in one pass; EAGLE-3 one token a pass, up to its longest calibrated draft
-        block = (int(dmeta.get("dflash.block_size") or 16) if metadata.architecture(dmeta) == "dflash"
-                 else calibrate.EAGLE3_CANDIDATES[-1] + 1)
+        block = drafter_block(dmeta)
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
     report("weights", f"Starting llama-server with {target_file.name}")
     launch = Launch(binary, target_file, context=context, repack=cpu.repack_safe())
@@ -134,6 +134,18 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     return pair
 
 
+def drafter_block(meta: dict) -> int:
+    """The most tokens one drafting step commits, its drafts and the target's own token, as llama-server drafts
+    (common/speculative.cpp): DFlash fills a block after the last token, block_size - 1 drafts; DSpark drafting
+    from that token itself (sample_from_anchor: DeepSpec's drafters, and llama.cpp's default) all block_size;
+    EAGLE-3 one token a pass, up to its longest calibrated draft."""
+    method = metadata.drafter_method(meta)
+    if method == "eagle3":
+        return calibrate.EAGLE3_CANDIDATES[-1] + 1
+    block = int(meta.get("dflash.block_size") or 16)
+    return block + 1 if method == "dspark" and meta.get("dflash.sample_from_anchor", True) else block
+
+
 DEFAULT_DRAFTS = {"ngram": 8, "mtp": 2}   # drafts per step when asked for before a calibration measured them
 NGRAM_BLOCK = calibrate.NGRAM_CANDIDATES[-1] + 1   # a step's most tokens without a drafter: n-gram's longest + 1
 
@@ -145,8 +157,8 @@ class LlamaCppPair:
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft = launch, draft
-        # the method the drafter drafts for: its GGUF architecture (dflash, eagle3)
-        self.drafter = metadata.architecture(metadata.read_metadata(draft)) if draft else None
+        # the method the drafter drafts for (dflash, dspark, eagle3)
+        self.drafter = metadata.drafter_method(metadata.read_metadata(draft, tensors=True)) if draft else None
         # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, the target's own MTP head
         # where its GGUF keeps one, and the drafter's method
         arch = metadata.architecture(meta)
@@ -201,14 +213,14 @@ class LlamaCppPair:
                 self.server_for("none")
                 return False
             raise CheckpointError(
-                    f"llama.cpp's DFlash cannot draft for this {arch!r} model: its graph in the llama.cpp we "
-                    "build does not hand a drafter the target's layers. Plain decoding of it works (load the "
-                    "model without its drafter), and the torch engine runs the pair from its Hugging Face "
-                    "folder.", code="unsupported_architecture") from None
+                    f"llama.cpp's {METHODS[self.drafter]} cannot draft for this {arch!r} model: its graph in the "
+                    "llama.cpp we build does not hand a drafter the target's layers. Plain decoding of it works "
+                    "(load the model without its drafter), and the torch engine runs the pair from its Hugging "
+                    "Face folder.", code="unsupported_architecture") from None
 
     def server_for(self, method: str, n_max: int = 0, fresh: bool = False) -> Server:
-        """The running server when it matches, else a new one: plain decoding (method none), DFlash started at
-        n_max drafts per step, or n-gram lookup (started at its longest draft; each request sends its n_max).
+        """The running server when it matches, else a new one: plain decoding (method none), a drafting method
+        started at n_max drafts per step, or n-gram lookup (started at its longest draft; each request sends its n_max).
         fresh: a new server even when one matches (n-gram lookup then starts with nothing remembered)."""
         if method == "none" or not n_max:
             method, n_max = "none", 0

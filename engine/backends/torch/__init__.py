@@ -28,5 +28,6 @@ FORMATS = {"float32": _ALL, "bfloat16": _ALL, "float16": _ALL, "int8": ("cuda", 
 
 # Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py) and DFlash2 (drafter2.py)
 DRAFTER_GENERATIONS = (1, 2)
-# Speculation methods (engine.backends.METHODS): plain decoding and the drafters above
-METHODS = ("none", "dflash", "dflash2")
+# Speculation methods (engine.backends.METHODS): plain decoding, n-gram lookup (lookup.py, with or without a
+# drafter) and the drafters above
+METHODS = ("none", "ngram", "dflash", "dflash2")

@@ -1,16 +1,18 @@
 """What both torch engines keep of one answer between the loop's calls (eager.py everywhere, cuda.py's static
 engine on NVIDIA GPUs): the sampling rule and its random generator, whether the drafter drafts and its
 confidence cutoff, the target features the drafter has not read, the last verify's features and the last
-draft's proposal distribution; and what they describe alike (info, memory). The two engines compose these
-rather than one subclassing the other."""
+draft's proposal distribution, n-gram lookup's context; and what they describe alike (info, memory). The two
+engines compose these rather than one subclassing the other."""
 from __future__ import annotations
 
 import torch
 
+from ...config import GENERATION_METHODS
 from ...limits import GenerationSettings
 from ...penalties import History
 from ...stats import process_peak_bytes
 from . import NAME, cpu
+from .lookup import NGRAM_BLOCK, Lookup
 from .sampling import Candidates, draw, penalize, probabilities
 
 
@@ -25,10 +27,15 @@ class Answer:
         self.verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
         self.q: torch.Tensor | Candidates | None = None   # the last draft's proposal distribution (sampling)
         self.history = History()                  # the tokens the repeat penalty reads
+        self.lookup: Lookup | None = None         # n-gram lookup's context, when it drafts this answer
 
-    def start(self, settings: GenerationSettings, drafting: bool, cutoff: float, prompt: list[int]) -> None:
-        """A new answer: its sampling rule, a generator seeded by it (or at random), nothing drafted yet."""
-        self.settings, self.drafting, self.cutoff = settings, drafting, cutoff
+    def start(self, settings: GenerationSettings, drafting: bool, drafter: bool, cutoff: float,
+              prompt: list[int]) -> None:
+        """A new answer: its sampling rule, a generator seeded by it (or at random), nothing drafted yet. Drafts
+        come from n-gram lookup when the settings name it or there is no drafter, else from the drafter."""
+        lookup = drafting and (settings.method or ("dflash" if drafter else "ngram")) == "ngram"
+        self.settings, self.drafting, self.cutoff = settings, drafting and drafter and not lookup, cutoff
+        self.lookup = Lookup(prompt) if lookup else None
         self.history = History(prompt, settings.penalized)
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(settings.seed) if settings.seed is not None else self.gen.seed()
@@ -37,12 +44,15 @@ class Answer:
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def choose(self, logits: torch.Tensor) -> int:
-        """The token after the last row of logits (the prompt's last), by the answer's sampling rule."""
+        """The token after the last row of logits (the prompt's last), by the answer's sampling rule; n-gram
+        lookup's context ends with it."""
         if self.settings.penalized:
             logits = penalize(logits[-1:], [self.history.tokens], self.settings.repeat_penalty)
-        if self.settings.greedy:
-            return int(logits[-1].argmax())
-        return int(draw(probabilities(logits, self.settings), self.gen)[0])
+        token = int(logits[-1].argmax()) if self.settings.greedy else int(
+            draw(probabilities(logits, self.settings), self.gen)[0])
+        if self.lookup is not None:
+            self.lookup.extend([token])
+        return token
 
     def unread_context(self) -> torch.Tensor:
         """The features committed since the drafter last ran, handed to it once."""
@@ -58,10 +68,28 @@ class Answer:
         self.q = q
         return drafts
 
+    def look_up(self, width: int) -> list[int]:
+        """n-gram lookup's drafts for a block of `width`. Its proposal is certain (q is one at the draft), so the
+        residual rule keeps a draft x with probability p(x) and else draws from p without x: exact sampling."""
+        drafts = self.lookup.propose(width - 1)
+        self.q = None
+        if drafts and not self.settings.greedy:
+            ids = torch.tensor(drafts, device=self.device)[:, None]
+            self.q = Candidates(ids, torch.ones(ids.shape, device=self.device))
+        return drafts
+
     def take_q(self, drafted: bool):
         """The proposal distribution of the drafts being verified (none for a plain step), used once."""
         q, self.q = (self.q if drafted else None), None
         return q
+
+    def kept(self, last: int, drafts: list[int], n: int, own: int) -> tuple[int, int]:
+        """A verify kept `last`, its first n drafts and the target's own token: the repeat penalty and n-gram
+        lookup read them from now on. Returns (n, own), the verify's answer."""
+        self.history.advance(last, drafts, n)
+        if self.lookup is not None:
+            self.lookup.extend([*drafts[:n], own])
+        return n, own
 
     def commit(self, length: int, copy: bool = False) -> None:
         """The kept new positions' features feed the drafter's next context (copied where the verify's
@@ -73,7 +101,7 @@ class Answer:
         self.verified = (0, None)
 
     def stop_drafting(self) -> None:
-        self.drafting, self.context = False, []
+        self.drafting, self.context, self.lookup = False, [], None
 
 
 def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions: int) -> None:
@@ -105,6 +133,12 @@ def pair_info(target, drafter, tokenizer, name: str, family: str, max_positions:
             "architecture": family or getattr(target.model.config, "model_type", ""),
             "name": name, "block_size": drafter.config.block_size if drafter else 1,
             "has_drafter": drafter is not None, "drafter_generation": drafter.generation if drafter else None,
+            # every pair can run n-gram lookup, in blocks of its own; the drafter's method is the default, and a
+            # target alone speculates with n-gram lookup (a step without a match is a plain step, and the plain
+            # fallback ends it where it does not pay)
+            "methods": ["none", "ngram", *([GENERATION_METHODS[drafter.generation]] if drafter else [])],
+            "method": GENERATION_METHODS[drafter.generation] if drafter else "ngram",
+            "ngram_block": NGRAM_BLOCK,
             "has_tokenizer": tokenizer is not None, "chat_template": bool(tokenizer and tokenizer.has_template),
             "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
             "vocab_size": target.vocab_rows, "max_positions": max_positions, "layers": target.num_layers}

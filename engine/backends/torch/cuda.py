@@ -33,6 +33,7 @@ from .drafter import rope
 from .answer import block_embeddings, hold, memory
 from .eager import runner_dtype
 from .cuda_hybrid import StaticHybridKV
+from .lookup import NGRAM_BLOCK
 from .sampling import Candidates, draw, probabilities, propose, verify
 from .static_kv import StaticKV
 
@@ -219,7 +220,8 @@ class CudaPair:
         hold(self, target, drafter, tokenizer, name, family, min(context or DEFAULT_CONTEXT, target.max_positions))
         on_cuda = self.device.type == "cuda"
         self.runner = None
-        size = self.max_positions + self.block_size           # a verify near the end still has room
+        # a verify near the end still has room for its padded block, the drafter's or n-gram lookup's
+        size = self.max_positions + max(self.block_size, NGRAM_BLOCK)
         self.kernels = _kernels() if (on_cuda if use_kernels is None else use_kernels) else None
         graphs = on_cuda if graphs is None else graphs
         # LLM.int8 picks its outlier columns per input and reads them on the host: it cannot be captured
@@ -227,15 +229,17 @@ class CudaPair:
         compiled = on_cuda if compiled is None else compiled
         self.static = StaticTarget(target, size, self.kernels, dense, compiled)
         B = self.block_size
-        self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B}}
+        self._ids = {w: torch.zeros(1, w, dtype=torch.long, device=self.device) for w in {1, B, NGRAM_BLOCK}}
         self._features = drafter is not None      # fixed at capture: a drafter's pair always computes them
         deltanet = self.static.deltanet
         self._graphs, self._bucket = graphs, bucket
         self._restore = deltanet.buffers if deltanet is not None else (lambda: [])
         self._steps: dict[tuple[int, int], Graphed] = {}     # (width, rows) -> the step, made when first needed
-        self._commit_step = Graphed(deltanet.commit, graphs, self._restore) if deltanet is not None else None
+        # a hybrid's commit reads the tapes of the verify before it, which are a verify graph's own buffers
+        # when it replayed one: one commit graph per verify graph (each width and bucket has its own)
+        self._commits: dict[Graphed, Graphed] = {}
         self._taped = False       # the last verify left DeltaNet tapes for commit()
-        self._verify_graphed = False
+        self._graphed_verify: Graphed | None = None     # the last verify's step, when it replayed a graph
         if drafter is not None:
             runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
             self.runner = runner_class(drafter, target.head.weight, runner_dtype(self.device))
@@ -248,8 +252,10 @@ class CudaPair:
 
     def graph_status(self) -> dict:
         """Which steps run as CUDA graphs, and why one does not (for the benchmarks and bug reports)."""
-        steps = {f"{width}x{rows}": g for (width, rows), g in self._steps.items()}
-        steps.update(draft=getattr(self, "_draft_step", None), commit=self._commit_step)
+        names = {g: f"{width}x{rows}" for (width, rows), g in self._steps.items()}
+        steps = {name: g for g, name in names.items()}
+        steps.update({f"commit after {names[v]}": c for v, c in self._commits.items()})
+        steps.update(draft=getattr(self, "_draft_step", None))
         return {name: (g.graph is not None, g.why_not) for name, g in steps.items() if g is not None}
 
     def warm_up(self) -> None:
@@ -278,7 +284,7 @@ class CudaPair:
     @torch.inference_mode()
     def prefill(self, prompt, settings, drafting) -> int:
         a = self.answer
-        a.start(settings, drafting and self.runner is not None,   # a GPU verifies whole blocks: a cutoff when asked
+        a.start(settings, drafting, self.runner is not None,   # a GPU verifies whole blocks: a cutoff when asked
                 0.0 if settings.draft_cutoff is None else settings.draft_cutoff, prompt)
         ids, feats = torch.tensor([prompt], device=self.device), []
         if self.static.deltanet is not None:
@@ -300,6 +306,8 @@ class CudaPair:
     @torch.inference_mode()
     def draft(self, last: int, pos: int, width: int) -> list[int]:
         a = self.answer
+        if a.lookup is not None:
+            return a.look_up(width)
         context = a.unread_context()
         cfg, B, c = self.runner.config, self.block_size, context.shape[0]
         embeds = block_embeddings(self.target, cfg, last, width)
@@ -325,33 +333,30 @@ class CudaPair:
 
     @torch.inference_mode()
     def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
-        k = len(drafts)
+        a, k = self.answer, len(drafts)
         tokens = (drafts.tokens if isinstance(drafts, PendingDrafts)
                   else torch.tensor(drafts, dtype=torch.long, device=self.device))
-        width = 1 if k == 0 else self.block_size
+        width = 1 if k == 0 else NGRAM_BLOCK if a.lookup is not None else self.block_size
         ids = self._ids[width]
         ids[0, 0] = last
         ids[0, 1:k + 1] = tokens
         self.static.cache.start.fill_(pos)
         step = self._step(width, pos + width)
         logits, feats = step()
-        self._verify_graphed = step.graph is not None
+        self._graphed_verify = step if step.graph is not None else None
         logits = logits[: k + 1]
-        a = self.answer
         q = a.take_q(k > 0)
         a.verified = (pos, feats)
         self._taped = width > 1 and self.static.deltanet is not None
         if self.kernels is None or a.settings.penalized:    # the penalty's rows differ: the torch pieces
             n, own = verify(tokens, q, logits, a.settings, a.gen, a.history.windows(last, drafts))
-            a.history.advance(last, drafts, n)
-            return n, own
-        out = self._device_verify(tokens, q, logits)
-        if isinstance(drafts, PendingDrafts):
-            values = torch.cat([out, tokens]).tolist()      # the step's one read: n, token and the drafts
-            drafts[:] = values[2:]
-            return values[0], values[1]
-        n, own = out.tolist()
-        return n, own
+        elif isinstance(drafts, PendingDrafts):
+            values = torch.cat([self._device_verify(tokens, q, logits), tokens]).tolist()   # the step's one read
+            drafts[:] = values[2:]                                                          # n, token, the drafts
+            n, own = values[:2]
+        else:
+            n, own = self._device_verify(tokens, q, logits).tolist()
+        return a.kept(last, drafts, n, own)
 
     def _device_verify(self, tokens, q, logits) -> torch.Tensor:
         s, gen = self.answer.settings, self.answer.gen
@@ -373,8 +378,11 @@ class CudaPair:
         self.static.cache.start.fill_(length)
         if self._taped:
             self.static.deltanet.keep.fill_(length - pos)
-            if self._verify_graphed:
-                self._commit_step()     # its tapes are the verify graph's own buffers
+            if self._graphed_verify is not None:
+                if self._graphed_verify not in self._commits:
+                    self._commits[self._graphed_verify] = Graphed(self.static.deltanet.commit, self._graphs,
+                                                                  self._restore)
+                self._commits[self._graphed_verify]()
             else:
                 self.static.deltanet.commit()   # an eager verify makes new tapes every step
             self._taped = False

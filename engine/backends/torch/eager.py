@@ -1,7 +1,7 @@
 """The eager torch engine: the operations the decode loop calls (the contract is in
-engine/backends/__init__.py) on a Hugging Face target with our drafter packed for decoding, sampling on
-the device, caches rolled back to the accepted prefix after every verify. Runs on every device; on CUDA
-the static engine (cuda.py) takes the architectures it has graphs for."""
+engine/backends/__init__.py) on a Hugging Face target with our drafter packed for decoding (or drafts from
+n-gram lookup, lookup.py), sampling on the device, caches rolled back to the accepted prefix after every
+verify. Runs on every device; on CUDA the static engine (cuda.py) takes the architectures it has graphs for."""
 from __future__ import annotations
 
 import torch
@@ -38,7 +38,7 @@ class TorchPair:
     @torch.inference_mode()
     def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
         a = self.answer
-        a.start(settings, drafting and self.runner is not None,
+        a.start(settings, drafting, self.runner is not None,
                 self.auto_cutoff if settings.draft_cutoff is None else settings.draft_cutoff, prompt)
         self.target.reset()
         logits, feats = self.target.forward(torch.tensor([prompt], device=self.device), last_only=True,
@@ -51,6 +51,8 @@ class TorchPair:
 
     @torch.inference_mode()
     def draft(self, last: int, pos: int, width: int) -> list[int]:
+        if self.answer.lookup is not None:
+            return self.answer.look_up(width)
         a, cfg = self.answer, self.runner.config
         context = a.unread_context()
         embeds = block_embeddings(self.target, cfg, last, width)
@@ -73,9 +75,8 @@ class TorchPair:
         logits, feats = self.target.forward(block, features=a.drafting)
         n, own = verify(block[0, 1:], a.take_q(bool(drafts)), logits, a.settings, a.gen,
                         a.history.windows(last, drafts))
-        a.history.advance(last, drafts, n)
         a.verified = (pos, feats)
-        return n, own
+        return a.kept(last, drafts, n, own)
 
     @torch.inference_mode()
     def commit(self, length: int) -> None:
