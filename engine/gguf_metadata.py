@@ -94,6 +94,11 @@ def _tensor_names(r: _Reader, n: int):
         yield name
 
 
+# GGUF drafter architectures -> the speculation method each drafts for (engine.backends.METHODS); a Gemma 4
+# assistant is a Gemma 4 model's multi-token-prediction drafter, a checkpoint of its own (llama.cpp's draft-mtp)
+DRAFTER_METHODS = {"dflash": "dflash", "eagle3": "eagle3", "gemma4-assistant": "mtp"}
+
+
 def architecture(meta: dict) -> str:
     return str(meta.get("general.architecture", ""))
 
@@ -102,7 +107,9 @@ def drafter_method(meta: dict) -> str:
     """The method a drafter GGUF drafts for, told apart as llama-server tells them (its speculative.cpp): a
     dflash one with a Markov head (tensor markov_w1) is DSpark; needs read_metadata(..., tensors=True)."""
     arch = architecture(meta)
-    return "dspark" if arch == "dflash" and "markov_w1.weight" in meta["gguf.tensors"] else arch
+    if arch == "dflash" and "markov_w1.weight" in meta["gguf.tensors"]:
+        return "dspark"
+    return DRAFTER_METHODS.get(arch, arch)
 
 
 def vocab_size(meta: dict) -> int:
@@ -111,16 +118,19 @@ def vocab_size(meta: dict) -> int:
 
 
 def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> None:
-    """A DFlash (or EAGLE-3) drafter GGUF against its target's: what llama.cpp would otherwise abort on, or
-    silently run slowly with (a drafter for another model accepts nothing)."""
+    """A DFlash, DSpark, EAGLE-3 or Gemma 4 assistant drafter GGUF against its target's: what llama.cpp would
+    otherwise abort on, or silently run slowly with (a drafter for another model accepts nothing)."""
     arch = architecture(target)
-    if arch == "dflash":
-        raise PairMismatchError(f"{target_name} is a DFlash drafter, not a target model. Swap the two files.")
+    if arch in DRAFTER_METHODS:
+        raise PairMismatchError(f"{target_name} is a drafter ({arch}), not a target model. Swap the two files.")
     if architecture(draft) == "eagle3":
         return _check_eagle3(target, draft, target_name, draft_name)
+    if architecture(draft) == "gemma4-assistant":
+        return _check_assistant(target, draft, target_name, draft_name)
     if architecture(draft) != "dflash":
-        raise PairMismatchError(f"{draft_name} is not a DFlash or EAGLE-3 drafter (its architecture is "
-                                f"{architecture(draft) or 'unknown'!r}). Give a drafter converted for DFlash.")
+        raise PairMismatchError(f"{draft_name} is not a DFlash or EAGLE-3 drafter, nor a DSpark one or a Gemma 4 "
+                                f"assistant (its architecture is {architecture(draft) or 'unknown'!r}). Give a drafter "
+                                "converted for llama.cpp.")
     layers = target.get(f"{arch}.block_count")
     wanted = [int(i) for i in draft.get("dflash.target_layers") or []]
     # the drafter stores layer-output indices counted from the embeddings (layer i -> i + 1)
@@ -140,6 +150,41 @@ def _check_eagle3(target: dict, draft: dict, target_name: str, draft_name: str) 
         raise PairMismatchError(f"{draft_name} reads target layers {wanted} but {target_name} has {layers} layers: "
                                 "this EAGLE-3 drafter was not made for this target.")
     _same_sizes(target, draft, target_name, draft_name, "eagle3.target_hidden_size")
+
+
+def _check_assistant(target: dict, draft: dict, target_name: str, draft_name: str) -> None:
+    """A Gemma 4 assistant reads its Gemma 4 target's hidden state (embedding_length_out: llama-server aborts on
+    another width) and the keys and values of its last sliding and last full attention layer (llama.cpp shares
+    them, so each of the assistant's layers must read as wide a cache), over its vocabulary."""
+    arch = architecture(target)
+    if arch != "gemma4":
+        raise PairMismatchError(f"{draft_name} is a Gemma 4 assistant, which drafts for a Gemma 4 model only, and "
+                                f"{target_name} is {arch or 'unknown'!r}: give the model it was made for.")
+    _same_sizes(target, draft, target_name, draft_name, "gemma4-assistant.embedding_length_out")
+    layers = int(target.get("gemma4.block_count") or 0)
+    for i in range(int(draft.get("gemma4-assistant.block_count") or 0)):
+        sliding = _is_sliding(draft, "gemma4-assistant", i)
+        want, got = _kv_heads(target, arch, layers - (2 if sliding else 1)), _kv_heads(draft, "gemma4-assistant", i)
+        if all(want + got) and want != got:
+            kind = "sliding" if sliding else "full"
+            raise PairMismatchError(f"{draft_name} reads keys of {got[0]} heads of {got[1]} in its {kind} attention "
+                                    f"layers but {target_name}'s last {kind} attention layer stores {want[0]} heads of "
+                                    f"{want[1]}: this assistant was made for another model.")
+
+
+def _is_sliding(meta: dict, arch: str, layer: int) -> bool:
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
+    return bool(pattern[layer]) if isinstance(pattern, list) and 0 <= layer < len(pattern) else False
+
+
+def _kv_heads(meta: dict, arch: str, layer: int) -> tuple[int, int]:
+    """A layer's key-value heads and their size, as its cache holds them (0: not in the header)."""
+    heads = meta.get(f"{arch}.attention.head_count_kv")
+    if isinstance(heads, list):
+        heads = heads[layer] if 0 <= layer < len(heads) else 0
+    sliding = _is_sliding(meta, arch, layer)
+    size = meta.get(f"{arch}.attention.key_length_swa" if sliding else f"{arch}.attention.key_length")
+    return int(heads or 0), int(size or 0)
 
 
 def _same_sizes(target: dict, draft: dict, target_name: str, draft_name: str, hidden_key: str) -> None:

@@ -1,7 +1,8 @@
 """Every target model_type the llama.cpp engine claims (ARCHITECTURES) runs greedy DFlash losslessly through
 our llama-server build: a tiny random target and its DFlash drafter (tests/tiny_torch.py) convert to float32
 GGUF with our converter path, load as a pair, and decode token for token like plain llama.cpp and like the
-torch engine on the same weights, through steps whose drafts are rejected and accepted in part."""
+torch engine on the same weights, through steps whose drafts are rejected and accepted in part; Gemma 4 in the
+multimodal layout it ships in converts as its text model."""
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from tests.tiny_torch import VARIANTS, save_random_pair  # noqa: E402
 
 # model_type -> the architecture llama.cpp's converter writes it as (general.architecture)
 GGUF_ARCH = {"qwen3": "qwen3", "llama": "llama", "qwen3_moe": "qwen3moe", "qwen3_5": "qwen35",
-             "qwen3_5_moe": "qwen35moe", "gpt_oss": "gpt-oss"}
+             "qwen3_5_moe": "qwen35moe", "gpt_oss": "gpt-oss", "gemma4": "gemma4"}
 BLOCK, TOKENS = 8, 32
 # 8 random ids each; with these seeds every architecture's answers have steps that accept none and some of the drafts
 PROMPTS = [torch.randint(1, 4000, (8,), generator=torch.Generator().manual_seed(s)).tolist() for s in (0, 2, 3)]
@@ -77,10 +78,39 @@ def edit_config(folder, **changes) -> None:
     (folder / "config.json").write_text(json.dumps({**cfg, **changes}), encoding="utf-8")
 
 
+def gemma_tokenizer(size: int = 4352):
+    """A small tokenizer in Gemma's form (byte-fallback BPE over text with spaces as '▁', a Sequence decoder), the
+    only form llama.cpp's Gemma 4 converter reads (gguf-py's LlamaHfVocab); 4352 ids, so PROMPTS fit, with
+    <|mask|> for the DFlash drafter."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<|mask|>"]
+    vocab = {t: i for i, t in enumerate([*specials, *(f"<0x{b:02X}>" for b in range(256)),
+                                         *(chr(c) for c in range(33, 127)), "▁"])}
+    letters, merges = "▁etaoinshrdlucmfwypvbgkjqxz", []
+    for left in [*letters, *(a + b for a in letters for b in letters)]:   # pairs, then triples, up to size
+        for right in letters:
+            if len(vocab) < size and left in vocab and left + right not in vocab:
+                merges.append((left, right))
+                vocab[left + right] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    core.normalizer = normalizers.Replace(" ", "▁")
+    core.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>",
+                                   pad_token="<pad>", additional_special_tokens=["<|mask|>"])
+
+
 def tiny_pair(root, arch: str):
     """The target and drafter folders, and the target folder llama.cpp is given (the same, but for Qwen3.5 MoE)."""
-    target, draft = save_random_pair(root, arch=arch, block_size=BLOCK, hidden=64, layers=4,
-                                     tokenizer_dir=DEMO_DIR / "target")   # a tokenizer llama.cpp's converter knows
+    tokenizer, layers = DEMO_DIR / "target", 4                # a tokenizer llama.cpp's converter knows
+    if arch == "gemma4":
+        # llama.cpp converts Gemma 4 only with a tokenizer in Gemma's form; and its KV sharing takes the last
+        # unshared layers to be a sliding then a full one, as in real Gemma 4s: 5 layers (sliding, sliding, full,
+        # then 2 sharing: sliding, full) have that
+        tokenizer, layers = root / "tokenizer", 5
+        gemma_tokenizer().save_pretrained(tokenizer)
+    target, draft = save_random_pair(root, arch=arch, block_size=BLOCK, hidden=64, layers=layers,
+                                     tokenizer_dir=tokenizer)
     steer(target, json.loads((draft / "config.json").read_text())["dflash_config"]["mask_token_id"])
     if arch == "qwen3_moe":
         # as Qwen3 MoE checkpoints have it (transformers' default is off); llama.cpp's qwen3moe graph always
@@ -185,3 +215,33 @@ def test_steps_reject_all_drafts_and_accept_some(answers):
     rest (an answer's last step may be cut short by its length, so it is not counted)."""
     steps = {n for answer in answers.accepted for n in answer[:-1]}
     assert 0 in steps and steps & set(range(1, BLOCK - 1)), f"{answers.arch}: drafts accepted per step {answers.accepted}"
+
+
+def test_gemma4_as_published_converts_as_its_text_model(tmp_path):
+    """Gemma 4 ships as Gemma4ForConditionalGeneration (model_type gemma4, the text model under
+    model.language_model. beside a vision tower): llama.cpp's converter takes it as it is, leaving the tower out,
+    and plain llama.cpp decodes it as the torch engine does (its text decoder)."""
+    import transformers as tf
+
+    from tests.tiny_torch import target_config
+    tok = gemma_tokenizer()
+    text = target_config("gemma4", vocab=len(tok), hidden=64, layers=5)
+    vision = tf.Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=2, head_dim=16, patch_size=8, position_embedding_size=64,
+                                   pooling_kernel_size=2)
+    cfg = tf.Gemma4Config(text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=None,
+                          image_token_id=5, boi_token_id=6, eoi_token_id=7, video_token_id=8, boa_token_id=9,
+                          eoa_token_index=10, audio_token_id=11)
+    torch.manual_seed(0)
+    tf.Gemma4ForConditionalGeneration(cfg).save_pretrained(tmp_path / "target")
+    tok.save_pretrained(tmp_path / "target")
+    assert json.loads((tmp_path / "target" / "config.json").read_text())["model_type"] == "gemma4"
+    reference, pair = torch_pair(tmp_path / "target"), load_pair(tmp_path / "target", dtype="float32")
+    try:
+        assert pair.info["architecture"] == "gemma4" and pair.info["methods"] == ["none", "ngram"]
+        for prompt in PROMPTS:
+            want = Generation(reference, prompt, GenerationSettings(max_new_tokens=TOKENS), baseline=True).run()
+            plain = Generation(pair, prompt, GenerationSettings(max_new_tokens=TOKENS), baseline=True).run()
+            assert_same_up_to_rounding(plain.tokens, want.tokens, prompt, reference, "gemma4 as published: plain")
+    finally:
+        pair.close()

@@ -1,10 +1,11 @@
 """Speculation methods other than DFlash in the llama.cpp engine, on real servers: n-gram lookup gives plain
 decoding's greedy tokens on the demo pair and on SmolLM2 (a real model), and so does a target's own MTP head (a
-tiny random Qwen3.5 with one, converted keeping it), an EAGLE-3 drafter (random, SpecForge's layout) and a DSpark
-drafter (the demo's DFlash drafter with a random Markov head); a model opened without a drafter is calibrated
-between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster; timings fed through
-the real calibration pick the fastest method and say why the others lost; a method the model cannot run is
-refused by name."""
+tiny random Qwen3.5 with one, converted keeping it), Gemma 4's MTP drafter (a random assistant checkpoint beside a
+tiny random Gemma 4; one made for another model is refused by name), an EAGLE-3 drafter (random, SpecForge's
+layout) and a DSpark drafter (the demo's DFlash drafter with a random Markov head); a model opened without a
+drafter is calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster;
+timings fed through the real calibration pick the fastest method and say why the others lost; a method the model
+cannot run is refused by name."""
 import pytest
 
 from engine.backends.llamacpp import build
@@ -185,26 +186,36 @@ def mtp_target(tmp_path_factory):
 
 
 def test_a_targets_own_mtp_head_drafts_and_gives_plain_decodings_tokens(mtp_target):
-    from tests.test_llamacpp_architectures import PROMPTS
-    from tests.test_llamacpp_architectures import assert_same_up_to_rounding as same
     target, reference = mtp_target
     pair = load_pair(target, dtype="float32")
     try:
         assert pair.info["methods"] == ["none", "ngram", "mtp"] and "mtp" in pair.choice["by_method"]
-        drafted = 0
-        for prompt in PROMPTS:
-            plain = Generation(pair, prompt, GenerationSettings(max_new_tokens=32), baseline=True).run()
-            for n in (1, 3):
-                fast = Generation(pair, prompt, GenerationSettings(max_new_tokens=32, method="mtp", block_size=n + 1,
-                                                                   plain_fallback=False)).run()
-                launch = pair.server.launch
-                assert (launch.method, launch.n_max, launch.draft) == ("mtp", n, None)
-                assert "draft-mtp" in launch.args(1, DEMO_DIR)
-                same(fast.tokens, plain.tokens, prompt, reference, f"MTP with {n} drafts against plain llama.cpp")
-                drafted += fast.stats.drafted
+        drafted, _ = mtp_against_plain(pair, reference, None, "MTP")
         assert drafted > 0
     finally:
         pair.close()
+
+
+def mtp_against_plain(pair, reference, draft, what: str) -> tuple[int, int]:
+    """Greedy MTP at 1 and 3 drafts on every prompt gives plain decoding's tokens (ties excepted), on a server
+    started with `--spec-type draft-mtp` and the drafter `draft` (None: the target's own head); returns the drafts
+    proposed and accepted over all of them."""
+    from tests.test_llamacpp_architectures import PROMPTS
+    from tests.test_llamacpp_architectures import assert_same_up_to_rounding as same
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        plain = Generation(pair, prompt, GenerationSettings(max_new_tokens=32), baseline=True).run()
+        for n in (1, 3):
+            fast = Generation(pair, prompt, GenerationSettings(max_new_tokens=32, method="mtp", block_size=n + 1,
+                                                               plain_fallback=False)).run()
+            launch = pair.server.launch
+            assert (launch.method, launch.n_max, launch.draft) == ("mtp", n, draft)
+            args = launch.args(1, DEMO_DIR)
+            assert args[args.index("--spec-type") + 1] == "draft-mtp"
+            assert (args[args.index("-md") + 1] if "-md" in args else None) == (str(draft) if draft else None)
+            same(fast.tokens, plain.tokens, prompt, reference, f"{what} with {n} drafts against plain llama.cpp")
+            drafted, accepted = drafted + fast.stats.drafted, accepted + fast.stats.accepted
+    return drafted, accepted
 
 
 def random_eagle3(folder, target_cfg: dict, layers: list[int], seed: int = 0):
@@ -343,3 +354,100 @@ def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_ho
     assert meta["dflash.sample_from_anchor"] is False and drafter_block(meta) == 16
     with pytest.raises(PairMismatchError, match="reads target layers"):
         load_pair(TARGET, random_dspark(tmp_path / "wrong", layers=(1, 2, 9)))
+
+
+def random_assistant(folder, target, hidden: int = 32, backbone: int | None = None, vocab: int | None = None,
+                     seed: int = 3):
+    """A random Gemma 4 assistant (Gemma4AssistantForCausalLM, as google/gemma-4-*-it-assistant ship it: every
+    layer reading the target's keys and values, ordered embeddings with centroids) for a tiny Gemma 4 target:
+    its head sizes and layer kinds the target's, and its hidden size, as it must be, another. Its last layer is
+    steered to draft STEERED at every step: one FFN unit gelu(z) * z (never negative) written to one channel, which
+    alone reaches the output norm and the STEERED row of the (tied) head; the target writes STEERED where its own
+    state leans that way (the architecture tests' steering), so some drafts are accepted and some not."""
+    import json
+
+    import torch
+    import transformers as tf
+    from safetensors.torch import load_file, save_file
+    from transformers.models.gemma4 import configuration_gemma4
+
+    from tests.test_llamacpp_architectures import STEERED
+    t = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    text = tf.Gemma4TextConfig(
+        vocab_size=vocab or t["vocab_size"], hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=t["num_key_value_heads"], head_dim=t["head_dim"],
+        global_head_dim=t["per_layer_config"][str(t["layer_types"].index("full_attention"))]["head_dim"],
+        layer_types=["sliding_attention", "full_attention"], sliding_window=t["sliding_window"],
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, pad_token_id=0,
+        max_position_embeddings=t["max_position_embeddings"])
+    cfg = tf.Gemma4AssistantConfig(text_config=text.to_dict(), backbone_hidden_size=backbone or t["hidden_size"],
+                                   use_ordered_embeddings=True, num_centroids=64, centroid_intermediate_top_k=8)
+    torch.manual_seed(seed)
+    with pytest.MonkeyPatch.context() as mp:
+        # transformers 5.23's Gemma4TextConfig.kv_sharing_modes refuses a model whose every layer shares (it wants
+        # a layer of each kind that stores), which is what an assistant is: its layers all read the target's
+        mp.setattr(configuration_gemma4.Gemma4TextConfig, "kv_sharing_modes",
+                   property(lambda c: ["reuse"] * c.num_hidden_layers))
+        tf.Gemma4AssistantForCausalLM(cfg).save_pretrained(folder)
+    path = folder / "model.safetensors"
+    weights, layer, d = load_file(path), "model.layers.1.", 0
+    g = torch.randn(hidden, generator=torch.Generator().manual_seed(seed))
+    for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+        weights[f"{layer}{name}.weight"].zero_()
+    weights[f"{layer}mlp.gate_proj.weight"][0] = g
+    weights[f"{layer}mlp.up_proj.weight"][0] = g
+    weights[f"{layer}mlp.down_proj.weight"][d, 0] = 1.0
+    weights[f"{layer}post_feedforward_layernorm.weight"][d] = 1000.0
+    weights["model.norm.weight"].zero_()[d] = 1.0
+    weights["model.embed_tokens.weight"].zero_()[STEERED, d] = 10.0
+    save_file(weights, path, metadata={"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gemma4_target(tmp_path_factory):
+    """A tiny random Gemma 4 (sliding and full attention, shared KV layers, per-layer embeddings) steered as the
+    architecture tests steer it, and the torch engine on the same weights."""
+    from tests.test_llamacpp_architectures import tiny_pair
+    target, _, _ = tiny_pair(tmp_path_factory.mktemp("gemma4"), "gemma4")
+    return target, torch_pair(target)
+
+
+def test_a_gemma4_assistant_drafts_as_mtp_and_gives_plain_decodings_tokens(gemma4_target, tmp_path):
+    """Gemma 4's MTP drafter, a separate assistant checkpoint, converts with the target's tokenizer to a
+    gemma4-assistant GGUF, pairs by its metadata, runs as -md ... --spec-type draft-mtp (it shares the target's
+    keys and values) and keeps plain decoding's greedy tokens at 1 and 3 drafts, through steps that accept some."""
+    from engine import gguf_metadata as metadata
+    target, reference = gemma4_target
+    pair = load_pair(target, random_assistant(tmp_path / "assistant", target), dtype="float32")
+    try:
+        assert pair.info["methods"] == ["none", "ngram", "mtp"] and pair.info["has_drafter"]
+        assert metadata.architecture(metadata.read_metadata(pair.draft)) == "gemma4-assistant"
+        assert set(pair.choice["by_method"]) == {"none", "ngram", "mtp"}
+        assert pair.block_size == calibrate.MTP_CANDIDATES[-1] + 1
+        drafted, accepted = mtp_against_plain(pair, reference, pair.draft, "Gemma 4 assistant")
+        assert drafted > 0 and 0 < accepted < drafted
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize("change, problem", [({"backbone": 48}, "hidden size 48"),
+                                             ({"vocab": 4096}, "vocabulary 4096")])
+def test_an_assistant_for_another_model_is_refused_by_name(gemma4_target, tmp_path, change, problem):
+    """Before converting: an assistant made for a target of another hidden size or vocabulary; after: its GGUF,
+    converted regardless, refused by its header before a server starts; and any assistant beside a target that
+    is not Gemma 4."""
+    from engine.backends.llamacpp import convert
+    from engine.errors import PairMismatchError
+    target, _ = gemma4_target
+    wrong = random_assistant(tmp_path / "wrong", target, **change)
+    with pytest.raises(PairMismatchError, match=f"assistant for a model of {problem}, but target has"):
+        load_pair(target, wrong, dtype="float32")
+    gguf = convert.convert(wrong, tmp_path / "wrong.gguf", "f32", None, "a wrong assistant", lambda: False,
+                           tokenizer=target)
+    if "backbone" in change:             # the vocabulary is the target's tokenizer's: only the hidden size shows
+        with pytest.raises(PairMismatchError, match="has hidden size 48 but .* has 64: this drafter was made for"):
+            load_pair(target, gguf, dtype="float32")
+    else:
+        with pytest.raises(PairMismatchError, match="drafts for a Gemma 4 model only"):
+            load_pair(TARGET, gguf)

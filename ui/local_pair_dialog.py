@@ -28,7 +28,7 @@ class LocalPairDialog(QDialog):
         self.setWindowTitle("Open a model from disk")
         intro = QLabel("A target model and, optionally, its drafter. A target can be a GGUF file (run by "
                        "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash, DSpark or "
-                       "EAGLE-3 GGUF or folder (DSpark and EAGLE-3 run in llama.cpp), converted for llama.cpp when "
+                       "EAGLE-3 GGUF or folder, or a Gemma 4 assistant (all but DFlash run in llama.cpp), converted for llama.cpp when "
                        "needed. Without one, the model still speculates with n-gram lookup where that measures "
                        "faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)

@@ -233,7 +233,7 @@ class ModelPicker(QDialog):
         self.server_button.clicked.connect(self.add_server)
         self.local_button = QPushButton("Open from disk…")
         self.local_button.setToolTip("Load a model you already have: a GGUF file or a model folder, with its drafter "
-                                     "(DFlash, DSpark or EAGLE-3) if it has one")
+                                     "(DFlash, DSpark, EAGLE-3 or a Gemma 4 assistant) if it has one")
         self.local_button.clicked.connect(self.open_local)
         buttons = QHBoxLayout()
         buttons.addWidget(self.local_button)

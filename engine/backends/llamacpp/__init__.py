@@ -1,7 +1,7 @@
-"""The llama.cpp engine: GGUF targets with GGUF drafters (DFlash, DSpark, EAGLE-3), run by llama-server
-(built from the pinned llama-cpp-python sdist, build.py) on 127.0.0.1. The server drafts and verifies by
-itself, so this engine streams (docs/ENGINES.md, "Engines that run their own loop"). This file only declares; the
-modules below it start processes and read files only when a pair is loaded."""
+"""The llama.cpp engine: GGUF targets with GGUF drafters (DFlash, DSpark, EAGLE-3, Gemma 4 assistants), run by
+llama-server (built from the pinned llama-cpp-python sdist, build.py) on 127.0.0.1. The server drafts and verifies
+by itself, so this engine streams (docs/ENGINES.md, "Engines that run their own loop"). This file only declares;
+the modules below it start processes and read files only when a pair is loaded."""
 from __future__ import annotations
 
 NAME = "llamacpp"
@@ -16,11 +16,11 @@ DTYPES = {"cuda": "float16", "apple": "float16", "cpu": "float32"}
 # this; a GGUF the user brings runs whatever the built llama-server loads (plain decoding of every architecture,
 # DFlash where the server's graph hands the drafter the target's layers).
 ARCHITECTURES = {"qwen3": ("cpu",), "llama": ("cpu",), "qwen3_moe": ("cpu",), "qwen3_5": ("cpu",),
-                 "qwen3_5_moe": ("cpu",), "gpt_oss": ("cpu",)}
+                 "qwen3_5_moe": ("cpu",), "gpt_oss": ("cpu",), "gemma4": ("cpu",)}
 # Speculation methods (engine.backends.METHODS) its server runs here, each checked identical to plain decoding
 # (tests/test_llamacpp_methods.py): n-gram lookup needs no drafter, MTP a target GGUF that keeps its
-# multi-token-prediction head, EAGLE-3, DSpark and DFlash their drafters; a pair's calibration (calibrate.py)
-# measures those its files allow and keeps the fastest
+# multi-token-prediction head or a Gemma 4 assistant beside a Gemma 4 target, EAGLE-3, DSpark and DFlash their
+# drafters; a pair's calibration (calibrate.py) measures those its files allow and keeps the fastest
 METHODS = ("none", "ngram", "mtp", "eagle3", "dspark", "dflash")
 # GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
 GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",

@@ -1,5 +1,6 @@
 """Safetensors folders to GGUF with llama.cpp's own converter (from the same build): targets in the
-dtype asked for, DFlash, DSpark and EAGLE-3 drafters (safetensors) to GGUF drafters for their target.
+dtype asked for, DFlash, DSpark, EAGLE-3 drafters and Gemma 4 assistants (safetensors) to GGUF drafters for their
+target.
 
 The converter runs in a child process and sees only a staging folder of links to the model's JSON
 configs, tokenizer files and safetensors: no Python file and no pickle of a model folder reaches it, and
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ...errors import Cancelled, CheckpointError, EngineError
+from ...errors import Cancelled, CheckpointError, EngineError, PairMismatchError
 from ...weights import folder_tensors
 from . import build
 from ...cache_dir import app_cache
@@ -27,6 +28,9 @@ from ...cache_dir import app_cache
 ALLOWED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
            "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
            "model.safetensors.index.json")
+# the tokenizer's files among them: a Gemma 4 assistant converts with its target's (converter reads its own folder's)
+TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+             "tokenizer.model", "added_tokens.json")
 OUTTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0"}
 CONVERT_SECONDS = 3600.0
 # Targets converted without a multi-token-prediction head (--no-mtp) when their weights hold none: llama.cpp's
@@ -68,10 +72,16 @@ def _architectures(folder: Path) -> set[str]:
     return {*(cfg.get("architectures") or ()), *((cfg.get("text_config") or {}).get("architectures") or ())}
 
 
-def _stage(folder: Path, into: Path, with_weights: bool, architectures: dict[str, str] | None = None) -> Path:
-    """Links to the files the converter may read; `architectures` renames those of the config (then a copy)."""
+def _stage(folder: Path, into: Path, with_weights: bool, architectures: dict[str, str] | None = None,
+           tokenizer: Path | None = None) -> Path:
+    """Links to the files the converter may read; `architectures` renames those of the config (then a copy);
+    `tokenizer` is a folder whose tokenizer files stand in for the folder's own."""
     into.mkdir(parents=True)
-    for f in _files(folder, with_weights):
+    files = _files(folder, with_weights)
+    if tokenizer is not None:
+        files = [f for f in files if f.name not in TOKENIZER] + [f for f in _files(tokenizer, False)
+                                                                 if f.name in TOKENIZER]
+    for f in files:
         os.symlink(f.resolve(), into / f.name)
     if architectures and _architectures(folder) & set(architectures):
         cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -126,13 +136,14 @@ def run_converter(args: list[str], what: str, cancelled: Callable[[], bool]) -> 
 
 
 def convert(source: Path, out: Path, outtype: str, target_dir: Path | None, what: str,
-            cancelled: Callable[[], bool]) -> Path:
-    """Convert once into `out` (written under a temporary name, then renamed)."""
+            cancelled: Callable[[], bool], tokenizer: Path | None = None) -> Path:
+    """Convert once into `out` (written under a temporary name, then renamed); target_dir: the target's config and
+    tokenizer for a drafter (--target-model-dir); tokenizer: a folder whose tokenizer stands in for the source's."""
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gguf-stage-") as tmp:
-        staged = _stage(source, Path(tmp) / "model", with_weights=True)
+        staged = _stage(source, Path(tmp) / "model", with_weights=True, tokenizer=tokenizer)
         args = [str(staged), "--outfile", str(out.with_suffix(".partial")), "--outtype", outtype]
         if target_dir is not None:
             args += ["--target-model-dir", str(_stage(target_dir, Path(tmp) / "target", with_weights=False,
@@ -159,13 +170,20 @@ EAGLE3 = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"
 # writes them as DFlash GGUFs with the head's tensors, which llama-server runs as draft-dspark
 DSPARK = {"Qwen3DSparkModel", "DSparkDraftModel", "DSparkSpeculator", "Lfm2DSparkDraftModel", "LingDSparkModel",
           "Gemma4DSparkModel"}
+# Gemma 4 assistants (google/gemma-4-*-it-assistant): a Gemma 4 model's multi-token-prediction drafter, a checkpoint
+# of its own that reads the target's last hidden state and shares its keys and values; llama.cpp's converter writes
+# it as a gemma4-assistant GGUF, which llama-server runs with -md as draft-mtp
+ASSISTANT = {"Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"}
 
 
 def drafter_kind(cfg: dict) -> str | None:
-    """dflash, dspark or eagle3 for a drafter's config.json (the method it drafts for), else None."""
+    """dflash, dspark, eagle3 or mtp (a Gemma 4 assistant) for a drafter's config.json (the method it drafts
+    for), else None."""
     names = set(cfg.get("architectures") or ())
     if names & DSPARK:
         return "dspark"
+    if names & ASSISTANT:
+        return "mtp"
     if names & {"DFlashDraftModel", "DFlash2DraftModel"}:
         return "dflash"
     if names & EAGLE3 or ("draft_vocab_size" in cfg and cfg.get("num_hidden_layers") == 1):
@@ -174,15 +192,40 @@ def drafter_kind(cfg: dict) -> str | None:
 
 
 def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancelled=lambda: False) -> Path:
-    """A z-lab DFlash drafter, a DSpark or an EAGLE-3 one, for a target whose config and tokenizer are in
-    target_dir; a quantized target keeps a float16 drafter (DFlash's acceptance suffers from a quantized drafter,
-    and drafters are small)."""
+    """A z-lab DFlash drafter, a DSpark, an EAGLE-3 one or a Gemma 4 assistant, for a target whose config and
+    tokenizer are in target_dir; a quantized target keeps a float16 drafter (DFlash's acceptance suffers from a
+    quantized drafter, and drafters are small)."""
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
     kind = drafter_kind(cfg)
     if kind is None:
-        raise CheckpointError(f"{draft_dir} is not a DFlash, DSpark or EAGLE-3 drafter (config.json architectures "
-                              f"{cfg.get('architectures')}).")
+        raise CheckpointError(f"{draft_dir} is not a DFlash, DSpark, EAGLE-3 or Gemma 4 assistant drafter "
+                              f"(config.json architectures {cfg.get('architectures')}).")
     key = identity((draft_dir, True), (target_dir, False))
     outtype = OUTTYPES.get(dtype, "f16") if dtype != "q8_0" else "f16"
     out = app_cache() / "gguf" / f"{draft_dir.name}-{kind}-{key}-{outtype}.gguf"
-    return convert(draft_dir, out, outtype, target_dir, f"the drafter in {draft_dir}", cancelled)
+    what = f"the drafter in {draft_dir}"
+    if kind == "mtp":
+        # llama.cpp's assistant converter reads no --target-model-dir: it takes the target's tokenizer staged beside
+        check_assistant(cfg, draft_dir, target_dir)
+        return convert(draft_dir, out, outtype, None, what, cancelled, tokenizer=target_dir)
+    return convert(draft_dir, out, outtype, target_dir, what, cancelled)
+
+
+def check_assistant(cfg: dict, draft_dir: Path, target_dir: Path) -> None:
+    """A Gemma 4 assistant folder against its target's config, before converting it: the converter would cut a
+    larger vocabulary to the target's tokenizer without a word, and llama-server aborts on another hidden size."""
+    try:
+        target = json.loads((target_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{target_dir / 'config.json'} cannot be read ({exc}).") from None
+    text, own = target.get("text_config") or target, cfg.get("text_config") or cfg
+    model_type = str(text.get("model_type") or target.get("model_type") or "")
+    if not model_type.startswith("gemma4"):
+        raise PairMismatchError(f"{draft_dir.name} is a Gemma 4 assistant, which drafts for a Gemma 4 model only, and "
+                                f"{target_dir.name} is {model_type or 'unknown'!r}: give the model it was made for.")
+    for what, mine, theirs in (("hidden size", cfg.get("backbone_hidden_size"), text.get("hidden_size")),
+                               ("vocabulary", own.get("vocab_size"), text.get("vocab_size"))):
+        if mine is not None and theirs is not None and int(mine) != int(theirs):
+            raise PairMismatchError(f"{draft_dir.name} is a Gemma 4 assistant for a model of {what} {mine}, but "
+                                    f"{target_dir.name} has {what} {theirs}: this assistant was made for another "
+                                    "model.")

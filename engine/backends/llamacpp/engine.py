@@ -47,22 +47,22 @@ def find_target(target: Path, dtype: str, cancelled) -> Path:
     return convert.target_gguf(target, dtype, cancelled)
 
 
-# GGUF drafter architectures: each the method it drafts for, but a dflash one with a Markov head drafts for
-# DSpark (metadata.drafter_method)
-DRAFTER_ARCHS = ("dflash", "eagle3")
+# GGUF drafter architectures: each the method it drafts for (a dflash one with a Markov head drafts for DSpark, a
+# gemma4-assistant one for MTP: metadata.drafter_method)
+DRAFTER_ARCHS = tuple(metadata.DRAFTER_METHODS)
 
 
 def find_draft(draft: Path, target: Path, dtype: str, cancelled) -> Path:
-    """A DFlash, DSpark or EAGLE-3 .gguf file or a folder holding one, or a z-lab DFlash, DSpark or EAGLE-3
-    drafter folder to convert for the target."""
+    """A DFlash, DSpark, EAGLE-3 or Gemma 4 assistant .gguf file or a folder holding one, or a z-lab DFlash,
+    DSpark, EAGLE-3 or Gemma 4 assistant drafter folder to convert for the target."""
     if draft.suffix.lower() == ".gguf":
         return draft
     files = [p for p in _ggufs(draft) if metadata.architecture(metadata.read_metadata(p)) in DRAFTER_ARCHS]
     if files:
         return files[0]
     if not (draft / "config.json").is_file():
-        raise CheckpointError(f"{draft} holds neither a DFlash, DSpark or EAGLE-3 .gguf drafter nor a drafter "
-                              "(config.json and safetensors) to convert.")
+        raise CheckpointError(f"{draft} holds neither a DFlash, DSpark, EAGLE-3 or Gemma 4 assistant .gguf drafter "
+                              "nor a drafter (config.json and safetensors) to convert.")
     tokenizer_dir = target if target.is_dir() else target.parent
     if not (tokenizer_dir / "config.json").is_file():
         raise CheckpointError(f"Converting the drafter in {draft} needs its target's config.json and tokenizer "
@@ -138,10 +138,12 @@ def drafter_block(meta: dict) -> int:
     """The most tokens one drafting step commits, its drafts and the target's own token, as llama-server drafts
     (common/speculative.cpp): DFlash fills a block after the last token, block_size - 1 drafts; DSpark drafting
     from that token itself (sample_from_anchor: DeepSpec's drafters, and llama.cpp's default) all block_size;
-    EAGLE-3 one token a pass, up to its longest calibrated draft."""
+    EAGLE-3 and a Gemma 4 assistant (MTP) one token a pass, up to their longest calibrated draft."""
     method = metadata.drafter_method(meta)
     if method == "eagle3":
         return calibrate.EAGLE3_CANDIDATES[-1] + 1
+    if method == "mtp":
+        return calibrate.MTP_CANDIDATES[-1] + 1
     block = int(meta.get("dflash.block_size") or 16)
     return block + 1 if method == "dspark" and meta.get("dflash.sample_from_anchor", True) else block
 
@@ -157,13 +159,13 @@ class LlamaCppPair:
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft = launch, draft
-        # the method the drafter drafts for (dflash, dspark, eagle3)
+        # the method the drafter drafts for (dflash, dspark, eagle3, mtp: a Gemma 4 assistant)
         self.drafter = metadata.drafter_method(metadata.read_metadata(draft, tensors=True)) if draft else None
-        # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, the target's own MTP head
-        # where its GGUF keeps one, and the drafter's method
+        # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, MTP where the target's GGUF
+        # keeps its own head or the drafter is an assistant, and the drafter's method
         arch = metadata.architecture(meta)
         mtp = ("mtp",) if int(meta.get(f"{arch}.nextn_predict_layers") or 0) > 0 else ()
-        self.methods = ("none", "ngram", *mtp, *((self.drafter,) if draft else ()))
+        self.methods = ("none", "ngram", *dict.fromkeys((*mtp, *((self.drafter,) if draft else ()))))
         # the most tokens one step can commit: the drafter's block, or n-gram lookup's longest draft + 1
         self.block_size = block_size if draft else NGRAM_BLOCK
         # On a CPU llama.cpp's flash attention is the slower path for a verify's block of queries, and for one
