@@ -158,7 +158,6 @@ class ModelPicker(QDialog):
         self.model = PairListModel(self)
         self.online: bool | None = None   # the hub answered (None: not asked yet, or offline mode)
         self._jobs: dict[str, downloads.DownloadJob] = {}
-        self.chosen: dict[str, str] = {}  # pair id -> the speculation method picked in this dialog
         self._build()
         self._load_in_background()
 
@@ -453,7 +452,6 @@ class ModelPicker(QDialog):
         if method == row.pair.method:
             return
         pair = row.pair.choosing(method)
-        self.chosen[pair.id] = method
         self.model.replace_row(build_row(pair, self.catalog, self.hardware,
                                          pair_dirs(pair, downloads.find_cached, self.hardware)))
 

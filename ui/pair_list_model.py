@@ -154,13 +154,11 @@ def fit_details(row: PairRow) -> str:
     return "\n".join(lines)
 
 
-def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict[str, dict],
-               chosen: dict[str, str] | None = None) -> list[PairRow]:
-    """One row per pair, demo first. `local_dirs` maps pair id -> {role: folder} for pairs fully on disk;
-    `chosen` maps pair id -> the speculation method picked for it (else the catalog's first)."""
+def build_rows(catalog: Catalog, report: HardwareReport | None, local_dirs: dict[str, dict]) -> list[PairRow]:
+    """One row per pair, demo first, each with the catalog's first speculation. `local_dirs` maps pair id ->
+    {role: folder} for pairs fully on disk."""
     pairs = sorted(catalog.pairs, key=lambda p: p.kind != "embedded")  # stable: catalog order otherwise
-    return [build_row(pair.choosing((chosen or {}).get(pair.id, pair.method)), catalog, report,
-                      local_dirs.get(pair.id)) for pair in pairs]
+    return [build_row(pair, catalog, report, local_dirs.get(pair.id)) for pair in pairs]
 
 
 def build_row(pair: Pair, catalog: Catalog, report: HardwareReport | None, dirs: dict | None) -> PairRow:
@@ -278,14 +276,12 @@ class PairListModel(QAbstractListModel):
         return " · ".join(parts)
 
 
-def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None = None,
-                   chosen: dict[str, str] | None = None) -> dict[str, dict]:
-    """Which pairs are complete on disk (disk only, no network); slow-ish, so call it off the GUI thread.
-    `chosen`: pair id -> its speculation method (else the catalog's first), whose drafter, if any, must be
-    there too."""
+def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None = None) -> dict[str, dict]:
+    """Which pairs are complete on disk with the catalog's first speculation (disk only, no network); slow-ish,
+    so call it off the GUI thread."""
     found = {}
     for pair in catalog.pairs:
-        dirs = pair_dirs(pair.choosing((chosen or {}).get(pair.id, pair.method)), find_cached, report)
+        dirs = pair_dirs(pair, find_cached, report)
         if dirs is not None:
             found[pair.id] = dirs
     return found
