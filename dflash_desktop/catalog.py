@@ -22,9 +22,10 @@ when the full-precision weights leave no room for DFlash::
 Variants of engines this version lacks, or that the pair's ``engines`` do not list, are skipped.
 
 A pair speculates in one of several ways (engine.backends.METHODS), each a ``Speculation``: its ``drafter``
-(DFlash, or DFlash2 where the drafter's ``generation`` is 2), any ``drafters`` of other kinds listed for the
-same target (each with its ``method``: dflash, dflash2, eagle3 or dspark), the target's own MTP heads where it
-declares ``mtp_layers``, and n-gram lookup, which needs nothing more. Each runs on the pair's engines that declare
+(DFlash, or DFlash2 where the drafter's ``generation`` is 2, or the kind its ``method`` names), any ``drafters``
+of other kinds listed for the same target (each with its ``method``: dflash, dflash2, eagle3, dspark, or mtp for
+an MTP assistant such as Gemma 4's), the target's own MTP heads where it declares ``mtp_layers``, and n-gram
+lookup, which needs nothing more. Each runs on the pair's engines that declare
 the method; ``Pair.choosing(method)`` is the pair with that one, so the downloader fetches only its drafter. ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
 copy in use, so a bad network or a bad file can never leave the app without a catalog.
@@ -55,8 +56,9 @@ KINDS = ("hub", "embedded")
 _TARGET_INTS = ("layers", "attention_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                 "head_dim", "vocab_size", "max_context")
 _DRAFTER_INTS = ("layers", "num_kv_heads", "head_dim", "block_size", "captured_layers")
-# the methods whose drafter is a checkpoint of its own, downloaded beside the target
-DRAFTED = ("dflash", "dflash2", "eagle3", "dspark")
+# the methods whose drafter is a checkpoint of its own, downloaded beside the target (mtp: an MTP assistant such as
+# Gemma 4's, where the heads do not ship inside the target)
+DRAFTED = ("dflash", "dflash2", "eagle3", "dspark", "mtp")
 
 
 class CatalogError(ValueError):
@@ -126,7 +128,8 @@ class Speculation:
         if self.drafter is None:
             return "MTP heads in the model" if self.method == "mtp" else "n-gram lookup"
         owner = (self.drafter.repo_id or "").split("/")[0]
-        return f"{METHODS[self.method]} drafter" + (f" ({owner})" if owner else "")
+        kind = "MTP assistant" if self.method == "mtp" else f"{METHODS[self.method]} drafter"
+        return kind + (f" ({owner})" if owner else "")
 
 
 @dataclass(frozen=True)
@@ -338,7 +341,10 @@ def _speculations(p: dict, kind: str, target: ModelSpec, drafter: ModelSpec, eng
     """Every way the pair speculates with this version's engines: the catalog's drafter, its other drafters,
     the target's MTP heads, n-gram lookup. A method this version does not know (a newer drafter kind or
     generation) or that none of the pair's engines runs is left out."""
-    drafters = [(GENERATION_METHODS.get(drafter.get("generation", 1)), drafter)]
+    first = drafter.get("method", GENERATION_METHODS.get(drafter.get("generation", 1)))
+    _need(first in DRAFTED or first not in METHODS, f"{where}: drafter", f"'method' {first!r} needs no drafter of "
+          f"its own: a drafter's method is one of {', '.join(DRAFTED)}")
+    drafters = [(first, drafter)]
     others = p.get("drafters", [])
     _need(isinstance(others, list), where, "'drafters' must be a list of drafters")
     for i, d in enumerate(others):

@@ -36,7 +36,7 @@ def raw() -> dict:
 def test_bundled_catalog_has_every_design_pair_and_the_demo():
     c = load_catalog()
     hub_pairs = {p.target.repo_id: p for p in c.pairs if p.kind == "hub"}
-    assert set(hub_pairs) - set(DESIGN_PAIRS) == {"Qwen/Qwen3.8-27B"}      # issue 34's 2026 pair
+    assert set(hub_pairs) - set(DESIGN_PAIRS) == {"Qwen/Qwen3.8-27B", "google/gemma-4-E2B-it"}   # issue 34's 2026 pairs
     for target, (drafter, block) in DESIGN_PAIRS.items():
         p = hub_pairs[target]
         assert p.drafter.repo_id == drafter and p.block_size == block
@@ -130,6 +130,19 @@ def test_each_speculation_downloads_only_what_it_needs():
     assert (q38.method, list(q38.engines), q38.drafter.repo_id) == ("dflash2", ["torch"], "z-lab/Qwen3.8-27B-DFlash2")
     assert [s.method for s in q38.speculations] == ["dflash2", "dspark", "mtp", "ngram"]
     assert c.get("demo").speculations == (c.get("demo").speculations[0],)     # built in: nothing to choose
+    gemma = c.get("gemma-4-e2b-it")     # its MTP heads ship as a model of their own, Google's assistant
+    assert [(s.method, s.label) for s in gemma.speculations] == [("mtp", "MTP assistant (google)"),
+                                                                 ("ngram", "n-gram lookup")]
+    assert gemma.method == "mtp" and gemma.engines == {"llamacpp": ("cpu",)} and gemma.block_size == 4
+    assert gemma.repos("llamacpp")[-1] == ("google/gemma-4-E2B-it-assistant", "main")
+    assert gemma.choosing("ngram").repos("llamacpp") == gemma.repos("llamacpp")[:-1]
+
+
+def test_a_pairs_drafter_must_be_one_that_drafts():
+    data = raw()
+    data["pairs"][3]["drafter"]["method"] = "ngram"
+    with pytest.raises(CatalogError, match="drafter: 'method' 'ngram' needs no drafter of its own"):
+        parse_catalog(data)
 
 
 @pytest.mark.parametrize("drafter, expected", [
