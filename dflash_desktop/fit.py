@@ -72,6 +72,7 @@ class FitEstimate:
     bytes_per_s: float | None  # measured memory streaming rate of the device (CPU only)
     sentence: str
     plan: RunPlan | None = None
+    gpu_layers: int | None = None   # llama.cpp on a GPU: the target's layers its memory holds (the rest: the CPU)
 
     @property
     def plain_tok_s(self) -> float | None:
@@ -165,6 +166,8 @@ def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFA
         return None
     budget = Budget.from_report(report, plan.device_class)
     est = _estimate_plan(pair, plan, budget, context_tokens, dtype_bytes)
+    if plan.engine == "llamacpp" and plan.device_class != "cpu":
+        return _offload(pair, est, report)
     if not est.dflash:
         for variant in pair.quantizing(plan.engine, plan.device_class):
             smaller = _estimate_plan(pair, replace(plan, dtype=variant.dtype, variant=variant), budget,
@@ -173,6 +176,27 @@ def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFA
                 smaller.sentence += (f" Its weights are quantized to {variant.label} while loading: in full "
                                      f"precision the pair needs about {gib(est.total_bytes)}.")
                 return smaller
+    return est
+
+
+def _offload(pair: Pair, est: FitEstimate, report: HardwareReport) -> FitEstimate:
+    """llama.cpp on a GPU holds what fits there and leaves the other layers on the CPU (the engine's own rule,
+    engine/backends/llamacpp/gpu.py): a pair too big for the GPU alone still loads when the rest fits in RAM."""
+    from engine.backends.llamacpp.gpu import layers_on_gpu
+    b, layers = est.breakdown, int(pair.target["layers"])
+    est.gpu_layers = layers_on_gpu(est.budget_bytes, b["target_weights"], layers,
+                                   (b["kv_cache"] + b["recurrent_state"]) // max(layers, 1),
+                                   b["drafter_weights"] + b["drafter_kv_cache"] + b["captured_features"])
+    if est.gpu_layers in (0, layers):
+        return est
+    on_cpu = (est.total_bytes - est.budget_bytes) if est.total_bytes > est.budget_bytes else 0
+    if on_cpu > report.ram_available:
+        return est
+    est.verdict, est.dflash = "tight", True
+    est.sentence = (f"{pair.name} is larger than the GPU's memory ({gib(est.budget_bytes)} free): llama.cpp keeps "
+                    f"{est.gpu_layers} of its {layers} layers there and runs the other {layers - est.gpu_layers} on "
+                    f"the CPU, which is slower (about {gib(est.total_bytes)} in all at {est.context_tokens:,} tokens "
+                    "of context). A shorter context or a smaller model would fit whole.")
     return est
 
 

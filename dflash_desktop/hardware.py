@@ -3,10 +3,11 @@
 Two layers, so that detection can be tested on machines we do not own:
 
 - ``HardwareProbe`` holds raw outputs (NVML values, ``nvidia-smi`` CSV text, ``sysctl`` text,
-  ``/proc/cpuinfo`` and ``/proc/meminfo`` text, psutil numbers, disk usage). ``HardwareProbe.live()``
+  ``/proc/cpuinfo`` and ``/proc/meminfo`` text, psutil numbers, disk usage, the GPUs a GPU build of
+  llama-server lists). ``HardwareProbe.live()``
   collects them on this machine; ``to_dict``/``from_dict`` record and replay them as JSON fixtures.
 - ``detect(probe, override)`` is pure: it parses the raw outputs into a ``HardwareReport`` and picks
-  the device class (cuda / apple / cpu, engine/backends) with a one-sentence reason. Which engine runs
+  the device class (cuda / apple / vulkan / cpu, engine/backends) with a one-sentence reason. Which engine runs
   a pair on that device is run_plan.py's decision.
 
 Never imports torch or any model runtime: this runs in the GUI process.
@@ -72,6 +73,7 @@ class HardwareProbe:
     psutil: dict | None = None
     disk: dict | None = None
     copy: dict | None = None    # {"bytes", "seconds"}: the best of three in-memory copies (memory bandwidth)
+    llama_devices: dict | None = None   # {"backend", "output"}: a GPU build's `llama-server --list-devices`
     errors: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -102,6 +104,7 @@ class HardwareProbe:
             models_dir = paths.models_dir()
         _try(probe, "disk", lambda: _read_disk(models_dir))
         _try(probe, "copy", _time_copy)
+        _try(probe, "llama_devices", _read_llama_devices)
         return probe
 
 
@@ -147,6 +150,21 @@ def _read_nvidia_smi() -> str | None:
                              capture_output=True, text=True, timeout=10)
     out.check_returncode()
     return out.stdout
+
+
+def _read_llama_devices() -> dict | None:
+    """What the GPU build of llama.cpp, when one is on this computer, says it can use: the one probe that
+    sees AMD and Intel GPUs as llama.cpp will (through their Vulkan drivers)."""
+    from engine.backends.llamacpp import build
+    from engine.backends.llamacpp.server import clean_env
+    found = {b: folder for b, folder in build.builds().items() if b != "cpu"}
+    if not found:
+        return None
+    backend, folder = next(iter(found.items()))
+    out = subprocess.run([str(folder / "bin" / f"llama-server{build.EXE}"), "--list-devices"], capture_output=True,
+                         text=True, errors="replace", timeout=30, env=clean_env(), stdin=subprocess.DEVNULL)
+    return {"backend": backend, "output": out.stdout if out.returncode == 0 else out.stdout + out.stderr,
+            "returncode": out.returncode}
 
 
 def _read_sysctl() -> str:
@@ -241,7 +259,7 @@ class HardwareReport:
     gpus: list[GPUInfo]
     apple: AppleInfo | None
     disk: DiskInfo | None
-    device: str                 # device class: cuda, apple or cpu
+    device: str                 # device class: cuda, apple, vulkan or cpu
     reason: str
     budget_bytes: int
     budget_source: str
@@ -251,6 +269,7 @@ class HardwareReport:
     notes: list[str] = field(default_factory=list)
     memory_bytes_per_s: float | None = None   # measured memory streaming rate, when probed
     engines_missing: dict[str, str] = field(default_factory=dict)   # engine -> why its runtime is absent here
+    vulkan_gpus: list[GPUInfo] = field(default_factory=list)   # what llama.cpp's Vulkan build can use
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -261,6 +280,7 @@ class HardwareReport:
         d["cpu"] = CPUInfo(**d["cpu"])
         d["gpus"] = [GPUInfo(**{**g, "compute_capability": tuple(g["compute_capability"])
                                 if g.get("compute_capability") else None}) for g in d["gpus"]]
+        d["vulkan_gpus"] = [GPUInfo(**{**g, "compute_capability": None}) for g in d.get("vulkan_gpus", [])]
         d["apple"] = AppleInfo(**d["apple"]) if d.get("apple") else None
         d["disk"] = DiskInfo(**d["disk"]) if d.get("disk") else None
         return cls(**d)
@@ -334,6 +354,30 @@ def _gpus(probe: HardwareProbe) -> tuple[list[GPUInfo], list[str]]:
     if gpus:
         notes.append("GPU details read from nvidia-smi")
     return gpus, notes
+
+
+def _vulkan_gpus(probe: HardwareProbe) -> list[GPUInfo]:
+    """The GPUs llama.cpp's Vulkan build lists (its --list-devices), as GPUInfo."""
+    from engine.backends.llamacpp.gpu import best, parse_devices
+    seen = probe.llama_devices or {}
+    if seen.get("backend") != "vulkan" or seen.get("returncode", 0) != 0:
+        return []
+    devices = parse_devices(seen.get("output", ""))
+    first = best(devices) if devices else None      # the one the engine runs on, listed first
+    return [GPUInfo(index=i, name=d.description, memory_total=d.total, memory_free=d.free, compute_capability=None,
+                    driver_version=None, source=d.name)
+            for i, d in enumerate(sorted(devices, key=lambda d: d is not first))]
+
+
+def _vulkan_problem(probe: HardwareProbe, vulkan: list[GPUInfo]) -> str | None:
+    if vulkan:
+        return None
+    seen = probe.llama_devices
+    if not seen or seen.get("backend") != "vulkan":
+        return "llama.cpp's Vulkan build is not on this computer"
+    if "libvulkan" in seen.get("output", ""):
+        return "the Vulkan loader (libvulkan) is not installed"
+    return "no GPU with a Vulkan driver was found"
 
 
 def _cpu(probe: HardwareProbe, sysctl: dict[str, str]) -> CPUInfo:
@@ -427,8 +471,10 @@ def detect(probe: HardwareProbe, override: str | None = None) -> HardwareReport:
     cpu = _cpu(probe, sysctl)
     disk = DiskInfo(**probe.disk) if probe.disk else None
 
-    problems = {"cuda": _cuda_problem(probe, gpus), "apple": _apple_problem(probe, apple, sysctl), "cpu": None}
-    auto = "cuda" if problems["cuda"] is None else "apple" if problems["apple"] is None else "cpu"
+    vulkan = _vulkan_gpus(probe)
+    problems = {"cuda": _cuda_problem(probe, gpus), "apple": _apple_problem(probe, apple, sysctl),
+                "vulkan": _vulkan_problem(probe, vulkan), "cpu": None}
+    auto = next(c for c in DEVICE_CLASSES if problems[c] is None)
     device, override_note = auto, None
     if override and override != "auto":
         if override not in DEVICE_CLASSES:
@@ -443,12 +489,12 @@ def detect(probe: HardwareProbe, override: str | None = None) -> HardwareReport:
         os=f"{probe.system} {probe.release} {probe.machine}".strip(), cpu=cpu, ram_total=int(ram_total),
         ram_available=int(ram_available), gpus=gpus, apple=apple, disk=disk, device=device, reason="",
         budget_bytes=0, budget_source="", requested_device=override, override_note=override_note,
-        notes=notes, memory_bytes_per_s=_rate(probe.copy))
+        notes=notes, memory_bytes_per_s=_rate(probe.copy), vulkan_gpus=vulkan)
     _explain(report, problems, chosen_by_user=device == override)
     return report
 
 
-_LABEL = {"cuda": "the NVIDIA GPU (CUDA)", "apple": "the Apple GPU (Metal)",
+_LABEL = {"cuda": "the NVIDIA GPU (CUDA)", "apple": "the Apple GPU (Metal)", "vulkan": "the GPU (Vulkan)",
           "cpu": "the CPU"}
 
 
@@ -473,6 +519,15 @@ def _explain(r: HardwareReport, problems: dict, chosen_by_user: bool) -> None:
         r.budget_source = f"about {round(a.gpu_budget / a.unified_memory * 100)}% of unified memory"
         r.reason = (f"{prefix}using the GPU of the {a.chip}: {gib(a.unified_memory)} unified memory, "
                     f"of which about {gib(a.gpu_budget)} can hold models.")
+    elif r.device == "vulkan":
+        g = r.vulkan_gpus[0]
+        r.gpu_index, r.budget_bytes = g.index, g.memory_free
+        r.budget_source = f"free video memory on {g.source} ({g.name})"
+        r.reason = (f"{prefix}using the {g.name} through Vulkan (llama.cpp): {gib(g.memory_free)} free of "
+                    f"{gib(g.memory_total)} video memory.")
+        if len(r.vulkan_gpus) > 1:
+            r.notes.append(f"{len(r.vulkan_gpus)} GPUs found; models run on {g.source} ({g.name}), a card before a "
+                           "built-in GPU, then the one with most free memory.")
     else:
         r.budget_bytes = r.ram_available
         r.budget_source = "available RAM"

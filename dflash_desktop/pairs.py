@@ -105,6 +105,21 @@ class LoadedPair:
     event: dict = field(default_factory=dict, repr=False, compare=False)   # the event itself (memory figures)
 
     @property
+    def where(self) -> str:
+        """The device in words: the GPU by its name, and how many layers it holds when not all of them."""
+        gpu, layers = self.event.get("gpu"), self.event.get("gpu_layers")
+        if not gpu:
+            return self.device
+        total = self.event.get("layers") or 0
+        part = f", {layers} of {total} layers" if layers and total and layers < total else ""
+        return f"{self.device} ({gpu}{part})"
+
+    @property
+    def device_note(self) -> str | None:
+        """Why the model runs elsewhere than asked, or only partly on the GPU (the engine's words)."""
+        return self.event.get("device_note")
+
+    @property
     def method(self) -> str:
         """How answers speculate (engine.backends.METHODS): the engine's measured choice where it made one, else
         DFlash with a drafter and plain decoding without."""

@@ -172,6 +172,17 @@ def _check_assistant(target: dict, draft: dict, target_name: str, draft_name: st
                                     f"{want[1]}: this assistant was made for another model.")
 
 
+def kv_width(meta: dict) -> int:
+    """Numbers one token's keys (or values) take in one layer's cache, as the header gives them (the widest
+    layer where they differ)."""
+    arch = architecture(meta)
+    heads = meta.get(f"{arch}.attention.head_count_kv") or meta.get(f"{arch}.attention.head_count") or 0
+    heads = max(heads) if isinstance(heads, list) else int(heads)
+    size = meta.get(f"{arch}.attention.key_length") or (
+        int(meta.get(f"{arch}.embedding_length") or 0) // max(int(meta.get(f"{arch}.attention.head_count") or 1), 1))
+    return int(heads) * int(size)
+
+
 def _is_sliding(meta: dict, arch: str, layer: int) -> bool:
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     return bool(pattern[layer]) if isinstance(pattern, list) and 0 <= layer < len(pattern) else False

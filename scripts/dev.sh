@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES="xvfb xauth libegl1 libgl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 \
 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 \
 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libglib2.0-0 fonts-dejavu-core nsis \
-cmake g++ ninja-build patch"
+cmake g++ ninja-build patch \
+libvulkan-dev glslc spirv-headers mesa-vulkan-drivers"
 
 install_system_packages() {
     local missing=()
@@ -40,6 +41,11 @@ install_llamacpp() {
     python3 -m engine.backends.llamacpp.build
 }
 
+install_llamacpp_vulkan() {
+    # the Vulkan build too (about 8 more minutes on 2 cores, once): its tests run it on Mesa's software GPU
+    python3 -m engine.backends.llamacpp.build --backend vulkan
+}
+
 case "${1:-}" in
     run)
         install_system_packages
@@ -55,6 +61,7 @@ case "${1:-}" in
         install_system_packages
         install_python_packages
         install_llamacpp
+        install_llamacpp_vulkan
         shift
         exec python3 -m pytest -q "$@"
         ;;

@@ -111,7 +111,7 @@ def test_each_speculation_downloads_only_what_it_needs():
     assert [s.method for s in q8.speculations] == ["dflash", "eagle3", "dspark", "ngram"]
     assert q8.method == "dflash" and q8.repos() == [("Qwen/Qwen3-8B", "main"), ("z-lab/Qwen3-8B-DFlash-b16", "main")]
     eagle = q8.choosing("eagle3")
-    assert eagle.engines == {"llamacpp": ("cpu",)} and eagle.block_size == 7
+    assert eagle.engines == {"llamacpp": ("cpu", "vulkan")} and eagle.block_size == 7
     assert eagle.repos() == [("Qwen/Qwen3-8B", "main"), ("AngelSlim/Qwen3-8B_eagle3", "main")]
     gguf = eagle.variant("llamacpp")
     assert eagle.repos("llamacpp") == [(gguf.repo_id, "main", gguf.files), ("Qwen/Qwen3-8B", "main", cat.CONFIG_FILES),
@@ -122,7 +122,7 @@ def test_each_speculation_downloads_only_what_it_needs():
     assert ngram.repos("llamacpp") == [(gguf.repo_id, "main", gguf.files), ("Qwen/Qwen3-8B", "main", cat.CONFIG_FILES)]
     assert ngram.choosing("dflash") == q8                     # every choice stays reachable from any other
     mtp = c.get("qwen3.5-9b").choosing("mtp")
-    assert mtp.drafter is None and mtp.engines == {"llamacpp": ("cpu",)}
+    assert mtp.drafter is None and mtp.engines == {"llamacpp": ("cpu", "vulkan")}
     assert mtp.repos() == [("Qwen/Qwen3.5-9B", "main")]
     with pytest.raises(KeyError, match="Qwen3 8B cannot use MTP heads here; it offers DFlash drafter"):
         q8.choosing("mtp")
@@ -133,7 +133,7 @@ def test_each_speculation_downloads_only_what_it_needs():
     gemma = c.get("gemma-4-e2b-it")     # its MTP heads ship as a model of their own, Google's assistant
     assert [(s.method, s.label) for s in gemma.speculations] == [("mtp", "MTP assistant (google)"),
                                                                  ("ngram", "n-gram lookup")]
-    assert gemma.method == "mtp" and gemma.engines == {"llamacpp": ("cpu",)} and gemma.block_size == 4
+    assert gemma.method == "mtp" and gemma.engines == {"llamacpp": ("cpu", "vulkan")} and gemma.block_size == 4
     assert gemma.repos("llamacpp")[-1] == ("google/gemma-4-E2B-it-assistant", "main")
     assert gemma.choosing("ngram").repos("llamacpp") == gemma.repos("llamacpp")[:-1]
 

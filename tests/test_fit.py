@@ -247,3 +247,29 @@ def test_quantization_is_planned_only_where_full_precision_leaves_no_room(catalo
     est = estimate_here(catalog.get("qwen3-8b"), report_of(fixture))
     assert est.plan.dtype == dtype and est.dflash
     assert ("quantized to NF4" in est.sentence) == (dtype == "nf4")
+
+
+@pytest.mark.parametrize("free_gib, layers, verdict", [(15.5, 36, "fits"), (4.0, None, "tight"), (0.5, 0, None)])
+def test_llamacpp_on_a_vulkan_gpu_keeps_what_fits_there(catalog, free_gib, layers, verdict):
+    """Qwen3-8B's 8-bit GGUF with DFlash on an AMD card through Vulkan: all 36 layers in 15.5 GB free; with 4 GB free
+    part of them, the rest on the CPU (it still loads: a tight fit, saying how many); with 0.5 GB none."""
+    from dataclasses import replace
+
+    from dflash_desktop.fit import estimate_here
+    probe = json.loads((FIXTURES / "amd_rx7800xt_vulkan.json").read_text())
+    probe["llama_devices"]["output"] = probe["llama_devices"]["output"].replace(
+        "15890 MiB free", f"{int(free_gib * 1024)} MiB free")
+    report = detect(HardwareProbe.from_dict(probe))
+    assert report.device == "vulkan"
+    pair = replace(catalog.get("qwen3-8b"), engines={"llamacpp": ("cpu", "vulkan")})
+    est = estimate_here(pair, report)
+    assert (est.plan.engine, est.plan.device_class, est.plan.dtype) == ("llamacpp", "vulkan", "q8_0")
+    assert est.budget_bytes == int(free_gib * 1024) * MiB
+    if layers == 36:
+        assert est.gpu_layers == 36 and est.verdict == verdict
+    elif layers is None:
+        assert 0 < est.gpu_layers < 36 and est.verdict == "tight" and est.dflash
+        assert f"keeps {est.gpu_layers} of its 36 layers there and runs the other {36 - est.gpu_layers} on the CPU" \
+            in est.sentence
+    else:
+        assert est.gpu_layers == 0 and est.verdict in ("target_only", "wont_fit")

@@ -109,6 +109,44 @@ def test_old_gpu_below_the_triton_minimum_is_not_used():
     assert r.device == "cpu" and "compute capability 6.0" in r.reason
 
 
+def test_an_amd_card_is_used_through_llama_cpps_vulkan_build():
+    """What the Vulkan build lists is what the app plans for: the card, not the processor's built-in GPU with
+    its larger share of system memory, and its free video memory is the budget."""
+    r = detect(probe("amd_rx7800xt_vulkan"))
+    assert r.device == "vulkan" and not r.gpus
+    g = r.vulkan_gpus[0]
+    assert (g.name, g.source, g.memory_total, g.memory_free) == (
+        "AMD Radeon RX 7800 XT (RADV NAVI32)", "Vulkan1", 16368 * MiB, 15890 * MiB)
+    assert r.budget_bytes == 15890 * MiB and "video memory on Vulkan1" in r.budget_source
+    assert "RX 7800 XT (RADV NAVI32) through Vulkan" in r.reason and "16.7 GB free of 17.2 GB" in r.reason
+    assert any("2 GPUs found; models run on Vulkan1" in n for n in r.notes)
+    roundtrip(r)
+
+
+@pytest.mark.parametrize("seen, why", [
+    (None, "llama.cpp's Vulkan build is not on this computer"),
+    ({"backend": "vulkan", "returncode": 0, "output": "Available devices:\n  (none)\n"},
+     "no GPU with a Vulkan driver was found"),
+    ({"backend": "vulkan", "returncode": 127, "output": "llama-server: error while loading shared libraries: "
+      "libvulkan.so.1: cannot open shared object file: No such file or directory\n"},
+     "the Vulkan loader (libvulkan) is not installed"),
+])
+def test_without_a_usable_vulkan_gpu_the_cpu_runs_and_asking_for_it_says_why(seen, why):
+    r = detect(probe("amd_rx7800xt_vulkan", llama_devices=seen), override="vulkan")
+    assert r.device == "cpu" and not r.vulkan_gpus
+    assert r.override_note == f"You asked for the GPU (Vulkan), but {why}; using the CPU instead."
+
+
+def test_cuda_comes_before_vulkan_on_an_nvidia_card():
+    nvidia = json.loads((FIXTURES / "nvidia_rtx4090_nvml.json").read_text())
+    seen = {"backend": "vulkan", "returncode": 0,
+            "output": "  Vulkan0: NVIDIA GeForce RTX 4090 (24564 MiB, 23817 MiB free)\n"}
+    assert detect(probe("nvidia_rtx4090_nvml", llama_devices=seen)).device == "cuda"
+    assert detect(probe("nvidia_rtx4090_nvml", llama_devices=seen), override="vulkan").device == "vulkan"
+    nvidia["nvml"]["gpus"][0]["compute_capability"] = [6, 1]      # too old for the CUDA path: Vulkan drives it
+    assert detect(HardwareProbe.from_dict({**nvidia, "llama_devices": seen})).device == "vulkan"
+
+
 def test_live_probe_on_this_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
     p = HardwareProbe.live()

@@ -396,7 +396,7 @@ class MainWindow(QMainWindow):
             method = "plain (measured fastest here)" if self.settings.plain_fallback else "drafting at its fastest"
         else:
             method = "plain, no drafter"
-        self.pair_label.setText(f"{name}  ·  {loaded.engine} on {loaded.device}, {loaded.dtype}{memory}  ·  {method}")
+        self.pair_label.setText(f"{name}  ·  {loaded.engine} on {loaded.where}, {loaded.dtype}{memory}  ·  {method}")
 
     def _block_text(self, drafters: int | None) -> str:
         """The block size answers run with: the setting's, where it overrides the drafter's own."""

@@ -85,9 +85,9 @@ class PairRow:
             return (f"{self.pair.name} would run here with {names}, which this copy of the app lacks: "
                     f"{next(iter(self.missing.values()))}")
         if not self.supported:
-            runs_on = " or ".join(f"an {DEVICE_LABELS[d]}" if d != "cpu" else "the CPU"
+            runs_on = " or ".join(_a(DEVICE_LABELS[d]) if d != "cpu" else "the CPU"
                                   for d in DEVICE_CLASSES if d in self.pair.device_classes)
-            here = "only a CPU" if self.device == "cpu" else f"an {DEVICE_LABELS.get(self.device, self.device)} and a CPU"
+            here = "only a CPU" if self.device == "cpu" else f"{_a(DEVICE_LABELS.get(self.device, self.device))} and a CPU"
             return f"{self.pair.name} runs only on {runs_on}, and this computer has {here}."
         if self.verdict == "wont_fit":
             return self.fit.sentence
@@ -126,6 +126,11 @@ def speculation_label(speculation, catalog: Catalog) -> str:
             else "nothing more to download")
     engines = " or ".join(ENGINES[name].label for name in speculation.engines)
     return f"{speculation.label} · {size} · {engines}"
+
+
+def _a(label: str) -> str:
+    """The label with its article: an NVIDIA GPU, an Apple GPU, a GPU (Vulkan)."""
+    return f"{'an' if label[0] in 'AEIOUN' else 'a'} {label}"
 
 
 def human_size(n: float) -> str:

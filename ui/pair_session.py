@@ -150,7 +150,9 @@ class PairSession(QObject):
             self.statusMessage.emit(f"{loaded.name} ready on {loaded.device}: chats run there; this computer's "
                                     "engine is not started.")
         else:
-            self.ready_text = (f"{self.display_name} ready: {loaded.engine} engine on {loaded.device}, "
+            if loaded.device_note:
+                self.statusMessage.emit(loaded.device_note)
+            self.ready_text = (f"{self.display_name} ready: {loaded.engine} engine on {loaded.where}, "
                                f"{loaded.dtype} (block size {loaded.block_size}, "
                                f"ready {time.monotonic() - self._load_started:.1f} s after you asked; "
                                f"reading the model took {loaded.load_s:.1f} s of that)")

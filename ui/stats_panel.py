@@ -346,11 +346,13 @@ class StatsPanel(QDockWidget):
         """The loaded pair's engine, device and dtype, as the worker (or the remote server) reports them."""
         self.remote = not loaded.offers.local
         text = (f"Runs on {loaded.device} · remote server, its own speculative decoding" if self.remote else
-                f"Runs on {loaded.device} · {loaded.engine} engine · {loaded.dtype} weights")
+                f"Runs on {loaded.where} · {loaded.engine} engine · {loaded.dtype} weights")
         if loaded.speculation:        # an engine that chose DFlash's settings or plain decoding itself
             text += f"\n{loaded.speculation['reason']}"
         if loaded.engine_note:        # the worker's own engine pick could not run the pair
             text += f"\n{loaded.engine_note}"
+        if loaded.device_note:        # not on the GPU asked for, or only partly
+            text += f"\n{loaded.device_note}"
         if not self.remote and not loaded.speculates:
             text += f"\n{NO_DRAFTER}"
         self.runtime.setText(text)

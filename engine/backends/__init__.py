@@ -16,8 +16,9 @@ from typing import Callable, Protocol
 from ..errors import EngineError
 
 # The kinds of hardware a machine can offer; each engine maps them to its own device names.
-DEVICE_CLASSES = ("cuda", "apple", "cpu")
-DEVICE_LABELS = {"cuda": "NVIDIA GPU (CUDA)", "apple": "Apple GPU", "cpu": "CPU"}
+# vulkan: a GPU of any vendor (AMD, Intel, NVIDIA) that llama.cpp's Vulkan build reaches through its driver
+DEVICE_CLASSES = ("cuda", "apple", "vulkan", "cpu")
+DEVICE_LABELS = {"cuda": "NVIDIA GPU (CUDA)", "apple": "Apple GPU", "vulkan": "GPU (Vulkan)", "cpu": "CPU"}
 # The ways to speculate a pair can run (docs/ENGINES.md, "Speculation methods"); each engine declares its own in
 # METHODS, and a loaded pair's info["methods"] says which its files allow
 METHODS = {"none": "plain decoding", "ngram": "n-gram lookup", "mtp": "MTP heads", "eagle3": "EAGLE-3",

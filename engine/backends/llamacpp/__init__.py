@@ -6,17 +6,18 @@ from __future__ import annotations
 
 NAME = "llamacpp"
 LABEL = "llama.cpp"
-# device class -> what the engine calls it; the build decides which exist (build.py --backend)
-DEVICES = {"cuda": "cuda", "apple": "metal", "cpu": "cpu"}
+# device class -> what the engine calls it; the build decides which exist (build.py --backend, gpu.py)
+DEVICES = {"cuda": "cuda", "apple": "metal", "vulkan": "vulkan", "cpu": "cpu"}
 # GGUF targets come in their file's own type; safetensors targets are converted to this one
-DTYPES = {"cuda": "float16", "apple": "float16", "cpu": "float32"}
+DTYPES = {"cuda": "float16", "apple": "float16", "vulkan": "float16", "cpu": "float32"}
 # Target model_type -> device classes where greedy DFlash is checked identical to plain decoding
 # (tests/test_llamacpp_architectures.py on tiny random stand-ins of each, tests/test_llamacpp_engine.py on the
-# demo pair; on the CPU build, GPU builds never run in this project's CI). The catalog plans DFlash pairs from
-# this; a GGUF the user brings runs whatever the built llama-server loads (plain decoding of every architecture,
-# DFlash where the server's graph hands the drafter the target's layers).
-ARCHITECTURES = {"qwen3": ("cpu",), "llama": ("cpu",), "qwen3_moe": ("cpu",), "qwen3_5": ("cpu",),
-                 "qwen3_5_moe": ("cpu",), "gpt_oss": ("cpu",), "gemma4": ("cpu",)}
+# demo pair, on the CPU build; tests/test_llamacpp_vulkan.py the same stand-ins and the demo pair on the Vulkan
+# build, run by Mesa's software driver; the CUDA and Metal builds never ran in this project's CI). The catalog plans
+# DFlash pairs from this; a GGUF the user brings runs whatever the built llama-server loads (plain decoding of
+# every architecture, DFlash where the server's graph hands the drafter the target's layers).
+ARCHITECTURES = {arch: ("cpu", "vulkan") for arch in ("qwen3", "llama", "qwen3_moe", "qwen3_5", "qwen3_5_moe",
+                                                     "gpt_oss", "gemma4")}
 # Speculation methods (engine.backends.METHODS) its server runs here, each checked identical to plain decoding
 # (tests/test_llamacpp_methods.py): n-gram lookup needs no drafter, MTP a target GGUF that keeps its
 # multi-token-prediction head or a Gemma 4 assistant beside a Gemma 4 target, EAGLE-3, DSpark and DFlash their

@@ -1,11 +1,14 @@
 """The llama.cpp build this engine runs: llama-server and the GGUF converter, from the llama.cpp source
 vendored in one pinned llama-cpp-python sdist (a registry package, checked by its hash), built with
 cmake once per machine and kept in the user's cache, outside any repository. The project's patches
-(patches/ beside this file) are applied before the build and are part of the cache key, so a changed
-patch rebuilds.
+(patches/ beside this file; patches/<backend>/ for one backend's code only) are applied before the build and
+are part of its cache key, so a changed patch rebuilds the builds it touches and no other.
 
     python -m engine.backends.llamacpp.build              # build when missing (CPU), print where
+    python -m engine.backends.llamacpp.build --backend vulkan   # the GPU build for any vendor's Vulkan driver
     python -m engine.backends.llamacpp.build --backend cuda|vulkan|metal --portable   # installers' CI
+
+A GPU build runs on the CPU as well (its CPU backend is built in), so one build is enough where only one ships.
 
 Nothing is downloaded at build time besides the sdist: the web UI, OpenSSL and other fetches are off.
 """
@@ -32,6 +35,8 @@ PATCHES = Path(__file__).with_name("patches")
 HOME_ENV = "DFLASH_LLAMACPP_HOME"      # a folder holding a build
 BUNDLED = "llama.cpp"                  # the build an installed app carries, in its _internal folder (installers/)
 BACKENDS = {"cpu": [], "cuda": ["-DGGML_CUDA=ON"], "vulkan": ["-DGGML_VULKAN=ON"], "metal": ["-DGGML_METAL=ON"]}
+# What each build is called in messages, and the command that makes it
+BACKEND_LABELS = {"cpu": "CPU", "cuda": "CUDA", "vulkan": "Vulkan", "metal": "Metal"}
 # Off: the prebuilt web UI and OpenSSL would be fetched or linked; tests, examples and other tools are
 # not needed. The server only ever listens on 127.0.0.1 (server.py).
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -51,14 +56,15 @@ class BuildMissing(EngineError):
     code = "engine_unavailable"
 
 
-def patch_files() -> list[Path]:
-    return sorted(PATCHES.glob("*.patch"))
+def patch_files(backend: str = "cpu") -> list[Path]:
+    """The patches every build takes, then those for this backend's code alone."""
+    return sorted(PATCHES.glob("*.patch")) + sorted((PATCHES / backend).glob("*.patch"))
 
 
 def key(backend: str = "cpu", portable: bool = False) -> str:
     """Version, backend and the patches' contents: what makes two builds different."""
     digest = hashlib.sha256()
-    for p in patch_files():
+    for p in patch_files(backend):
         digest.update(p.name.encode() + b"\0" + p.read_bytes())
     return f"{VERSION}-{backend}{'-portable' if portable else ''}-{digest.hexdigest()[:10]}"
 
@@ -82,27 +88,53 @@ def bundled_dir() -> Path | None:
     return Path(base) / BUNDLED if getattr(sys, "frozen", False) and base else None
 
 
-def find_build() -> Path:
-    """The folder of a finished build for this version and these patches: DFLASH_LLAMACPP_HOME when set,
-    else the one an installed app carries, else the user's cache (GPU builds first)."""
-    candidates = [build_dir()] if os.environ.get(HOME_ENV) else [
-        build_dir(b, portable) for b in ("cuda", "vulkan", "metal", "cpu") for portable in (False, True)]
-    if not os.environ.get(HOME_ENV) and bundled_dir() is not None:
-        candidates.insert(0, bundled_dir())
-    for folder in candidates:
-        if (folder / "BUILD.json").is_file():
-            return folder
+def builds() -> dict[str, Path]:
+    """The finished builds for this version and these patches, by backend: DFLASH_LLAMACPP_HOME's alone when
+    set, else the one an installed app carries and those in the user's cache."""
+    if os.environ.get(HOME_ENV):
+        folders = [build_dir()]
+    else:
+        folders = [build_dir(b, portable) for b in BACKENDS for portable in (False, True)]
+        if bundled_dir() is not None:
+            folders.insert(0, bundled_dir())
+    found: dict[str, Path] = {}
+    for folder in folders:
+        try:
+            backend = json.loads((folder / "BUILD.json").read_text(encoding="utf-8")).get("backend", "cpu")
+        except (OSError, ValueError):
+            continue
+        found.setdefault(backend, folder)
+    return found
+
+
+def find_build(backend: str = "cpu") -> Path:
+    """The build that runs on this backend: its own, or for the CPU any build (a GPU build keeps its layers on
+    the CPU when told to)."""
+    found = builds()
+    if backend in found:
+        return found[backend]
+    if backend == "cpu" and found:
+        return next(iter(found.values()))
+    if backend != "cpu":
+        raise BuildMissing(
+            f"llama.cpp's {BACKEND_LABELS[backend]} build is not on this computer, so llama.cpp cannot use the "
+            f"GPU here. Run `python -m engine.backends.llamacpp.build --backend {backend}`, or run on the CPU.")
     raise BuildMissing(
         f"llama.cpp {VERSION} (with this app's patches) is not built on this computer. Run "
         "`python -m engine.backends.llamacpp.build` (scripts/dev.sh does it), or set "
         f"{HOME_ENV} to a folder that holds a build.")
 
 
-def server_binary() -> Path:
-    return find_build() / "bin" / f"llama-server{EXE}"
+def backend_of(folder: Path) -> str:
+    return json.loads((folder / "BUILD.json").read_text(encoding="utf-8")).get("backend", "cpu")
+
+
+def server_binary(backend: str = "cpu") -> Path:
+    return find_build(backend) / "bin" / f"llama-server{EXE}"
 
 
 def converter() -> Path:
+    """The GGUF converter: the same Python files in every build."""
     return find_build() / "convert_hf_to_gguf.py"
 
 
@@ -127,8 +159,8 @@ def extract(sdist: Path, into: Path) -> Path:
     return into / prefix
 
 
-def apply_patches(src: Path, log) -> None:
-    for p in patch_files():
+def apply_patches(src: Path, backend: str, log) -> None:
+    for p in patch_files(backend):
         log(f"applying {p.name}")
         subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(p)], cwd=src, check=True,
                        stdout=subprocess.DEVNULL)
@@ -142,7 +174,7 @@ def build(backend: str = "cpu", portable: bool = False, jobs: int | None = None,
     with tempfile.TemporaryDirectory(prefix="llamacpp-build-") as tmp:
         tmp = Path(tmp)
         src = extract(fetch_sdist(tmp, log), tmp / "src")
-        apply_patches(src, log)
+        apply_patches(src, backend, log)
         flags = CMAKE_FLAGS + BACKENDS[backend] + (PORTABLE_FLAGS if portable else ["-DGGML_NATIVE=ON"])
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         log(f"configuring ({backend}{', portable' if portable else ''}) ...")
@@ -161,7 +193,7 @@ def build(backend: str = "cpu", portable: bool = False, jobs: int | None = None,
             (shutil.copytree if (src / name).is_dir() else shutil.copy2)(src / name, staging / name)
         (staging / "BUILD.json").write_text(json.dumps({
             "llama_cpp_python": VERSION, "backend": backend, "portable": portable, "cmake_flags": flags,
-            "patches": [p.name for p in patch_files()], "machine": platform.machine()}, indent=2))
+            "patches": [p.name for p in patch_files(backend)], "machine": platform.machine()}, indent=2))
         shutil.rmtree(out, ignore_errors=True)
         os.replace(staging, out)
     log(f"llama.cpp built in {out}")

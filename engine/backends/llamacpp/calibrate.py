@@ -57,7 +57,9 @@ def _file_id(path: Path | None) -> str:
 
 
 def key(pair) -> str:
-    parts = [build.key(), _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
+    folder = pair.base.binary.parent.parent       # the build that runs it, and where it runs
+    parts = [build.key(build.backend_of(folder)), str(folder), str(pair.base.device), str(pair.base.gpu_layers),
+             _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
              platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads),
              f"-fa {pair.flash_attn}",      # the servers' flags: a choice measured with others is measured again
              ",".join(pair.methods), "ngram-mod 4/2",   # what was measured and how: older ways of choosing

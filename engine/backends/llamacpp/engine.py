@@ -20,8 +20,8 @@ from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from .. import METHODS, Chunk
 from ...tokenizer import ChatTokenizer
 from ... import gguf_metadata as metadata
-from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu
-from .server import Launch, Server, ServerError, StartCancelled, request_body
+from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, gpu
+from .server import Launch, Server, ServerError, StartCancelled, clean_env, request_body
 from .tokens import ServerTokenizer
 
 
@@ -93,10 +93,20 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         if progress is not None:
             progress(stage, message)
 
-    if device not in ("auto", "cpu"):
-        raise EngineError(f"The llama.cpp engine runs on the CPU in this build, not on {device!r}.",
-                          code="device_unavailable")
-    binary = build.server_binary()
+    if device not in ("auto", "cpu", *gpu.BUILDS_FOR):
+        raise EngineError(f"The llama.cpp engine runs on the CPU or a GPU ({', '.join(gpu.BUILDS_FOR)}), not on "
+                          f"{device!r}.", code="device_unavailable")
+    on_gpu, note = None, None
+    if device == "auto":
+        device = gpu.found_gpu() or "cpu"        # a GPU build that sees a GPU uses it; else, quietly, the CPU
+    if device in gpu.BUILDS_FOR:
+        report("device", "Looking for the GPU")
+        try:
+            binary = gpu.gpu_build(device)
+            on_gpu = (device, gpu.best(gpu.list_devices(binary, clean_env())))
+        except gpu.NoGpu as exc:
+            note = f"{exc} Running on the CPU instead."
+            report("device", note)
     target = Path(target_dir)
     dtype = dtype or "float32"
     report("convert", f"Preparing {target.name} for llama.cpp")
@@ -117,9 +127,50 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
         block = drafter_block(dmeta)
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
+    launch = Launch(build.server_binary(), target_file, context=context, repack=cpu.repack_safe(),
+                    device="none" if build.backend_of(build.find_build()) != "cpu" else None)
+    tokenizer_dir = target if target.is_dir() else target.parent
+    if on_gpu:
+        name, card = on_gpu
+        layers = int(tmeta.get(f"{arch}.block_count") or 0)
+        offload = gpu.layers_on_gpu(card.free, target_file.stat().st_size, layers,
+                                    2 * context * metadata.kv_width(tmeta) * 2,     # keys and values in float16
+                                    draft_file.stat().st_size if draft_file else 0)
+        if offload == 0:
+            on_gpu, note = None, (f"{target_file.name} does not fit in the memory of {card.description} "
+                                  f"({card.free / 2**30:.1f} GB free). Running on the CPU instead.")
+            report("device", note)
+    if on_gpu:
+        gpu_note = None if offload == layers else (
+            f"{offload} of {layers} layers of {target_file.name} fit in the memory of {card.description} "
+            f"({card.free / 2**30:.1f} GB free); the other {layers - offload} run on the CPU, which is slower. "
+            "A smaller model or a shorter context would fit whole.")
+        if gpu_note:
+            report("device", gpu_note)
+        report("weights", f"Starting llama-server with {target_file.name} on {card.description}")
+        try:
+            return _start(replace(launch, binary=binary, gpu_layers=gpu.ALL_LAYERS if offload == layers else offload,
+                                  device=card.name), draft_file, block, tmeta, tokenizer_dir, arch, beside, report,
+                          cancelled, (name, card, gpu_note))
+        except ServerError as exc:
+            if isinstance(exc, StartCancelled) or not gpu.out_of_memory(exc.log_lines):
+                raise
+            note = (f"{target_file.name} does not fit in the memory of {card.description} "
+                    f"({card.free / 2**30:.1f} GB free). Running on the CPU instead; a smaller model or a shorter "
+                    "context would fit.")
+            report("device", note)
     report("weights", f"Starting llama-server with {target_file.name}")
-    launch = Launch(binary, target_file, context=context, repack=cpu.repack_safe())
-    pair = LlamaCppPair(launch, draft_file, block, tmeta, target if target.is_dir() else target.parent)
+    return _start(launch, draft_file, block, tmeta, tokenizer_dir, arch, beside, report, cancelled,
+                  ("cpu", None, note))
+
+
+def _start(launch: Launch, draft_file, block: int, tmeta: dict, tokenizer_dir: Path, arch: str, beside: bool,
+           report, cancelled, where: tuple) -> "LlamaCppPair":
+    """The pair on its servers, drafting checked and calibrated; where: (device, GPU, why not the GPU)."""
+    pair = LlamaCppPair(launch, draft_file, block, tmeta, tokenizer_dir)
+    device, card, note = where
+    pair.info.update(device=device, gpu=card.description if card else None, device_note=note,
+                     gpu_layers=launch.gpu_layers)
     try:
         if draft_file is not None:
             report("drafter", "Starting llama-server with the drafter")

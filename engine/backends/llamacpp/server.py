@@ -78,6 +78,7 @@ class Launch:
     gpu_layers: int = 0
     flash_attn: str = "auto"    # llama.cpp's -fa: on, off or auto (its own choice)
     repack: bool = True         # off on CPUs with AMX, whose repacked kernels crash (cpu.py)
+    device: str | None = None   # llama.cpp's -dev: the GPU to use (Vulkan0), none for a GPU build on the CPU
 
     def args(self, port: int, key_file: Path) -> list[str]:
         a = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(port), "-c", str(self.context),
@@ -85,6 +86,8 @@ class Launch:
              "--api-key-file", str(key_file), "--cors-origins", NO_ORIGIN, "--no-slots"]
         if not self.repack:
             a += ["--no-repack"]
+        if self.device:
+            a += ["-dev", self.device] + (["-devd", self.device] if self.draft else [])
         if self.threads:
             a += ["-t", str(self.threads)]
         if self.method != "none":
@@ -333,8 +336,13 @@ def likely_cause(code: int, lines: list[str]) -> str:
                 "server runs without weight repacking, or load the model with another engine. ")
     if code == killed:
         return ("Something stopped it from outside: the system when memory ran out, or another program. ")
+    if "erroroutofdevicememory" in text or "device memory allocation" in text:
+        return "The GPU ran out of memory: load the model on the CPU, or a smaller model, or a shorter context. "
     if "failed to load model" in text or "error loading model" in text:
         return "It could not load the model file: it may be damaged, or made for a newer llama.cpp. "
+    if "devicelost" in text or "device lost" in text:
+        return ("The GPU stopped answering (its driver reset it, or it overheated): load the model again, and on "
+                "the CPU if it happens again. ")
     if "out of memory" in text or "failed to allocate" in text:
         return "It ran out of memory: try a smaller model or a shorter context. "
     if code == segv:
