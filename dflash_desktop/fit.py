@@ -233,7 +233,8 @@ def _sentence(pair: Pair, e: FitEstimate) -> str:
                 f"make about {e.plain_tok_s:.1f} tokens per second, because each token reads "
                 f"{gib(e.read_per_token_bytes)} of weights and this computer streams memory at a measured "
                 f"{gib(e.bytes_per_s)}/s. {method} multiplies that only as far as its drafts are accepted.")
-    with_it = (f"with its {method} drafter" if pair.drafter else
+    with_it = ("with its MTP assistant" if pair.drafter and pair.method == "mtp" else
+               f"with its {method} drafter" if pair.drafter else
                "with its MTP heads" if pair.method == "mtp" else f"with {method}")
     if e.verdict == "fits":
         return f"{pair.name} {with_it} fits: about {need} of {have} at {ctx}."

@@ -102,6 +102,31 @@ def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
     picker.reject()
 
 
+def shoot_picker_on_a_vulkan_gpu(app, window, shots: Shooter) -> None:
+    """28: the model picker on an 8 GB AMD card seen through llama.cpp's Vulkan build (the recorded AMD fixture with
+    an 8 GB card's memory), Qwen3 8B selected: its 8-bit GGUF and drafter do not fit whole, so llama.cpp keeps
+    part of the layers on the GPU and the rest on the CPU, and the picker says how many."""
+    import json
+
+    from dflash_desktop.catalog import bundled_path, load_file
+    from dflash_desktop.hardware import HardwareProbe, detect
+    from ui.model_picker import ModelPicker
+    from ui.pair_list_model import Roles
+    probe = json.loads((ROOT / "tests" / "fixtures" / "hardware" / "amd_rx7800xt_vulkan.json").read_text())
+    probe["llama_devices"]["output"] = (
+        "Available devices:\n  Vulkan0: AMD Radeon RX 7600 (RADV NAVI33) (8176 MiB, 7450 MiB free)\n")
+    report = detect(HardwareProbe.from_dict(probe))
+    picker = ModelPicker(window, catalog=load_file(bundled_path()), hardware=report)
+    ready: list[bool] = []
+    picker.ready.connect(lambda: ready.append(True))
+    picker.show()
+    wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
+    row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == "qwen3-8b")
+    picker.list.setCurrentIndex(picker.model.index(row))
+    shots.shoot("28-model-picker-vulkan-gpu", picker)
+    picker.reject()
+
+
 def shoot_picker_choices(app, window, shots: Shooter) -> None:
     """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 8B with the speculation box
     open, its EAGLE-3 drafter chosen (size, fit and plan follow the choice); 27: the chat pair, with what its
@@ -255,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
     parser.add_argument("--only-real", action="store_true", help="only 18-21 and 26-27, the real chat model")
+    parser.add_argument("--only-gpu", action="store_true", help="only 17 and 28, the pickers on recorded GPUs")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -280,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     shots = Shooter(app, window, args.out)
     c = window.controller
     try:
+        if args.only_gpu:
+            shoot_picker_on_a_12gb_gpu(app, window, shots)
+            shoot_picker_on_a_vulkan_gpu(app, window, shots)
+            return 0
         if args.only_real:
             wait_until(app, lambda: window.session.ready, 240, "the model to load")
             shoot_real_model(app, window, shots)
@@ -356,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         shots.shoot("05-model-picker", picker)
         picker.reject()
         shoot_picker_on_a_12gb_gpu(app, window, shots)
+        shoot_picker_on_a_vulkan_gpu(app, window, shots)
 
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused in a dialog, with the way out,
         # while the model loaded before stays

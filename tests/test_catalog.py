@@ -136,6 +136,9 @@ def test_each_speculation_downloads_only_what_it_needs():
     assert gemma.method == "mtp" and gemma.engines == {"llamacpp": ("cpu", "vulkan")} and gemma.block_size == 4
     assert gemma.repos("llamacpp")[-1] == ("google/gemma-4-E2B-it-assistant", "main")
     assert gemma.choosing("ngram").repos("llamacpp") == gemma.repos("llamacpp")[:-1]
+    from dflash_desktop.fit import Budget, estimate_fit
+    assert estimate_fit(gemma, Budget(16 * 2**30, "cpu", "RAM")).sentence.startswith(
+        "Gemma 4 E2B with its MTP assistant fits")
 
 
 def test_a_pairs_drafter_must_be_one_that_drafts():

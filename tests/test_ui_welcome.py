@@ -90,3 +90,16 @@ def test_about_names_the_app_runtime_and_engine_versions(qtbot, make):
     assert f"torch {version('torch')}" in text and "no model loaded" in text
     box.close()
     QApplication.processEvents()
+
+
+def test_the_hardware_line_names_a_gpu_found_through_vulkan():
+    import json
+    from pathlib import Path
+
+    from dflash_desktop.hardware import HardwareProbe, detect
+    from ui.welcome import hardware_text
+    fixture = Path(__file__).parent / "fixtures" / "hardware" / "amd_rx7800xt_vulkan.json"
+    text = hardware_text(detect(HardwareProbe.from_dict(json.loads(fixture.read_text()))))
+    assert "Using the AMD Radeon RX 7800 XT (RADV NAVI32) through Vulkan (llama.cpp)" in text
+    assert "<br>Vulkan1: AMD Radeon RX 7800 XT (RADV NAVI32), 17.2 GB (Vulkan)" in text
+    assert "Vulkan0: Intel(R) UHD Graphics 630" in text

@@ -58,6 +58,7 @@ def about_text(model: str) -> str:
 def hardware_text(report: HardwareReport) -> str:
     """The probe's own sentence (device, CPU, free memory, why), with each GPU's memory when there is one."""
     gpus = "".join(f"<br>GPU {g.index}: {g.name}, {gib(g.memory_total)}" for g in report.gpus)
+    gpus += "".join(f"<br>{g.source}: {g.name}, {gib(g.memory_total)} (Vulkan)" for g in report.vulkan_gpus)
     return f"<p><b>This computer</b>: {report.reason[:1].upper() + report.reason[1:]}{gpus}</p>"
 
 

@@ -461,8 +461,8 @@ def _file_type(meta: dict) -> str:
 
 
 def describe() -> dict:
-    """The build in use: its llama.cpp version, backend and patches."""
+    """The CPU build in use: its llama.cpp version, backend and patches, and the builds here (a device each)."""
     import json
     info = json.loads((build.find_build() / "BUILD.json").read_text(encoding="utf-8"))
     return {"version": f"llama.cpp from llama-cpp-python {info['llama_cpp_python']}", "backend": info["backend"],
-            "patches": info["patches"], "devices": sorted({"cpu", info["backend"]})}
+            "patches": info["patches"], "devices": sorted({"cpu", *build.builds()})}
