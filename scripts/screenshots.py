@@ -80,51 +80,42 @@ class Shooter:
         print(f"{path}  {path.stat().st_size // 1024} KB", flush=True)
 
 
-def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
-    """17: the model picker on a recorded 12 GB NVIDIA card (tests/fixtures/hardware), Qwen3 8B selected:
-    full precision leaves no room for DFlash there, so it is planned quantized by bitsandbytes."""
-    import json
-
+def shoot_picker_on(app, window, shots: Shooter, probe: dict, pair_id: str, name: str) -> None:
+    """The model picker on a recorded computer (a HardwareProbe's fields), one pair selected."""
     from dflash_desktop.catalog import bundled_path, load_file
     from dflash_desktop.hardware import HardwareProbe, detect
     from ui.model_picker import ModelPicker
     from ui.pair_list_model import Roles
-    fixture = ROOT / "tests" / "fixtures" / "hardware" / "nvidia_rtx3060_smi.json"
-    report = detect(HardwareProbe.from_dict(json.loads(fixture.read_text())))
-    picker = ModelPicker(window, catalog=load_file(bundled_path()), hardware=report)
+    picker = ModelPicker(window, catalog=load_file(bundled_path()), hardware=detect(HardwareProbe.from_dict(probe)))
     ready: list[bool] = []
     picker.ready.connect(lambda: ready.append(True))
     picker.show()
     wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
-    row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == "qwen3-8b")
+    row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == pair_id)
     picker.list.setCurrentIndex(picker.model.index(row))
-    shots.shoot("17-model-picker-12gb-gpu", picker)
+    shots.shoot(name, picker)
     picker.reject()
+
+
+def fixture(name: str) -> dict:
+    import json
+    return json.loads((ROOT / "tests" / "fixtures" / "hardware" / f"{name}.json").read_text())
+
+
+def shoot_picker_on_a_12gb_gpu(app, window, shots: Shooter) -> None:
+    """17: the model picker on a recorded 12 GB NVIDIA card (tests/fixtures/hardware), Qwen3 8B selected:
+    full precision leaves no room for DFlash there, so it is planned quantized by bitsandbytes."""
+    shoot_picker_on(app, window, shots, fixture("nvidia_rtx3060_smi"), "qwen3-8b", "17-model-picker-12gb-gpu")
 
 
 def shoot_picker_on_a_vulkan_gpu(app, window, shots: Shooter) -> None:
     """28: the model picker on an 8 GB AMD card seen through llama.cpp's Vulkan build (the recorded AMD fixture with
     an 8 GB card's memory), Qwen3 8B selected: its 8-bit GGUF and drafter do not fit whole, so llama.cpp keeps
     part of the layers on the GPU and the rest on the CPU, and the picker says how many."""
-    import json
-
-    from dflash_desktop.catalog import bundled_path, load_file
-    from dflash_desktop.hardware import HardwareProbe, detect
-    from ui.model_picker import ModelPicker
-    from ui.pair_list_model import Roles
-    probe = json.loads((ROOT / "tests" / "fixtures" / "hardware" / "amd_rx7800xt_vulkan.json").read_text())
+    probe = fixture("amd_rx7800xt_vulkan")
     probe["llama_devices"]["output"] = (
         "Available devices:\n  Vulkan0: AMD Radeon RX 7600 (RADV NAVI33) (8176 MiB, 7450 MiB free)\n")
-    report = detect(HardwareProbe.from_dict(probe))
-    picker = ModelPicker(window, catalog=load_file(bundled_path()), hardware=report)
-    ready: list[bool] = []
-    picker.ready.connect(lambda: ready.append(True))
-    picker.show()
-    wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
-    row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == "qwen3-8b")
-    picker.list.setCurrentIndex(picker.model.index(row))
-    shots.shoot("28-model-picker-vulkan-gpu", picker)
-    picker.reject()
+    shoot_picker_on(app, window, shots, probe, "qwen3-8b", "28-model-picker-vulkan-gpu")
 
 
 def shoot_picker_choices(app, window, shots: Shooter) -> None:

@@ -80,8 +80,9 @@ def list_devices(binary: Path, env: dict) -> list[Device]:
 def found_gpu() -> str | None:
     """The GPU device a load that names none runs on: the first GPU build here that lists a GPU (None: the CPU)."""
     from .server import clean_env
+    found = build.builds()
     for device, backend in (("cuda", "cuda"), ("vulkan", "vulkan"), ("metal", "metal")):
-        folder = build.builds().get(backend)
+        folder = found.get(backend)
         if folder is None:
             continue
         try:
