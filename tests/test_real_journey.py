@@ -153,5 +153,10 @@ def test_a_gguf_the_user_has_opens_from_disk_and_chats_without_a_drafter(qtbot, 
     assert (info.engine, info.dtype, info.has_drafter) == ("llamacpp", "q4_1", False), info
     answer = ask(qtbot, window, "Name the largest planet in the solar system.")
     assert answer["event"] == "done" and len(answer["text"].split()) >= 3, answer
-    assert "no drafter" in window.controller.panel.acceptance_label.text()
-    assert "Plain decoding: no drafter" in window.controller.panel.runtime.text()
+    panel = window.controller.panel
+    if info.method == "none":        # the calibration measured plain decoding fastest on this machine
+        assert "no drafter" in panel.acceptance_label.text()
+        assert "Plain decoding: no drafter" in panel.runtime.text()
+    else:                            # a method that needs no drafter won here (n-gram lookup on some CPUs)
+        assert info.method == "ngram", info.event
+        assert "n-gram lookup" in panel.runtime.text() and "no drafter" not in panel.acceptance_label.text()
