@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from engine.backends import ENGINES, METHODS
+from engine.backends import DEVICE_LABELS, ENGINES, METHODS
 from engine.limits import DEFAULT_CONTEXT
 
 from .catalog import Catalog, Pair
 from .hardware import HardwareReport, gib
-from .run_plan import RunPlan, plan_for
+from .run_plan import RunPlan, plans_here
 
 DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625, "q4_k_m": 0.6,
                        "mxfp4": 0.53125, "mxfp4_moe": 0.53125, "nf4": 0.5625}
@@ -50,6 +50,9 @@ class Budget:
         if device in (None, report.device):
             rate = report.memory_bytes_per_s if report.device == "cpu" else None
             return cls(report.budget_bytes, report.device, report.budget_source, rate)
+        if device == "vulkan" and report.vulkan_gpus:     # the card CUDA drives, as llama.cpp's Vulkan sees it
+            g = report.vulkan_gpus[0]
+            return cls(g.memory_free, "vulkan", f"free video memory on {g.source} ({g.name})")
         return cls(report.ram_available, "cpu", "available RAM", report.memory_bytes_per_s)
 
 
@@ -73,6 +76,12 @@ class FitEstimate:
     sentence: str
     plan: RunPlan | None = None
     gpu_layers: int | None = None   # llama.cpp on a GPU: the target's layers its memory holds (the rest: the CPU)
+    target_layers: int | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Only part of the target's layers on the GPU (llama.cpp runs the rest on the CPU)."""
+        return self.gpu_layers is not None and self.gpu_layers < (self.target_layers or 0)
 
     @property
     def plain_tok_s(self) -> float | None:
@@ -158,12 +167,27 @@ def estimate_fit(pair: Pair, budget: Budget, context_tokens: int = DEFAULT_CONTE
 
 def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFAULT_CONTEXT,
                   dtype_bytes: dict | None = None) -> FitEstimate | None:
-    """The fit of a pair with the engine, device and dtype it would load with here (run_plan.py);
-    None when no engine of this app runs it on this computer. Where the full-precision weights leave no
-    room for DFlash, the first of the engine's quantizing variants (catalog.py) that does is planned."""
-    plan = plan_for(pair, report)
-    if plan is None:
+    """The fit of a pair with the engine, device and dtype it would load with here; None when no engine of this
+    app runs it on this computer. Every engine and GPU that could run it (run_plan.plans_here) is estimated,
+    and the first of those that holds it best is planned (_rank); the sentence says why when that is not the
+    first choice."""
+    estimates = [_estimate_one(pair, plan, report, context_tokens, dtype_bytes)
+                 for plan in plans_here(pair, report)]
+    if not estimates:
         return None
+    chosen = max(estimates, key=_rank)         # the first of the best: the device's and catalog's order
+    if chosen is not estimates[0]:
+        first = estimates[0]
+        chosen.sentence += (f" {ENGINES[chosen.plan.engine].label} runs it rather than "
+                            f"{ENGINES[first.plan.engine].label} on the {DEVICE_LABELS[first.plan.device_class]}, "
+                            f"which {_shortfall(pair, first)}.")
+    return chosen
+
+
+def _estimate_one(pair: Pair, plan: RunPlan, report: HardwareReport, context_tokens: int,
+                  dtype_bytes: dict | None) -> FitEstimate:
+    """One plan's fit. Where the full-precision weights leave no room for DFlash, the first of the engine's
+    quantizing variants (catalog.py) that does is planned."""
     budget = Budget.from_report(report, plan.device_class)
     est = _estimate_plan(pair, plan, budget, context_tokens, dtype_bytes)
     if plan.engine == "llamacpp" and plan.device_class != "cpu":
@@ -179,11 +203,36 @@ def estimate_here(pair: Pair, report: HardwareReport, context_tokens: int = DEFA
     return est
 
 
+def _rank(e: FitEstimate) -> int:
+    """How well a plan holds the pair: 3 whole on a GPU from the engine's own files, 2 whole on a GPU but
+    quantized while loading (bitsandbytes' kernels are slow), 1 partly on the GPU or on the CPU, 0 without
+    room for speculation."""
+    if not e.dflash:
+        return 0
+    if e.plan.device_class == "cpu" or e.partial:
+        return 1
+    return 2 if e.plan.variant is not None and e.plan.variant.quantizes else 3
+
+
+def _shortfall(pair: Pair, e: FitEstimate) -> str:
+    """Why a plan lost to another (_rank), in words that follow "which"."""
+    rank = _rank(e)
+    if rank == 0:
+        return (f"cannot hold it with its drafter in {gib(e.budget_bytes)}"
+                + (" even quantized while loading" if pair.quantizing(e.plan.engine, e.plan.device_class) else "")
+                + f" (about {gib(e.total_bytes)} in {e.weight_dtype})")
+    if rank == 1:
+        return ("would run it on the CPU" if e.plan.device_class == "cpu" else
+                f"would keep only {e.gpu_layers} of its {e.target_layers} layers on the GPU")
+    return f"would have to quantize it to {e.plan.variant.label} while loading, where its kernels are slow"
+
+
 def _offload(pair: Pair, est: FitEstimate, report: HardwareReport) -> FitEstimate:
     """llama.cpp on a GPU holds what fits there and leaves the other layers on the CPU (the engine's own rule,
     engine/backends/llamacpp/gpu.py): a pair too big for the GPU alone still loads when the rest fits in RAM."""
     from engine.backends.llamacpp.gpu import layers_on_gpu
     b, layers = est.breakdown, int(pair.target["layers"])
+    est.target_layers = layers
     est.gpu_layers = layers_on_gpu(est.budget_bytes, b["target_weights"], layers,
                                    (b["kv_cache"] + b["recurrent_state"]) // max(layers, 1),
                                    b["drafter_weights"] + b["drafter_kv_cache"] + b["captured_features"])

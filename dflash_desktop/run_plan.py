@@ -16,7 +16,7 @@ CATALOG_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 @dataclass(frozen=True)
 class RunPlan:
     engine: str
-    device_class: str     # cuda, apple or cpu
+    device_class: str     # cuda, apple, vulkan or cpu
     device: str           # the engine's own name for it (torch: cuda, mps, cpu)
     dtype: str            # the weights' dtype there: float32, bfloat16 or float16, or the variant's
     variant: Variant | None = None   # the engine's own target files (catalog.py), when the pair has them
@@ -53,21 +53,46 @@ class RunPlan:
 AUTO = {"engine": "auto", "device": "auto", "dtype": None}
 
 
+def gpu_classes(report: HardwareReport) -> list[str]:
+    """The GPU device classes usable here, the chosen one first: an NVIDIA card that CUDA drives is also one
+    llama.cpp's Vulkan build drives, so both are candidates for a pair (fit.py picks between them), unless
+    the user named the device."""
+    if report.device == "cpu":
+        return []
+    chosen_by_user = report.requested_device not in (None, "auto")
+    return [report.device] + (["vulkan"] if report.vulkan_gpus and report.device != "vulkan" and not chosen_by_user
+                              else [])
+
+
+def plans_here(pair: Pair, report: HardwareReport) -> list[RunPlan]:
+    """Every engine and GPU that can run the pair here, in preference order (the device, then the catalog's
+    engine order), or its CPU plans when no GPU plan exists. An engine whose runtime is missing here
+    (report.engines_missing) is passed over."""
+    for classes in (gpu_classes(report), ["cpu"]):
+        plans = [plan for device_class in classes for name in pair.engines
+                 if (plan := _plan(pair, report, name, device_class)) is not None]
+        if plans:
+            return plans
+    return []
+
+
 def plan_for(pair: Pair, report: HardwareReport, engine: str | None = None) -> RunPlan | None:
     """The pair's first engine (or the one asked for) that runs it on this computer's device, else on its
-    CPU; None if none does. An engine whose runtime is missing here (report.engines_missing) is passed over."""
-    for device_class in dict.fromkeys((report.device, "cpu")):
-        for name, devices in pair.engines.items():
-            if device_class in devices and name not in report.engines_missing and engine in (None, name):
-                info = ENGINES[name]
-                variant = pair.variant(name)
-                dtype = variant.dtype if variant else info.dtypes[device_class]
-                if device_class == "cuda" and dtype == "bfloat16" and not _native_bf16(report):
-                    dtype = "float16"
-                if not info.takes(dtype, device_class):   # what the engine declares is all it is sent
-                    continue
-                return RunPlan(name, device_class, info.devices[device_class], dtype, variant)
-    return None
+    CPU; None if none does. Where several could, fit.estimate_here chooses by what fits (the picker's plan)."""
+    return next((plan for plan in plans_here(pair, report) if engine in (None, plan.engine)), None)
+
+
+def _plan(pair: Pair, report: HardwareReport, name: str, device_class: str) -> RunPlan | None:
+    if device_class not in pair.engines[name] or name in report.engines_missing:
+        return None
+    info = ENGINES[name]
+    variant = pair.variant(name)
+    dtype = variant.dtype if variant else info.dtypes.get(device_class)
+    if device_class == "cuda" and dtype == "bfloat16" and not _native_bf16(report):
+        dtype = "float16"
+    if not info.takes(dtype, device_class):   # what the engine declares is all it is sent
+        return None
+    return RunPlan(name, device_class, info.devices[device_class], dtype, variant)
 
 
 def engine_choices(pair: Pair, current: str, device_class: str, missing: dict) -> list[str]:
@@ -81,8 +106,8 @@ def engine_choices(pair: Pair, current: str, device_class: str, missing: dict) -
 
 
 def engines_for(pair: Pair, report: HardwareReport) -> list[RunPlan]:
-    """Every engine that can run the pair here, in the catalog's order of preference (the settings offer
-    the choice when there is more than one)."""
+    """Every engine that can run the pair here, each on its first device, in the catalog's order of preference
+    (the settings offer the choice when there is more than one)."""
     return [plan for plan in (plan_for(pair, report, name) for name in pair.engines) if plan is not None]
 
 

@@ -118,6 +118,13 @@ def shoot_picker_on_a_vulkan_gpu(app, window, shots: Shooter) -> None:
     shoot_picker_on(app, window, shots, probe, "qwen3-8b", "28-model-picker-vulkan-gpu")
 
 
+def shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots: Shooter) -> None:
+    """29: the model picker on an 8 GB NVIDIA card that llama.cpp's Vulkan build also lists (a fixture), Qwen3 4B
+    selected: PyTorch would have to quantize it to NF4 while loading, llama.cpp's Q4_K_M GGUF fits whole, so the
+    plan is llama.cpp and the fit line says why."""
+    shoot_picker_on(app, window, shots, fixture("nvidia_rtx4060_vulkan"), "qwen3-4b", "29-model-picker-nvidia-llamacpp")
+
+
 def shoot_picker_choices(app, window, shots: Shooter) -> None:
     """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 8B with the speculation box
     open, its EAGLE-3 drafter chosen (size, fit and plan follow the choice); 27: the chat pair, with what its
@@ -271,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
     parser.add_argument("--only-real", action="store_true", help="only 18-21 and 26-27, the real chat model")
-    parser.add_argument("--only-gpu", action="store_true", help="only 17 and 28, the pickers on recorded GPUs")
+    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28 and 29, the pickers on recorded GPUs")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -300,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only_gpu:
             shoot_picker_on_a_12gb_gpu(app, window, shots)
             shoot_picker_on_a_vulkan_gpu(app, window, shots)
+            shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
             return 0
         if args.only_real:
             wait_until(app, lambda: window.session.ready, 240, "the model to load")
@@ -378,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         picker.reject()
         shoot_picker_on_a_12gb_gpu(app, window, shots)
         shoot_picker_on_a_vulkan_gpu(app, window, shots)
+        shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
 
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused in a dialog, with the way out,
         # while the model loaded before stays

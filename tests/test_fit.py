@@ -273,3 +273,68 @@ def test_llamacpp_on_a_vulkan_gpu_keeps_what_fits_there(catalog, free_gib, layer
             in est.sentence
     else:
         assert est.gpu_layers == 0 and est.verdict in ("target_only", "wont_fit")
+
+
+def report_of(fixture: str, override: str | None = None):
+    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text())), override)
+
+
+# 8, 12, 16 and 24 GB cards of the three vendors; the NVIDIA ones also listed by llama.cpp's Vulkan build
+@pytest.mark.parametrize("fixture, pair_id, engine, device_class, whole", [
+    ("nvidia_rtx4060_vulkan", "chat", "torch", "cuda", True),           # small: PyTorch's bfloat16 fits
+    ("nvidia_rtx4060_vulkan", "qwen3-4b", "llamacpp", "vulkan", True),  # PyTorch needs NF4; the Q4_K_M GGUF fits
+    ("nvidia_rtx4060_vulkan", "qwen3.5-27b", "llamacpp", "vulkan", False),  # part of it beats none of it
+    ("nvidia_rtx3060_smi", "qwen3-8b", "torch", "cuda", True),          # no Vulkan build: PyTorch in NF4
+    ("intel_arc_b580_vulkan", "llama3.1-8b-instruct", "llamacpp", "vulkan", True),
+    ("intel_arc_b580_vulkan", "qwen3-8b", "llamacpp", "vulkan", False),  # its 8-bit GGUF: most layers
+    ("amd_rx7800xt_vulkan", "qwen3-8b", "llamacpp", "vulkan", True),
+    ("nvidia_rtx4090_vulkan", "qwen3-8b", "torch", "cuda", True),       # bfloat16 fits: PyTorch stays first
+    ("nvidia_rtx4090_vulkan", "qwen3.5-27b", "llamacpp", "vulkan", True),
+])
+def test_the_planner_on_recorded_gpus_picks_the_engine_that_holds_the_pair(catalog, fixture, pair_id, engine,
+                                                                            device_class, whole):
+    """Every engine and GPU that can run a catalog pair is estimated; the plan is the one that holds it best
+    (whole on the GPU from its own files, then quantized while loading, then partly on the GPU), the budget is
+    the card's own free memory (a card before a built-in GPU), and the sentence says why another engine lost."""
+    from dflash_desktop.fit import estimate_here
+    report = report_of(fixture)
+    est = estimate_here(catalog.get(pair_id), report, dtype_bytes=catalog.dtype_bytes)
+    assert (est.plan.engine, est.plan.device_class) == (engine, device_class), est.sentence
+    assert est.dflash, est.sentence
+    card = report.vulkan_gpus[0] if device_class == "vulkan" else next(g for g in report.gpus
+                                                                      if g.index == report.gpu_index)
+    assert est.budget_bytes == card.memory_free and "UHD" not in card.name
+    if engine == "llamacpp":
+        layers = int(catalog.get(pair_id).target["layers"])
+        assert est.target_layers == layers and (est.gpu_layers == layers) == whole, (est.gpu_layers, layers)
+        if not whole:
+            assert f"keeps {est.gpu_layers} of its {layers} layers there" in est.sentence
+    else:
+        assert est.gpu_layers is None and est.total_bytes <= est.budget_bytes
+    first = "cuda" if report.device == "cuda" else "vulkan"
+    if (engine, device_class) != ("torch", first) and report.device == "cuda":
+        assert "llama.cpp runs it rather than PyTorch on the NVIDIA GPU (CUDA), which" in est.sentence
+    else:
+        assert "runs it rather than" not in est.sentence
+
+
+def test_a_gpu_the_user_named_is_the_only_one_planned(catalog):
+    """Asking for CUDA keeps PyTorch there even where llama.cpp's Vulkan build would hold the pair whole; asking
+    for the CPU plans the CPU though a GPU build lists a card."""
+    from dflash_desktop.fit import estimate_here
+    pair = catalog.get("qwen3-4b")
+    cuda = estimate_here(pair, report_of("nvidia_rtx4060_vulkan", "cuda"), dtype_bytes=catalog.dtype_bytes)
+    assert (cuda.plan.engine, cuda.plan.device_class, cuda.plan.dtype) == ("torch", "cuda", "nf4")
+    cpu = estimate_here(pair, report_of("amd_rx7800xt_vulkan", "cpu"), dtype_bytes=catalog.dtype_bytes)
+    assert cpu.plan.device_class == "cpu" and cpu.gpu_layers is None
+
+
+def test_the_pickers_row_shows_the_plan_and_downloads_its_files(catalog):
+    """The model list's row for a pair llama.cpp holds on an 8 GB NVIDIA card: its plan in words, and the size of
+    the GGUF it downloads (not the full-precision repository PyTorch would)."""
+    from ui.pair_list_model import build_row, pair_size
+    pair = catalog.get("qwen3-4b")
+    row = build_row(pair, catalog, report_of("nvidia_rtx4060_vulkan"), None)
+    assert row.fit.plan.label == "llama.cpp on the GPU (Vulkan), GGUF Q4_K_M (4-bit)"
+    gguf = pair.variant("llamacpp")
+    assert row.size_bytes == pair_size(pair, catalog, gguf) < pair_size(pair, catalog)

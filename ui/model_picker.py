@@ -453,7 +453,8 @@ class ModelPicker(QDialog):
             return
         pair = row.pair.choosing(method)
         self.model.replace_row(build_row(pair, self.catalog, self.hardware,
-                                         pair_dirs(pair, downloads.find_cached, self.hardware)))
+                                         pair_dirs(pair, downloads.find_cached, self.hardware,
+                                                   self.catalog.dtype_bytes)))
 
     # -- actions ----------------------------------------------------------------------------------
     def load_selected(self) -> None:

@@ -15,7 +15,6 @@ from dflash_desktop import variant_folder
 from dflash_desktop.catalog import Catalog, Pair
 from dflash_desktop.fit import SLOW_TOK_S, FitEstimate, estimate_here
 from dflash_desktop.hardware import HardwareReport, gib
-from dflash_desktop.run_plan import plan_for
 from engine.backends import DEVICE_CLASSES, DEVICE_LABELS, ENGINES, METHODS
 
 VERDICT_LABELS = {"fits": "Fits", "slow": "Fits, slowly", "tight": "Tight fit", "target_only": "Target only",
@@ -81,12 +80,12 @@ class PairRow:
     def reason(self) -> str:
         """Plain words for why Load is off; empty when the pair can be loaded."""
         if not self.supported and self.missing:
-            names = " or ".join(ENGINES[name].label for name in self.missing)
+            names = _either(ENGINES[name].label for name in self.missing)
             return (f"{self.pair.name} would run here with {names}, which this copy of the app lacks: "
                     f"{next(iter(self.missing.values()))}")
         if not self.supported:
-            runs_on = " or ".join(_a(DEVICE_LABELS[d]) if d != "cpu" else "the CPU"
-                                  for d in DEVICE_CLASSES if d in self.pair.device_classes)
+            runs_on = _either(_a(DEVICE_LABELS[d]) if d != "cpu" else "the CPU"
+                              for d in DEVICE_CLASSES if d in self.pair.device_classes)
             here = "only a CPU" if self.device == "cpu" else f"{_a(DEVICE_LABELS.get(self.device, self.device))} and a CPU"
             return f"{self.pair.name} runs only on {runs_on}, and this computer has {here}."
         if self.verdict == "wont_fit":
@@ -124,8 +123,14 @@ def speculation_label(speculation, catalog: Catalog) -> str:
     """One choice of the model list's speculation box: the method, what it downloads, the engines it runs on."""
     size = (f"{human_size(drafter_size(speculation.drafter, catalog))} more" if speculation.drafter
             else "nothing more to download")
-    engines = " or ".join(ENGINES[name].label for name in speculation.engines)
+    engines = _either(ENGINES[name].label for name in speculation.engines)
     return f"{speculation.label} · {size} · {engines}"
+
+
+def _either(words) -> str:
+    """A, A or B, A, B or C."""
+    words = list(words)
+    return " or ".join([", ".join(words[:-1]), words[-1]]) if len(words) > 2 else " or ".join(words)
 
 
 def _a(label: str) -> str:
@@ -286,19 +291,21 @@ def local_dirs_for(catalog: Catalog, find_cached, report: HardwareReport | None 
     so call it off the GUI thread."""
     found = {}
     for pair in catalog.pairs:
-        dirs = pair_dirs(pair, find_cached, report)
+        dirs = pair_dirs(pair, find_cached, report, catalog.dtype_bytes)
         if dirs is not None:
             found[pair.id] = dirs
     return found
 
 
-def pair_dirs(pair: Pair, find_cached, report: HardwareReport | None = None) -> dict | None:
+def pair_dirs(pair: Pair, find_cached, report: HardwareReport | None = None,
+              dtype_bytes: dict | None = None) -> dict | None:
     """{role: folder} of a pair with its chosen speculation when all of it is on disk, else None. A pair whose
     planned engine has its own files (a GGUF variant) is ready when those are."""
     if pair.kind == "embedded":
         return {"target": pair.local_path("target"), "drafter": pair.local_path("drafter")} \
             if pair.installed() else None
-    plan = plan_for(pair, report) if report else None
+    fit = estimate_here(pair, report, dtype_bytes=dtype_bytes) if report else None
+    plan = fit.plan if fit else None
     if plan is not None and plan.variant is not None:
         dirs = {"target": variant_folder.assemble(pair, plan.variant)}
     else:
