@@ -23,7 +23,7 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=sorted(ENGINES), default="torch", help="the engine that runs the pair")
     p.add_argument("--device", default="auto",
                    help="auto (an NVIDIA GPU, else Apple's GPU, else the CPU), cpu, cuda, cuda:1, mps "
-                        "(the mlx engine: auto, cpu, gpu)")
+                        "(the mlx engine: auto, cpu, gpu; llama.cpp: auto, cpu, vulkan, cuda, metal)")
     p.add_argument("--raw", action="store_true", help="skip the tokenizer's chat template")
     p.add_argument("--max-new-tokens", type=int, default=LIMITS["max_new_tokens"].default,
                    help=LIMITS["max_new_tokens"].help)
@@ -209,6 +209,8 @@ def cmd_generate(args) -> int:
     print(f"\n[{mode}; {where}] {s.generated_tokens} tokens, stop: {run.stop_reason}, "
           f"{s.end_to_end_tok_s:.1f} tok/s end to end, decode {s.decode_tok_s:.1f} tok/s, "
           f"time to first token {s.ttft_s * 1000:.0f} ms, prefill {s.prefill_tok_s:.0f} tok/s", file=sys.stderr)
+    if pair.info.get("device_note"):      # not on the GPU asked for, or only partly
+        print(pair.info["device_note"], file=sys.stderr)
     if run.fallback:
         print(run.fallback["reason"], file=sys.stderr)
     if run.block_size > 1:

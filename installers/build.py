@@ -4,8 +4,9 @@ dist/DFlash Desktop.app) from installers/dflash-desktop.spec.
 Why a script around PyInstaller: the spec needs the version (from pyproject.toml) and icons in each
 platform's format, rendered here from the one SVG in assets/icons so no binary icon is kept in git; and
 every build should end with the same size report, which the installer tests and CI logs compare. It also
-ships llama.cpp's llama-server and GGUF converter (a portable build for --llamacpp-backend, made into the
-user's cache first when it is not there), which the frozen app finds in _internal/llama.cpp.
+ships llama.cpp's llama-server and GGUF converter (portable builds for --llamacpp-backend, made into the
+user's cache first when not there), which the frozen app finds in _internal/llama.cpp (a GPU build's server in
+_internal/llama.cpp-<backend>).
 Outputs go to build/ and dist/ (git-ignored). Run it from the environment the app runs in (torch CPU
 build, PySide6, the project's dependencies, pyinstaller from installers/requirements.txt).
 """
@@ -102,20 +103,30 @@ def windows_version_file(path: Path, ver: str) -> None:
 
 
 def default_llamacpp_backend(platform: str = sys.platform, machine: str | None = None) -> str:
-    """Metal on Apple Silicon, else the CPU build: a CUDA or Vulkan llama-server needs their runtimes on
-    the user's computer, so those builds ship only when asked for (--llamacpp-backend)."""
+    """Metal on Apple Silicon, the CPU build on an Intel Mac; on Linux and Windows the CPU build with the
+    Vulkan build beside it, which drives any vendor's GPU through its driver (the CPU build runs where there
+    is no Vulkan loader). A CUDA llama-server needs NVIDIA's runtime on the user's computer, so it ships only
+    when asked for."""
     import platform as _platform
     machine = machine or _platform.machine()
-    return "metal" if platform == "darwin" and machine == "arm64" else "cpu"
+    if platform == "darwin":
+        return "metal" if machine == "arm64" else "cpu"
+    return "cpu,vulkan"
 
 
-def llamacpp_build(backend: str) -> Path:
-    """The portable llama.cpp build to ship: taken from the user's cache, built there first when missing
-    (engine/backends/llamacpp/build.py: the pinned sdist, cmake; a few minutes)."""
+def llamacpp_builds(backends: str) -> list[Path]:
+    """The portable llama.cpp builds to ship (comma-separated backends), the CPU build first: taken from the
+    user's cache, built there first when missing (engine/backends/llamacpp/build.py: the pinned sdist,
+    cmake; a few minutes each)."""
     from engine.backends.llamacpp import build as llamacpp
-    folder = llamacpp.build(backend, portable=True, log=lambda m: print(f"llama.cpp: {m}", flush=True))
-    print(f"shipping the llama.cpp build in {folder}")
-    return folder
+    names = sorted(dict.fromkeys(b.strip() for b in backends.split(",") if b.strip()), key=lambda b: b != "cpu")
+    unknown = [b for b in names if b not in llamacpp.BACKENDS]
+    if unknown or not names:
+        sys.exit(f"--llamacpp-backend: unknown {', '.join(unknown) or 'empty list'}; choose from "
+                 f"{', '.join(llamacpp.BACKENDS)} (comma-separated)")
+    folders = [llamacpp.build(b, portable=True, log=lambda m: print(f"llama.cpp: {m}", flush=True)) for b in names]
+    print(f"shipping the llama.cpp builds in {', '.join(map(str, folders))}")
+    return folders
 
 
 def folder_size(path: Path) -> int:
@@ -125,10 +136,9 @@ def folder_size(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clean", action="store_true", help="drop PyInstaller's cache of the last build first")
-    parser.add_argument("--llamacpp-backend", choices=("cpu", "cuda", "vulkan", "metal"),
-                        default=default_llamacpp_backend(),
-                        help="the llama.cpp build to ship (default here: %(default)s), built portable into the "
-                             "user's cache first when it is not there")
+    parser.add_argument("--llamacpp-backend", default=default_llamacpp_backend(),
+                        help="the llama.cpp builds to ship, comma-separated from cpu, cuda, vulkan, metal (default "
+                             "here: %(default)s), built portable into the user's cache first when not there")
     parser.add_argument("--without-llamacpp", action="store_true",
                         help="ship no llama.cpp engine (the app then runs every pair with torch)")
     args = parser.parse_args(argv)
@@ -142,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                str(ROOT / "installers" / "dflash-desktop.spec")]
     if args.clean:
         command.insert(3, "--clean")
-    llamacpp = "" if args.without_llamacpp else str(llamacpp_build(args.llamacpp_backend))
+    llamacpp = "" if args.without_llamacpp else os.pathsep.join(map(str, llamacpp_builds(args.llamacpp_backend)))
     subprocess.run(command, check=True, cwd=ROOT,
                    env={**os.environ, "DFLASH_APP_VERSION": ver, "DFLASH_LLAMACPP_BUNDLE": llamacpp})
     exe = executable()

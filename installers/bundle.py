@@ -180,19 +180,31 @@ LLAMACPP_FILES = ("BUILD.json", "bin/llama-server", "bin/llama-server.exe", "con
 LLAMACPP_SKIP = ("*/__pycache__/*", "*.pyc", "gguf-py/tests/*", "gguf-py/examples/*", "gguf-py/gguf/scripts/*")
 
 
-def llamacpp_datas(folder: Path, bundled: str = "llama.cpp") -> list[tuple[str, str]]:
+def llamacpp_datas(folder: Path, bundled: str = "llama.cpp", server_only: bool = False) -> list[tuple[str, str]]:
     """(source file, bundle folder) pairs for a finished llama.cpp build (its BUILD.json present); the
-    frozen app finds them in _internal/llama.cpp (build.bundled_dir)."""
+    frozen app finds them in _internal/llama.cpp, a GPU build's server in _internal/llama.cpp-<backend>
+    (build.bundled_dirs). server_only: BUILD.json and the server, the converter coming with the CPU build."""
     if not (folder / "BUILD.json").is_file():
         raise FileNotFoundError(f"{folder} holds no finished llama.cpp build (no BUILD.json)")
+    wanted = LLAMACPP_FILES[:3] if server_only else LLAMACPP_FILES
     out = []
     for file in sorted(folder.rglob("*")):
         rel = file.relative_to(folder).as_posix()
-        if file.is_file() and any(fnmatch.fnmatchcase(rel, p) for p in LLAMACPP_FILES) \
+        if file.is_file() and any(fnmatch.fnmatchcase(rel, p) for p in wanted) \
                 and not any(fnmatch.fnmatchcase(rel, p) for p in LLAMACPP_SKIP):
             out.append((str(file), str(PurePosixPath(bundled, rel).parent)))
     if not any(PurePosixPath(dest).name == "bin" for _, dest in out):
         raise FileNotFoundError(f"{folder}/bin has no llama-server")
+    return out
+
+
+def llamacpp_bundle(folders: list[Path]) -> list[tuple[str, str]]:
+    """Every build to ship (installers/build.py: the CPU build first where there is one), each in its own
+    folder; the first carries the converter."""
+    from engine.backends.llamacpp.build import backend_of, bundled_name
+    out = []
+    for i, folder in enumerate(folders):
+        out += llamacpp_datas(folder, bundled_name(backend_of(folder)), server_only=i > 0)
     return out
 
 

@@ -58,10 +58,10 @@ def test_the_local_servers_libraries_are_kept():
             assert name not in dropped, (platform, name)
 
 
-def fake_llamacpp_build(root: Path) -> Path:
+def fake_llamacpp_build(root: Path, backend: str = "cpu") -> Path:
     """The layout engine/backends/llamacpp/build.py leaves in the cache, with stand-in files."""
     for rel, text in {
-        "BUILD.json": '{"backend": "cpu", "portable": true}',
+        "BUILD.json": f'{{"backend": "{backend}", "portable": true}}',
         "bin/llama-server": "", "bin/llama-bench": "",
         "convert_hf_to_gguf.py": "import numpy as np\nimport torch\nimport sentencepiece\nimport gguf\n"
                                  "from conversion import base\nfrom transformers import AutoTokenizer\n"
@@ -86,6 +86,42 @@ def test_the_llama_cpp_build_ships_what_the_engine_runs(tmp_path):
     (folder / "BUILD.json").unlink()
     with pytest.raises(FileNotFoundError):
         bundle.llamacpp_datas(folder)   # an unfinished build never ships
+
+
+def test_the_vulkan_build_ships_its_server_beside_the_cpu_build(tmp_path):
+    """Linux and Windows installers carry both builds: the CPU one with the converter in llama.cpp/, the Vulkan
+    server alone in llama.cpp-vulkan/; the order given does not matter, the CPU build leads."""
+    cpu, vulkan = fake_llamacpp_build(tmp_path / "cpu"), fake_llamacpp_build(tmp_path / "vk", "vulkan")
+    shipped = {f"{dest}/{Path(src).name}" for src, dest in bundle.llamacpp_bundle([cpu, vulkan])}
+    assert {"llama.cpp/bin/llama-server", "llama.cpp/convert_hf_to_gguf.py", "llama.cpp-vulkan/BUILD.json",
+            "llama.cpp-vulkan/bin/llama-server"} <= shipped
+    assert not {p for p in shipped if p.startswith("llama.cpp-vulkan/") and ("conv" in p or "gguf" in p)}, shipped
+    assert bundle.llamacpp_bundle([]) == []
+
+
+def test_the_frozen_app_finds_both_builds_it_carries(tmp_path, monkeypatch):
+    """The installed app's GPU device code sees the Vulkan build and its CPU code the CPU build."""
+    from engine.backends.llamacpp import build as llamacpp
+    for backend in ("cpu", "vulkan"):
+        fake_llamacpp_build(tmp_path / llamacpp.bundled_name(backend), backend)
+    monkeypatch.delenv(llamacpp.HOME_ENV, raising=False)
+    monkeypatch.setattr(llamacpp, "cache_root", lambda: tmp_path / "empty-cache")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    assert llamacpp.builds() == {"cpu": tmp_path / "llama.cpp", "vulkan": tmp_path / "llama.cpp-vulkan"}
+    assert llamacpp.find_build() == tmp_path / "llama.cpp"
+    assert llamacpp.find_build("vulkan") == tmp_path / "llama.cpp-vulkan"
+
+
+def test_the_installer_build_ships_the_cpu_build_first_and_refuses_unknown_backends(tmp_path, monkeypatch):
+    from engine.backends.llamacpp import build as llamacpp
+    from installers import build
+    made = []
+    monkeypatch.setattr(llamacpp, "build", lambda b, portable, log: made.append((b, portable)) or tmp_path / b)
+    assert build.llamacpp_builds("vulkan, cpu") == [tmp_path / "cpu", tmp_path / "vulkan"]
+    assert made == [("cpu", True), ("vulkan", True)]
+    with pytest.raises(SystemExit, match="unknown rocm"):
+        build.llamacpp_builds("cpu,rocm")
 
 
 def test_the_converters_imports_are_bundled(tmp_path):
@@ -131,8 +167,8 @@ def test_llama_cpp_backend_per_platform():
     from installers import build
     assert build.default_llamacpp_backend("darwin", "arm64") == "metal"
     assert build.default_llamacpp_backend("darwin", "x86_64") == "cpu"
-    assert build.default_llamacpp_backend("linux", "x86_64") == "cpu"
-    assert build.default_llamacpp_backend("win32", "AMD64") == "cpu"
+    assert build.default_llamacpp_backend("linux", "x86_64") == "cpu,vulkan"
+    assert build.default_llamacpp_backend("win32", "AMD64") == "cpu,vulkan"
 
 
 def test_model_families_the_apps_own_code_imports_are_kept():

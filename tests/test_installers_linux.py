@@ -131,6 +131,21 @@ def test_llama_cpp_engine_runs_in_the_frozen_app(app, tmp_path):
     assert list((tmp_path / "home" / "cache" / "gguf").glob("*.gguf")), "the converter wrote the GGUF files"
 
 
+def test_the_frozen_app_carries_the_vulkan_build_and_falls_back_without_a_gpu(app, tmp_path):
+    """The Vulkan llama-server ships beside the CPU build; asked for the GPU on a computer whose Vulkan driver
+    offers none (a CI runner), the answer still comes, from the CPU build, saying why."""
+    assert (app / "_internal" / "llama.cpp-vulkan" / "bin" / "llama-server").is_file()
+    env = {**os.environ, "DFLASH_DESKTOP_HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("DFLASH_LLAMACPP_HOME", None)
+    env.pop("GGML_VK_VISIBLE_DEVICES", None)
+    run = subprocess.run([str(EXE), "generate", "--engine", "llamacpp", "--device", "vulkan", "--prompt",
+                          "import os\n", "--raw", "--max-new-tokens", "8"], capture_output=True, text=True,
+                         timeout=1200, env=env)
+    said = run.stdout + run.stderr
+    assert run.returncode == 0 and "tok/s" in said, said[-3000:]
+    assert "Running on the CPU instead" in said, said[-3000:]
+
+
 def test_the_local_server_answers_from_the_frozen_app(app, tmp_path):
     """`serve` in the frozen app: starlette and uvicorn are bundled and answer on 127.0.0.1."""
     import socket

@@ -44,13 +44,18 @@ def test_every_script_the_workflow_calls_exists():
 
 
 def test_each_job_builds_the_llama_cpp_it_ships():
-    """Linux and Windows ship llama.cpp's portable CPU build, Apple Silicon its Metal one; the app build
-    must name the same backend (installers/build.py defaults to it where none is named)."""
+    """Linux and Windows ship llama.cpp's portable CPU and Vulkan builds (the Vulkan SDK installed before),
+    Apple Silicon its Metal one; the app build must name the same backends (installers/build.py defaults to
+    them where none are named)."""
     jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
-    for name, backend in {"linux": "cpu", "windows": "cpu", "macos": "metal"}.items():
-        runs = [step.get("run", "") for step in jobs[name]["steps"]]
+    for name, backends in {"linux": ["cpu", "vulkan"], "windows": ["cpu", "vulkan"], "macos": ["metal"]}.items():
+        steps = jobs[name]["steps"]
+        runs = [step.get("run", "") for step in steps]
         built = [r for r in runs if "engine.backends.llamacpp.build" in r]
-        assert built and all(f"--backend {backend} --portable" in r for r in built), (name, built)
+        assert [re.search(r"--backend (\w+) --portable", r)[1] for r in built] == backends, (name, built)
         app = [r for r in runs if "installers/build.py" in r]
-        assert all("--llamacpp-backend" not in r or f"--llamacpp-backend {backend}" in r for r in app), name
-        assert runs.index(built[0]) < min((runs.index(r) for r in app + [r for r in runs if "test_installers_linux" in r])), name
+        assert all("--llamacpp-backend" not in r or f"--llamacpp-backend {','.join(backends)}" in r for r in app), name
+        assert runs.index(built[-1]) < min((runs.index(r) for r in app + [r for r in runs if "test_installers_linux" in r])), name
+        if "vulkan" in backends:
+            sdk = next(i for i, step in enumerate(steps) if "install-vulkan-sdk" in step.get("uses", ""))
+            assert sdk < runs.index(built[0]), name

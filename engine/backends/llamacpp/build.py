@@ -33,7 +33,7 @@ SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PATCHES = Path(__file__).with_name("patches")
 HOME_ENV = "DFLASH_LLAMACPP_HOME"      # a folder holding a build
-BUNDLED = "llama.cpp"                  # the build an installed app carries, in its _internal folder (installers/)
+BUNDLED = "llama.cpp"                  # the builds an installed app carries, in its _internal folder (installers/)
 BACKENDS = {"cpu": [], "cuda": ["-DGGML_CUDA=ON"], "vulkan": ["-DGGML_VULKAN=ON"], "metal": ["-DGGML_METAL=ON"]}
 # What each build is called in messages, and the command that makes it
 BACKEND_LABELS = {"cpu": "CPU", "cuda": "CUDA", "vulkan": "Vulkan", "metal": "Metal"}
@@ -82,10 +82,18 @@ def build_dir(backend: str = "cpu", portable: bool = False) -> Path:
     return cache_root() / key(backend, portable)
 
 
-def bundled_dir() -> Path | None:
-    """The build inside an installed (frozen) app, or None in a source checkout."""
+def bundled_name(backend: str) -> str:
+    """The folder of a build an installed app carries: the CPU build as llama.cpp (with the converter), a GPU
+    build beside it as llama.cpp-<backend> (its server only)."""
+    return BUNDLED if backend == "cpu" else f"{BUNDLED}-{backend}"
+
+
+def bundled_dirs() -> list[Path]:
+    """The builds inside an installed (frozen) app (none in a source checkout), the CPU one first."""
     base = getattr(sys, "_MEIPASS", None)
-    return Path(base) / BUNDLED if getattr(sys, "frozen", False) and base else None
+    if not (getattr(sys, "frozen", False) and base):
+        return []
+    return [Path(base) / bundled_name(b) for b in BACKENDS if (Path(base) / bundled_name(b)).is_dir()]
 
 
 def builds() -> dict[str, Path]:
@@ -95,8 +103,7 @@ def builds() -> dict[str, Path]:
         folders = [build_dir()]
     else:
         folders = [build_dir(b, portable) for b in BACKENDS for portable in (False, True)]
-        if bundled_dir() is not None:
-            folders.insert(0, bundled_dir())
+        folders[:0] = bundled_dirs()
     found: dict[str, Path] = {}
     for folder in folders:
         try:
