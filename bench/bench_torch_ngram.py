@@ -7,7 +7,7 @@ decodings measured in the same run.
 
     python bench/bench_torch_ngram.py [--rounds 2] [--widths 5,9,17]
 
-The engine's choice (engine/backends/torch/lookup.py NGRAM_BLOCK) comes from this table.
+The engine's choice (engine/lookup.py NGRAM_BLOCK) comes from this table.
 """
 from __future__ import annotations
 

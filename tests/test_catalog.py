@@ -84,7 +84,7 @@ def test_validation_errors_name_the_problem(mutate, expected):
 
 def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
     """A DFlash2 drafter runs on the engines that decode DFlash2 (torch), and the pair's other engines still
-    offer what they run without it (n-gram lookup in llama.cpp and torch); a generation this version does not know
+    offer what they run without it (n-gram lookup in MLX, llama.cpp and torch); a generation this version does not know
     (a newer catalog) leaves only those; an engine that loses DFlash2 loses the drafter."""
     from dataclasses import replace
     data = raw()
@@ -96,7 +96,7 @@ def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
     assert (q4.method, list(q4.engines), q4.drafter.repo_id) == ("dflash2", ["torch"], "z-lab/Qwen3-4B-DFlash-b16")
     assert [s.method for s in q4.speculations][-1] == "ngram" and "eagle3" in [s.method for s in q4.speculations]
     q8 = c.get("qwen3-8b")
-    assert (q8.method, q8.drafter, list(q8.engines)) == ("ngram", None, ["llamacpp", "torch"])
+    assert (q8.method, q8.drafter, list(q8.engines)) == ("ngram", None, ["mlx", "llamacpp", "torch"])
     assert q8.repos() == [("Qwen/Qwen3-8B", "main")]
     monkeypatch.setitem(cat.ENGINES, "torch", replace(cat.ENGINES["torch"], methods=("none", "dflash")))
     assert parse_catalog(raw() | {"pairs": data["pairs"]}).get("qwen3-4b").method == "eagle3"

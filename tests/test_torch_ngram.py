@@ -1,4 +1,4 @@
-"""N-gram lookup in the torch engine (engine/backends/torch/lookup.py): greedy output is plain decoding's on the
+"""N-gram lookup in the torch engine (engine/lookup.py): greedy output is plain decoding's on the
 demo pair (its target alone and with its drafter, eager and through the CUDA path's static steps on the CPU) and
 on SmolLM2 (a real chat model), with drafts proposed and kept on prompts the answer repeats; sampled answers follow
 the target's distribution; the plain fallback names it; what a pair cannot run is refused by name."""
@@ -9,7 +9,7 @@ from engine.backends import ENGINES
 from engine.backends.torch.cuda import CudaPair
 from engine.backends.torch.eager import TorchPair
 from engine.backends.torch.engine import load_pair
-from engine.backends.torch.lookup import NGRAM_BLOCK, Lookup
+from engine.lookup import NGRAM_BLOCK, Lookup
 from engine.bench import DEMO_DIR
 from engine.errors import SettingsError
 from engine.limits import GenerationSettings

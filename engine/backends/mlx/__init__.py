@@ -22,7 +22,9 @@ ARCHITECTURES = {
 # (convolutions, candidate selector); a DFlash2 drafter is refused when a pair loads, and catalog.py
 # refuses a DFlash2 pair that lists this engine.
 DRAFTER_GENERATIONS = (1,)
-METHODS = ("none", "dflash")   # engine.backends.METHODS
+# Speculation methods (engine.backends.METHODS): plain decoding, n-gram lookup (engine/lookup.py, with or without
+# a drafter) and DFlash
+METHODS = ("none", "ngram", "dflash")
 # catalog dtype names of MLX target variants (assets/catalog.json) -> the dtype the unquantized parts
 # run in (None: the device's default); quantized layers keep the bits the folder's config.json names
 VARIANT_DTYPES = {"q4": None, "q8": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

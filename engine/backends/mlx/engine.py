@@ -1,6 +1,6 @@
 """The MLX engine's operations for the decode loop (the contract is in engine/backends/__init__.py): an
-mlx-lm target, our MLX drafter, sampling on the device, caches rolled back to the accepted prefix after
-every verify. Every operation runs on the pair's device stream."""
+mlx-lm target, our MLX drafter or n-gram lookup (engine/lookup.py), sampling on the device, caches rolled back
+to the accepted prefix after every verify. Every operation runs on the pair's device stream."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,9 @@ import mlx.core as mx
 
 from ...config import DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
+from ...config import GENERATION_METHODS
 from ...limits import GenerationSettings
+from ...lookup import NGRAM_BLOCK, Lookup
 from ...stats import process_peak_bytes
 from ...pairing import check_pair
 from ...penalties import History
@@ -167,6 +169,9 @@ class MlxPair:
         self.info = {"engine": NAME, "device": "gpu" if self.device == mx.gpu else "cpu", "dtype": dtype,
                      "quantized": quantized, "architecture": family, "name": name,
                      "block_size": self.block_size, "has_drafter": drafter is not None,
+                     # every pair runs n-gram lookup in blocks of its own; a target alone speculates with it
+                     "methods": ["none", "ngram", *([GENERATION_METHODS[1]] if drafter else [])],
+                     "method": GENERATION_METHODS[1] if drafter else "ngram", "ngram_block": NGRAM_BLOCK,
                      "has_tokenizer": tokenizer is not None,
                      "chat_template": bool(tokenizer and tokenizer.has_template),
                      "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
@@ -180,13 +185,16 @@ class MlxPair:
         self._verified: tuple[int, mx.array | None] = (0, None)
         self._q: mx.array | None = None       # the last draft's proposal distribution (sampling only)
         self._history = History()             # the tokens the repeat penalty reads
+        self._lookup: Lookup | None = None    # n-gram lookup's context, when it drafts this answer
 
     # -- the operations the loop calls ---------------------------------------------------------------
     def prefill(self, prompt: list[int], settings: GenerationSettings, drafting: bool) -> int:
         with mx.stream(self.device):
             self._settings = settings
             self._keys = Keys(settings.seed)
-            self._drafting = drafting and self.drafter is not None
+            lookup = drafting and (settings.method or ("dflash" if self.drafter else "ngram")) == "ngram"
+            self._lookup = Lookup(prompt) if lookup else None
+            self._drafting = drafting and self.drafter is not None and not lookup
             self._cutoff = settings.draft_cutoff or 0.0   # a GPU verifies whole blocks; a cutoff only when asked
             self._q = None
             self._history = History(prompt, settings.penalized)
@@ -200,6 +208,8 @@ class MlxPair:
             return self._choose(logits)
 
     def draft(self, last: int, pos: int, width: int) -> list[int]:
+        if self._lookup is not None:
+            return self._look_up(width)
         with mx.stream(self.device):
             context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
             self._context = []
@@ -219,9 +229,15 @@ class MlxPair:
         with mx.stream(self.device):
             logits, feats = self.target.forward([last, *drafts], features=self._drafting)
             q = self._q if drafts else None
+            if self._lookup is not None and drafts and not self._settings.greedy:
+                # q is one at each draft: the residual rule keeps a draft x with probability p(x), else draws from
+                # p without x, so sampling stays exact
+                q = (mx.arange(logits.shape[-1])[None, :] == mx.array(drafts)[:, None]).astype(mx.float32)
             self._q = None
             n, own = verify(drafts, q, logits, self._settings, self._keys, self._history.windows(last, drafts))
             self._history.advance(last, drafts, n)
+            if self._lookup is not None:
+                self._lookup.extend([*drafts[:n], own])
             self._verified = (pos, feats)
             return n, own
 
@@ -234,7 +250,7 @@ class MlxPair:
             self._verified = (0, None)
 
     def stop_drafting(self) -> None:
-        self._drafting, self._context = False, []
+        self._drafting, self._context, self._lookup = False, [], None
 
     def close(self) -> None:
         """Give the memory back when the worker drops this pair: the weights, the caches, then MLX's buffer
@@ -253,8 +269,17 @@ class MlxPair:
         if self._settings.penalized:
             logits = penalize(logits[-1:], [self._history.tokens], self._settings.repeat_penalty)
         if self._settings.greedy:
-            return int(logits[-1].argmax())
-        return int(draw(probabilities(logits[-1:], self._settings), self._keys)[0])
+            token = int(logits[-1].argmax())
+        else:
+            token = int(draw(probabilities(logits[-1:], self._settings), self._keys)[0])
+        if self._lookup is not None:
+            self._lookup.extend([token])
+        return token
+
+    def _look_up(self, width: int) -> list[int]:
+        """n-gram lookup's drafts for a block of `width` (its proposal is certain: verify's q is one at each)."""
+        self._q = None
+        return self._lookup.propose(width - 1)
 
 
 def _quantized(module) -> bool:

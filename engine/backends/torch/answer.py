@@ -12,7 +12,7 @@ from ...limits import GenerationSettings
 from ...penalties import History
 from ...stats import process_peak_bytes
 from . import NAME, cpu
-from .lookup import NGRAM_BLOCK, Lookup
+from ...lookup import NGRAM_BLOCK, Lookup
 from .sampling import Candidates, draw, penalize, probabilities
 
 

@@ -33,7 +33,7 @@ from .drafter import rope
 from .answer import block_embeddings, hold, memory
 from .eager import runner_dtype
 from .cuda_hybrid import StaticHybridKV
-from .lookup import NGRAM_BLOCK
+from ...lookup import NGRAM_BLOCK
 from .sampling import Candidates, draw, probabilities, propose, verify
 from .static_kv import StaticKV
 

@@ -1,6 +1,6 @@
 """The eager torch engine: the operations the decode loop calls (the contract is in
 engine/backends/__init__.py) on a Hugging Face target with our drafter packed for decoding (or drafts from
-n-gram lookup, lookup.py), sampling on the device, caches rolled back to the accepted prefix after every
+n-gram lookup, engine/lookup.py), sampling on the device, caches rolled back to the accepted prefix after every
 verify. Runs on every device; on CUDA the static engine (cuda.py) takes the architectures it has graphs for."""
 from __future__ import annotations
 
