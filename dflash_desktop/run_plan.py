@@ -77,9 +77,12 @@ def plans_here(pair: Pair, report: HardwareReport) -> list[RunPlan]:
 
 
 def plan_for(pair: Pair, report: HardwareReport, engine: str | None = None) -> RunPlan | None:
-    """The pair's first engine (or the one asked for) that runs it on this computer's device, else on its
-    CPU; None if none does. Where several could, fit.estimate_here chooses by what fits (the picker's plan)."""
-    return next((plan for plan in plans_here(pair, report) if engine in (None, plan.engine)), None)
+    """The pair's first engine (or the one asked for) that runs it on this computer's GPU, else on its CPU; None
+    if none does. Where several could, fit.estimate_here chooses by what fits (the picker's plan)."""
+    if engine is None:
+        return next(iter(plans_here(pair, report)), None)
+    return next((plan for device_class in [*gpu_classes(report), "cpu"]
+                 if (plan := _plan(pair, report, engine, device_class)) is not None), None)
 
 
 def _plan(pair: Pair, report: HardwareReport, name: str, device_class: str) -> RunPlan | None:

@@ -138,8 +138,8 @@ def test_estimate_serialises_for_the_ui(catalog):
     assert set(d["breakdown"]) == set(QWEN3_8B_BF16) and d["sentence"]
 
 
-def report_of(fixture: str):
-    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text())))
+def report_of(fixture: str, override: str | None = None):
+    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text())), override)
 
 
 @pytest.mark.parametrize("fixture, engine, device, dtype", [
@@ -275,10 +275,6 @@ def test_llamacpp_on_a_vulkan_gpu_keeps_what_fits_there(catalog, free_gib, layer
         assert est.gpu_layers == 0 and est.verdict in ("target_only", "wont_fit")
 
 
-def report_of(fixture: str, override: str | None = None):
-    return detect(HardwareProbe.from_dict(json.loads((FIXTURES / f"{fixture}.json").read_text())), override)
-
-
 # 8, 12, 16 and 24 GB cards of the three vendors; the NVIDIA ones also listed by llama.cpp's Vulkan build
 @pytest.mark.parametrize("fixture, pair_id, engine, device_class, whole", [
     ("nvidia_rtx4060_vulkan", "chat", "torch", "cuda", True),           # small: PyTorch's bfloat16 fits
@@ -338,3 +334,11 @@ def test_the_pickers_row_shows_the_plan_and_downloads_its_files(catalog):
     assert row.fit.plan.label == "llama.cpp on the GPU (Vulkan), GGUF Q4_K_M (4-bit)"
     gguf = pair.variant("llamacpp")
     assert row.size_bytes == pair_size(pair, catalog, gguf) < pair_size(pair, catalog)
+
+
+def test_the_settings_offer_an_engine_on_the_cpu_beside_one_on_the_gpu(catalog):
+    """On an NVIDIA card without llama.cpp's Vulkan build, a pair that PyTorch runs there and llama.cpp on the CPU
+    offers both engines (the settings' engine choice), each on its own device."""
+    from dflash_desktop.run_plan import engines_for
+    plans = engines_for(catalog.get("qwen3-4b"), report_of("nvidia_rtx4090_nvml"))
+    assert [(p.engine, p.device_class) for p in plans] == [("llamacpp", "cpu"), ("torch", "cuda")]
