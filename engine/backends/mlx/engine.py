@@ -169,9 +169,11 @@ class MlxPair:
         self.info = {"engine": NAME, "device": "gpu" if self.device == mx.gpu else "cpu", "dtype": dtype,
                      "quantized": quantized, "architecture": family, "name": name,
                      "block_size": self.block_size, "has_drafter": drafter is not None,
-                     # every pair runs n-gram lookup in blocks of its own; a target alone speculates with it
+                     # every pair runs n-gram lookup in blocks of its own when an answer names it; a target
+                     # alone decodes plainly by default: on MLX's CPU lookup lost to plain decoding (its verify
+                     # costs several steps, docs/BENCHMARKS.md) and Apple's GPU never measured it
                      "methods": ["none", "ngram", *([GENERATION_METHODS[1]] if drafter else [])],
-                     "method": GENERATION_METHODS[1] if drafter else "ngram", "ngram_block": NGRAM_BLOCK,
+                     "method": GENERATION_METHODS[1] if drafter else "none", "ngram_block": NGRAM_BLOCK,
                      "has_tokenizer": tokenizer is not None,
                      "chat_template": bool(tokenizer and tokenizer.has_template),
                      "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
@@ -192,7 +194,7 @@ class MlxPair:
         with mx.stream(self.device):
             self._settings = settings
             self._keys = Keys(settings.seed)
-            lookup = drafting and (settings.method or ("dflash" if self.drafter else "ngram")) == "ngram"
+            lookup = drafting and settings.method == "ngram"
             self._lookup = Lookup(prompt) if lookup else None
             self._drafting = drafting and self.drafter is not None and not lookup
             self._cutoff = settings.draft_cutoff or 0.0   # a GPU verifies whole blocks; a cutoff only when asked
