@@ -52,7 +52,7 @@ class Budget:
             return cls(report.budget_bytes, report.device, report.budget_source, rate)
         if device == "vulkan" and report.vulkan_gpus:     # the card CUDA drives, as llama.cpp's Vulkan sees it
             g = report.vulkan_gpus[0]
-            return cls(g.memory_free, "vulkan", f"free video memory on {g.source} ({g.name})")
+            return cls(g.memory_free, "vulkan", f"free video memory on {g.source}, {g.name}")
         return cls(report.ram_available, "cpu", "available RAM", report.memory_bytes_per_s)
 
 

@@ -522,7 +522,7 @@ def _explain(r: HardwareReport, problems: dict, chosen_by_user: bool) -> None:
     elif r.device == "vulkan":
         g = r.vulkan_gpus[0]
         r.gpu_index, r.budget_bytes = g.index, g.memory_free
-        r.budget_source = f"free video memory on {g.source} ({g.name})"
+        r.budget_source = f"free video memory on {g.source}, {g.name}"
         r.reason = (f"{prefix}using the {g.name} through Vulkan (llama.cpp): {gib(g.memory_free)} free of "
                     f"{gib(g.memory_total)} video memory.")
         if len(r.vulkan_gpus) > 1:
