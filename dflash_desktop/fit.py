@@ -23,7 +23,7 @@ from engine.backends import DEVICE_LABELS, ENGINES, METHODS
 from engine.limits import DEFAULT_CONTEXT
 
 from .catalog import Catalog, Pair
-from .hardware import HardwareReport, gib
+from .hardware import HardwareReport, gib, video_memory_source
 from .run_plan import RunPlan, plans_here
 
 DEFAULT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "q8_0": 1.0625, "q4": 0.5625, "q4_k_m": 0.6,
@@ -52,7 +52,7 @@ class Budget:
             return cls(report.budget_bytes, report.device, report.budget_source, rate)
         if device == "vulkan" and report.vulkan_gpus:     # the card CUDA drives, as llama.cpp's Vulkan sees it
             g = report.vulkan_gpus[0]
-            return cls(g.memory_free, "vulkan", f"free video memory on {g.source}, {g.name}")
+            return cls(g.memory_free, "vulkan", video_memory_source(g))
         return cls(report.ram_available, "cpu", "available RAM", report.memory_bytes_per_s)
 
 

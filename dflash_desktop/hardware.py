@@ -369,6 +369,11 @@ def _vulkan_gpus(probe: HardwareProbe) -> list[GPUInfo]:
             for i, d in enumerate(sorted(devices, key=lambda d: d is not first))]
 
 
+def video_memory_source(g: GPUInfo) -> str:
+    """Where a budget on a GPU that llama.cpp's Vulkan build lists comes from, in words."""
+    return f"free video memory on {g.source}, {g.name}"
+
+
 def _vulkan_problem(probe: HardwareProbe, vulkan: list[GPUInfo]) -> str | None:
     if vulkan:
         return None
@@ -522,7 +527,7 @@ def _explain(r: HardwareReport, problems: dict, chosen_by_user: bool) -> None:
     elif r.device == "vulkan":
         g = r.vulkan_gpus[0]
         r.gpu_index, r.budget_bytes = g.index, g.memory_free
-        r.budget_source = f"free video memory on {g.source}, {g.name}"
+        r.budget_source = video_memory_source(g)
         r.reason = (f"{prefix}using the {g.name} through Vulkan (llama.cpp): {gib(g.memory_free)} free of "
                     f"{gib(g.memory_total)} video memory.")
         if len(r.vulkan_gpus) > 1:

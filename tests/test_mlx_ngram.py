@@ -12,7 +12,8 @@ from engine.limits import GenerationSettings  # noqa: E402
 from engine.lookup import NGRAM_BLOCK  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 from tests.test_mlx_sampling import assert_follows_the_target, tiny_vocab  # noqa: E402
-from tests.test_torch_ngram import REPETITIVE, assert_ngram_is_plain_decoding  # noqa: E402
+from tests.test_torch_ngram import (REPETITIVE, assert_drafter_waits_during_ngram_lookup,  # noqa: E402
+                                    assert_ngram_is_plain_decoding, assert_ngram_is_plain_decoding_on_edits)
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +40,14 @@ def test_greedy_ngram_lookup_is_plain_decoding_on_the_demo_target_alone(demo_tar
 
 def test_greedy_ngram_lookup_is_plain_decoding_beside_a_drafter(demo_pair):
     """The drafter stays idle during n-gram lookup's answers, and drafts again in the next one."""
-    prompts = [demo_pair.tokenizer.encode_prompt(text, raw=True) for text in REPETITIVE]
-    assert_ngram_is_plain_decoding(demo_pair, prompts)
-    dflash = Generation(demo_pair, prompts[0], GenerationSettings(max_new_tokens=32, plain_fallback=False)).run()
-    assert dflash.stats.block_size == 16 and dflash.stats.drafted > 0
+    assert_drafter_waits_during_ngram_lookup(demo_pair)
 
 
 def test_greedy_ngram_lookup_is_plain_decoding_on_smollm2(smollm2_folder):
     """A real chat model asked to repeat and edit text it was given."""
     pair = load_pair("mlx", smollm2_folder, device="cpu", dtype="float32")
     assert pair.info["methods"] == ["none", "ngram"]
-    prompts = [pair.tokenizer.encode_chat([{"role": "user", "content": text}]) for text in (
-        "Repeat this list, one item per line: apples, bread, cheese, dates, eggs, flour, grapes, honey.",
-        "Here is a function:\n\n```python\ndef area(width, height):\n    result = width * height\n    return result\n"
-        "```\n\nRename `result` to `size` and show the whole function.")]
-    assert_ngram_is_plain_decoding(pair, prompts, GenerationSettings(max_new_tokens=64, method="ngram",
-                                                                      plain_fallback=False),
-                                   GenerationSettings(max_new_tokens=64))
+    assert_ngram_is_plain_decoding_on_edits(pair)
 
 
 def test_ngram_samples_follow_the_target_distribution():

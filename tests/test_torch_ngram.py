@@ -49,6 +49,26 @@ def assert_ngram_is_plain_decoding(pair, prompts, ngram=NGRAM, plain=PLAIN):
     return accepted / proposed
 
 
+def assert_drafter_waits_during_ngram_lookup(pair):
+    """n-gram lookup's drafts and blocks, not the drafter's, on the repetitive prompts; the default stays the
+    drafter's."""
+    prompts = [pair.tokenizer.encode_prompt(text, raw=True) for text in REPETITIVE]
+    assert_ngram_is_plain_decoding(pair, prompts)
+    dflash = Generation(pair, prompts[0], GenerationSettings(max_new_tokens=32, plain_fallback=False)).run()
+    assert dflash.stats.block_size == 16 and dflash.stats.drafted > 0
+
+
+def assert_ngram_is_plain_decoding_on_edits(pair):
+    """A real chat model (SmolLM2) asked to repeat and edit text it was given, 64 tokens an answer."""
+    prompts = [pair.tokenizer.encode_chat([{"role": "user", "content": text}]) for text in (
+        "Repeat this list, one item per line: apples, bread, cheese, dates, eggs, flour, grapes, honey.",
+        "Here is a function:\n\n```python\ndef area(width, height):\n    result = width * height\n    return result\n"
+        "```\n\nRename `result` to `size` and show the whole function.")]
+    assert_ngram_is_plain_decoding(pair, prompts, GenerationSettings(max_new_tokens=64, method="ngram",
+                                                                      plain_fallback=False),
+                                   GenerationSettings(max_new_tokens=64))
+
+
 def test_lookup_proposes_what_followed_the_latest_occurrence_of_the_longest_match():
     lookup = Lookup([5, 2, 3, 4, 8, 1, 2, 3, 9, 7, 2, 3])
     assert lookup.propose(3) == [9, 7, 2]            # (2, 3) last came before 9; (7, 2, 3) never did
@@ -72,10 +92,7 @@ def test_greedy_ngram_lookup_is_plain_decoding_on_the_demo_target_alone(demo_tar
 
 def test_greedy_ngram_lookup_is_plain_decoding_beside_a_drafter(demo_pair):
     """The drafter stays idle: n-gram lookup's drafts and blocks, not DFlash's."""
-    prompts = [demo_pair.tokenizer.encode_prompt(text, raw=True) for text in REPETITIVE]
-    assert_ngram_is_plain_decoding(demo_pair, prompts)
-    dflash = Generation(demo_pair, prompts[0], GenerationSettings(max_new_tokens=32, plain_fallback=False)).run()
-    assert dflash.stats.block_size == 16 and dflash.stats.drafted > 0     # the default stays the drafter's
+    assert_drafter_waits_during_ngram_lookup(demo_pair)
 
 
 @pytest.mark.parametrize("drafter", [False, True])
@@ -109,13 +126,7 @@ def test_greedy_ngram_lookup_is_plain_decoding_on_smollm2(smollm2_folder):
     """A real chat model asked to repeat and edit text it was given."""
     pair = load_pair(smollm2_folder, device="cpu")
     assert pair.info["methods"] == ["none", "ngram"]
-    prompts = [pair.tokenizer.encode_chat([{"role": "user", "content": text}]) for text in (
-        "Repeat this list, one item per line: apples, bread, cheese, dates, eggs, flour, grapes, honey.",
-        "Here is a function:\n\n```python\ndef area(width, height):\n    result = width * height\n    return result\n"
-        "```\n\nRename `result` to `size` and show the whole function.")]
-    assert_ngram_is_plain_decoding(pair, prompts, GenerationSettings(max_new_tokens=64, method="ngram",
-                                                                      plain_fallback=False),
-                                   GenerationSettings(max_new_tokens=64))
+    assert_ngram_is_plain_decoding_on_edits(pair)
 
 
 @pytest.fixture(scope="module")

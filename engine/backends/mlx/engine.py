@@ -11,9 +11,8 @@ from typing import Callable
 
 import mlx.core as mx
 
-from ...config import DraftConfig
+from ...config import GENERATION_METHODS, DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
-from ...config import GENERATION_METHODS
 from ...limits import GenerationSettings
 from ...lookup import NGRAM_BLOCK, Lookup
 from ...stats import process_peak_bytes
@@ -210,8 +209,8 @@ class MlxPair:
             return self._choose(logits)
 
     def draft(self, last: int, pos: int, width: int) -> list[int]:
-        if self._lookup is not None:
-            return self._look_up(width)
+        if self._lookup is not None:      # n-gram lookup: a certain proposal (verify makes its q)
+            return self._lookup.propose(width - 1)
         with mx.stream(self.device):
             context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
             self._context = []
@@ -277,11 +276,6 @@ class MlxPair:
         if self._lookup is not None:
             self._lookup.extend([token])
         return token
-
-    def _look_up(self, width: int) -> list[int]:
-        """n-gram lookup's drafts for a block of `width` (its proposal is certain: verify's q is one at each)."""
-        self._q = None
-        return self._lookup.propose(width - 1)
 
 
 def _quantized(module) -> bool:
