@@ -84,3 +84,9 @@ def answer_question(window, button_text: str) -> None:
     from PySide6.QtWidgets import QMessageBox
     box = next(b for b in window.findChildren(QMessageBox) if b.isVisible())
     next(b for b in box.buttons() if b.text() == button_text).click()
+
+
+def assert_sampled_length(n: int, stop_reason: str | None, limit: int) -> None:
+    """A sampled echo answer runs to its limit, unless its flat logits drew the end-of-text token or a stop
+    string (a few percent of answers): then it ends early, saying so."""
+    assert n == limit or (n < limit and stop_reason in ("eos", "stop_string")), (n, stop_reason)
