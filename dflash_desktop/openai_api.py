@@ -16,7 +16,7 @@ from engine.errors import EngineError
 from engine.limits import LIMITS, GenerationSettings
 
 ROLES = ("system", "developer", "user", "assistant")
-DFLASH_KEYS = ("mode", "block_size", "draft_cutoff", "plain_fallback")
+DFLASH_KEYS = ("mode", "block_size", "draft_cutoff", "draft_vocab", "plain_fallback")
 FINISH = {"eos": "stop", "stop_string": "stop", "loop": "stop", "cancelled": "stop", "length": "length",
           "context_full": "length"}
 # worker error code -> HTTP status, OpenAI error type, OpenAI error code

@@ -110,10 +110,12 @@ class StepStream:
             width = min(self.width, room) if self.drafting and not self.probe() else 1
             start = time.perf_counter()
             drafts = pair.draft(last, pos, width) if width > 1 else []
+            drafted = time.perf_counter()
             n, last = pair.verify(last, pos, drafts)
             pos += n + 1
             pair.commit(pos)
             yield Chunk(drafts[:n] + [last], [True] * n + [False], seconds=time.perf_counter() - start,
+                        draft_seconds=drafted - start if width > 1 else None,
                         proposed=len(drafts), accepted=n, plain=width == 1)
 
 
@@ -226,7 +228,7 @@ class Generation:
                     elif not plain_step and self.fallback is None:
                         dflash_steps.add(len(chunk.tokens), elapsed)
                     if chunk.proposed is not None:
-                        self.stats.record_step(chunk.proposed, chunk.accepted)
+                        self.stats.record_step(chunk.proposed, chunk.accepted, chunk.draft_seconds)
                 if chunk.tokens:
                     arrived = now
                 step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens),
@@ -252,6 +254,7 @@ class Generation:
         if self.stop_reason is None:
             yield self._end("cancelled" if self._cancel.is_set() else "eos")
         self.stats.decode_s = time.perf_counter() - (decode_start or start)
+        self.stats.draft_vocab = getattr(pair, "draft_vocab", None)
         self._record_memory(pair.memory())
 
     def _record_memory(self, memory: dict) -> None:

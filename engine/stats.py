@@ -45,6 +45,9 @@ class Stats:
     fallback: dict | None = None     # set when the loop switched to plain decoding (engine/loop.py)
     unknown: tuple[str, ...] = ()    # counts an engine running its own loop did not report
     speculation: str = "dflash"      # the method that drafts (engine.backends.METHODS key), when `method` is "dflash"
+    draft_s: float = 0.0             # a step engine's draft passes, timed on the host
+    draft_passes: int = 0
+    draft_vocab: int | None = None   # the tokens the drafter proposed from, where fewer than all (draft_vocab.py)
 
     def record_totals(self, drafted: int | None = None, accepted: int | None = None,
                       steps: int | None = None) -> None:
@@ -53,8 +56,11 @@ class Stats:
         self.unknown = tuple(name for name, value in (("drafted", drafted), ("accepted", accepted),
                                                       ("steps", steps)) if value is None)
 
-    def record_step(self, drafted: int, accepted: int) -> None:
+    def record_step(self, drafted: int, accepted: int, draft_s: float | None = None) -> None:
         self.steps += 1
+        if draft_s is not None:
+            self.draft_s += draft_s
+            self.draft_passes += 1
         self.drafted += drafted
         self.accepted += accepted
         self.acceptance_lengths.append(accepted + 1)
@@ -128,4 +134,6 @@ class Stats:
             "end_to_end_tok_s": self.end_to_end_tok_s, "peak_memory_bytes": self.peak_memory_bytes,
             "cuda_peak_bytes": self.cuda_peak_bytes, "cuda_reserved_bytes": self.cuda_reserved_bytes,
             "fallback": self.fallback, "unknown": list(self.unknown), "speculation": self.speculation,
+            "draft_ms": 1000 * self.draft_s / self.draft_passes if self.draft_passes else None,
+            "draft_vocab": self.draft_vocab,
         }

@@ -260,16 +260,20 @@ def shoot_real_model(app, window, shots: Shooter) -> None:
 
 
 def shoot_chat_pair(app, window, shots: Shooter) -> None:
-    """20-21: what a first start opens where SmolLM2's package is installed: the chat pair (its GGUF and our
+    """20-21, 30: what a first start opens where SmolLM2's package is installed: the chat pair (its GGUF and our
     drafter, llama.cpp on this CPU, calibrated), ready with its starter cards; then an English answer and the
-    stats panel."""
+    stats panel; then the same question on the torch engine."""
     from ui.main_window import starter_pair
     pair = starter_pair()
     if not pair or pair.id != "chat":
-        print("skipping 20-21: the chat pair is not installed", flush=True)
+        print("skipping 20-21 and 30: the chat pair is not installed", flush=True)
         return
     answer_and_shoot(app, window, shots, "21-chat-pair-answer", "Explain the water cycle like I'm five.",
                      window.with_engine(pair), ready_name="20-chat-pair-first-start")
+    # 30: the same pair on the torch engine, whose DFlash beats its own plain decoding: the panel says what the
+    # draft pass cost and that the drafter drafted from the tokens SmolLM2 uses most
+    answer_and_shoot(app, window, shots, "30-chat-pair-torch-draft-pass", "Explain the water cycle like I'm five.",
+                     pair.with_plan(engine="torch", dtype=None))
     window.show_stats(False)
 
 
@@ -277,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
-    parser.add_argument("--only-real", action="store_true", help="only 18-21 and 26-27, the real chat model")
+    parser.add_argument("--only-real", action="store_true", help="only 18-21, 26-27 and 30, the real chat model")
     parser.add_argument("--only-gpu", action="store_true", help="only 17, 28 and 29, the pickers on recorded GPUs")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))

@@ -124,3 +124,13 @@ def test_top_k_one_is_greedy(tiny_vocab_pair):
     topk1 = Generation(tiny_vocab_pair, PROMPT, GenerationSettings(max_new_tokens=10, temperature=1.0, top_k=1,
                                                                  seed=5)).run().tokens
     assert greedy == topk1
+
+
+def test_samples_drafted_from_a_draft_vocabulary_follow_the_target():
+    """The subset's renormalised distribution, zero elsewhere, is the proposal: still exact."""
+    from engine.draft_vocab import DraftVocab
+    pair = random_pair("qwen3", seed=11, vocab=VOCAB, hidden=32, layers=2, heads=2, kv_heads=1, block_size=4,
+                       head_scale=6.0, draft_vocab=DraftVocab((3, 1, 5, 0), VOCAB))
+    assert_follows_the_target(pair, GenerationSettings(max_new_tokens=3, temperature=1.0, block_size=4,
+                                                       draft_vocab=2))
+    assert pair.draft_vocab == 2

@@ -3,10 +3,13 @@ itself in a real worker, and the first example prompt streams an answer whose nu
 stats panel and the chat database. Until the demo pair is committed, a random pair stands in."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import Qt
 
 from dflash_desktop import settings as settings_mod
+from engine import draft_vocab
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.pairs import PairRequest
 from dflash_desktop.qt_worker import QtWorker
@@ -76,3 +79,8 @@ def test_demo_pair_end_to_end(qtbot, home, worker, tmp_path):
         # drafter quality is tests/test_demo_pair.py's job; here: drafted tokens reach the window as such
         assert stats["accepted"] > 0, "no drafted token was accepted through the window"
         assert any(drafted for _, drafted in stored[1].spans), "drafted spans were not stored"
+        # whichever engine runs it, the drafter drafts from its ranking, and the panel says so
+        ranked = len(draft_vocab.load(Path(pair.draft_dir), 4096).ranked)
+        assert stats["draft_vocab"] == ranked
+        assert f"from the {ranked:,} tokens this model uses most" in window.stats_panel.draft_note.text()
+        assert window.stats_panel.draft_note.isVisibleTo(window)

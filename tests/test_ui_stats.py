@@ -13,7 +13,7 @@ from dflash_desktop import session
 from dflash_desktop import settings as settings_mod
 from dflash_desktop.pairs import LoadedPair
 from dflash_desktop.session import BaselineRecord, diagnose
-from ui.stats_panel import BarChart, Metric, Sparkline
+from ui.stats_panel import BarChart, Metric, Sparkline, draft_pass
 
 from .ui_chat_fixtures import ANSWER_TIMEOUT_MS, chat_worker, echo_pair, home, make_window, send_and_wait  # noqa: F401
 
@@ -106,6 +106,21 @@ def test_every_figure_has_a_tooltip_that_says_what_it_is(qtbot, home, chat_worke
     assert not missing, missing
     assert panel.acceptance_metric.toolTip().startswith(f"{stats['accepted']} of {stats['drafted']} drafted tokens")
     assert "÷" in panel.speedup_metric.toolTip()
+    # the echo drafter ranks no tokens: its draft pass is timed over every token
+    assert panel.draft_note.isVisible() and panel.draft_note.text() == (
+        f"Draft pass: {stats['draft_ms']:.1f} ms a step, over every token.")
+
+
+@pytest.mark.parametrize("stats, words", [
+    ({"drafted": 40, "draft_ms": 3.47, "draft_vocab": 4596}, "Draft pass: 3.5 ms a step, from the 4,596 tokens"),
+    ({"drafted": 40, "draft_ms": None, "draft_vocab": 8192}, "The drafter drafts from the 8,192 tokens"),
+    ({"drafted": 40, "draft_ms": None, "draft_vocab": None}, "The drafter drafts over every token."),
+    ({"drafted": 0, "draft_ms": None, "draft_vocab": 8192}, ""),                   # decoded plainly
+    ({"drafted": 9, "draft_ms": 0.2, "speculation": "ngram"}, ""),                 # n-gram lookup has no drafter
+])
+def test_the_draft_pass_in_words(stats, words):
+    text = draft_pass(stats)
+    assert text.startswith(words) and bool(text) == bool(words)
 
 
 def test_the_speedup_demos_plain_run_becomes_the_panels_baseline(qtbot, home, chat_worker, echo_pair):

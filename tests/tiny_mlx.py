@@ -103,7 +103,7 @@ def random_drafter(target: MlxTarget, seed: int = 1, **kwargs) -> MlxDrafter:
 
 
 def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: int = 1, block_size: int = 16,
-                head_scale: float = 1.0, **sizes):
+                head_scale: float = 1.0, draft_vocab=None, **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
     head_scale > 1 sharpens the target's distributions."""
     from engine.backends.mlx.engine import MlxPair
@@ -111,7 +111,7 @@ def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: in
     head = target.text["lm_head"]
     head.weight = head.weight * head_scale
     drafter = random_drafter(target, seed=seed + 1, layers=draft_layers, block_size=block_size)
-    pair = MlxPair(target, drafter, None, name=f"random-{arch}", family=arch)
+    pair = MlxPair(target, drafter, None, name=f"random-{arch}", family=arch, vocab=draft_vocab)
     pair.eos_ids = tuple(eos_ids)
     return pair
 

@@ -128,7 +128,7 @@ def random_drafter(target: TargetModel, seed: int = 1, generation: int = 1, **kw
 
 
 def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: int = 1, block_size: int = 16,
-                head_scale: float = 1.0, generation: int = 1, **sizes):
+                head_scale: float = 1.0, generation: int = 1, draft_vocab=None, **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
     head_scale > 1 sharpens the target's distributions (a random target is nearly uniform)."""
     from engine.backends.torch.eager import TorchPair
@@ -136,7 +136,7 @@ def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: in
     with torch.no_grad():
         target.head.weight.mul_(head_scale)
     drafter = random_drafter(target, seed=seed + 1, generation=generation, layers=draft_layers, block_size=block_size)
-    pair = TorchPair(target, drafter, None, name=f"random-{arch}", family=arch)
+    pair = TorchPair(target, drafter, None, name=f"random-{arch}", family=arch, vocab=draft_vocab)
     pair.eos_ids = tuple(eos_ids)
     return pair
 

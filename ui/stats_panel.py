@@ -203,7 +203,19 @@ TIPS = {
     "histogram": "How many target passes committed 1, 2, 3 … tokens in this answer (the bar at n counts "
                  "passes that committed n tokens).",
     "sparkline": "Tokens per second over this answer, measured between token batches as they streamed.",
+    "draft": "What the drafter's own pass cost in this answer, and which tokens it could propose. A drafter that "
+             "proposes only the tokens its model uses most computes far fewer scores per draft; the model still "
+             "checks every token, so the answer is the same.",
 }
+
+
+def draft_pass(stats: dict) -> str:
+    """The answer's draft pass in words ('' when nothing was drafted by a drafter)."""
+    ms, size = stats.get("draft_ms"), stats.get("draft_vocab")
+    if not stats.get("drafted") or stats.get("speculation", "dflash") not in ("dflash", "dflash2"):
+        return ""
+    tokens = f"from the {size:,} tokens this model uses most" if size else "over every token"
+    return f"Draft pass: {ms:.1f} ms a step, {tokens}." if ms else f"The drafter drafts {tokens}."
 
 
 class StatsPanel(QDockWidget):
@@ -292,6 +304,13 @@ class StatsPanel(QDockWidget):
         self.acceptance_label, self.tau_label = self.acceptance_metric, self.tau_metric
         self.accept_grid = MetricGrid([self.acceptance_metric, self.tau_metric])
         layout.addWidget(self.accept_grid)
+        self.draft_note = QLabel("")
+        self.draft_note.setObjectName("muted")
+        self.draft_note.setWordWrap(True)
+        self.draft_note.setAccessibleName("Draft pass")
+        self.draft_note.setToolTip(TIPS["draft"])
+        self.draft_note.hide()
+        layout.addWidget(self.draft_note)
 
         layout.addSpacing(8)
         layout.addWidget(_section("Acceptance by draft position", TIPS["positions"]))
@@ -389,6 +408,7 @@ class StatsPanel(QDockWidget):
         self.sparkline.set_points([])
         self.values.update(dflash_tok_s=None, speedup=None, acceptance_rate=None, tau=None, position_rates=[],
                            histogram=[])
+        self.draft_note.hide()
         self.set_diagnosis(None)
 
     def start_answer(self, subject: str = "The answer being written (live).") -> None:
@@ -460,6 +480,8 @@ class StatsPanel(QDockWidget):
         self.position_bars.set_values(rates)
         self.histogram.set_values(hist)
         self.values.update(position_rates=rates, histogram=hist)
+        self.draft_note.setText(draft_pass(stats))
+        self.draft_note.setVisible(bool(self.draft_note.text()))
         note = (stats.get("remote") or {}).get("note") if unknown else None
         self.set_diagnosis(note or diagnose(stats, self.answer_baseline, self.answer_has_drafter, self.context))
 

@@ -198,6 +198,7 @@ class Chunk:
     totals: dict | None = None          # drafted, accepted, steps: each a count, or None if not reported
     fallback: dict | None = None        # the engine runs plain decoding instead of DFlash, and why (as Step)
     seconds: float | None = None        # the step's own time where the engine measures it (a server's timings)
+    draft_seconds: float | None = None  # of which the draft pass (a step engine's drafter; None: not drafted)
     proposed: int | None = None         # a step engine's step: drafts offered and accepted (None: not a step)
     accepted: int = 0
     plain: bool | None = None           # the step drafted nothing (None: the stream's mode says)

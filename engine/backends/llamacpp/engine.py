@@ -20,7 +20,8 @@ from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from .. import METHODS, Chunk
 from ...tokenizer import ChatTokenizer
 from ... import gguf_metadata as metadata
-from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, gpu
+from ...draft_vocab import default_size, load as load_ranking
+from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, gpu, vocab_head
 from .server import Launch, Server, ServerError, StartCancelled, clean_env, request_body
 from .tokens import ServerTokenizer
 
@@ -86,7 +87,9 @@ def sidecar_drafter(target_file: Path, tmeta: dict) -> Path | None:
 
 def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | None = None,
               progress: Callable[[str, str], None] | None = None,
-              cancelled: Callable[[], bool] = lambda: False) -> "LlamaCppPair":
+              cancelled: Callable[[], bool] = lambda: False, draft_vocab: int | None = None) -> "LlamaCppPair":
+    """draft_vocab: how many of the drafter's ranked tokens it drafts from (0: all; None: the measured default,
+    engine/draft_vocab.py); chosen here, with the servers, not per answer."""
     def report(stage: str, message: str) -> None:
         if cancelled():
             raise Cancelled("Loading was cancelled; nothing is loaded.")
@@ -113,7 +116,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     target_file = find_target(target, dtype, cancelled)
     tmeta = metadata.read_metadata(target_file)
     arch = metadata.architecture(tmeta)
-    draft_file, block, beside = None, 1, False
+    draft_file, block, beside, subset = None, 1, False, None
     if draft_dir is None and (target.suffix.lower() == ".gguf" or target_file.parent == target):
         # only beside a GGUF the user brought, never in our cache of conversions (drafters live there too)
         draft_dir = sidecar_drafter(target_file, tmeta)
@@ -126,6 +129,10 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         dmeta = metadata.read_metadata(draft_file, tensors=True)
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
         block = drafter_block(dmeta)
+        subset = drafting_vocabulary(Path(draft_dir), dmeta, tmeta, draft_vocab, on_gpu is not None)
+        if subset:
+            report("drafter", f"Giving the drafter a head of its {len(subset)} most frequent tokens")
+            draft_file = vocab_head.cached_subset(draft_file, target_file, subset)
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
     launch = Launch(build.server_binary(), target_file, context=context, repack=cpu.repack_safe(),
                     device="none" if build.backend_of(build.find_build()) != "cpu" else None)
@@ -151,7 +158,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         try:
             return _start(replace(launch, binary=binary, gpu_layers=gpu.ALL_LAYERS if offload == layers else offload,
                                   device=card.name), draft_file, block, tmeta, tokenizer_dir, arch, beside, report,
-                          cancelled, (name, card, gpu_note))
+                          cancelled, (name, card, gpu_note), subset)
         except ServerError as exc:
             if isinstance(exc, StartCancelled) or not gpu.out_of_memory(exc.log_lines):
                 raise
@@ -161,16 +168,18 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
             report("device", note)
     report("weights", f"Starting llama-server with {target_file.name}")
     return _start(launch, draft_file, block, tmeta, tokenizer_dir, arch, beside, report, cancelled,
-                  ("cpu", None, note))
+                  ("cpu", None, note), subset)
 
 
 def _start(launch: Launch, draft_file, block: int, tmeta: dict, tokenizer_dir: Path, arch: str, beside: bool,
-           report, cancelled, where: tuple) -> "LlamaCppPair":
-    """The pair on its servers, drafting checked and calibrated; where: (device, GPU, why not the GPU)."""
+           report, cancelled, where: tuple, subset: tuple[int, ...] | None = None) -> "LlamaCppPair":
+    """The pair on its servers, drafting checked and calibrated; where: (device, GPU, why not the GPU); subset:
+    the draft vocabulary its drafter's head holds (None: every token)."""
     pair = LlamaCppPair(launch, draft_file, block, tmeta, tokenizer_dir)
     device, card, note = where
+    pair.draft_vocab = len(subset) if subset else None      # every answer's, for its stats
     pair.info.update(device=device, gpu=card.description if card else None, device_note=note,
-                     gpu_layers=launch.gpu_layers)
+                     gpu_layers=launch.gpu_layers, draft_vocab=pair.draft_vocab)
     try:
         if draft_file is not None:
             report("drafter", "Starting llama-server with the drafter")
@@ -183,6 +192,21 @@ def _start(launch: Launch, draft_file, block: int, tmeta: dict, tokenizer_dir: P
         pair.close()
         raise
     return pair
+
+
+def drafting_vocabulary(draft_dir: Path, dmeta: dict, tmeta: dict, size: int | None, on_gpu: bool
+                        ) -> tuple[int, ...] | None:
+    """The token ids a DFlash drafter drafts from (engine/draft_vocab.py), or None for every token: no ranking
+    beside it, a drafter with its own head (or DFlash2's selector, DSpark's Markov head: they score every
+    token), or size 0."""
+    tensors = dmeta["gguf.tensors"]
+    if metadata.drafter_method(dmeta) != "dflash" or "output.weight" in tensors or any(
+            name.startswith("selector") for name in tensors):
+        return None
+    vocab = load_ranking(draft_dir, metadata.vocab_size(tmeta))
+    if vocab is None:
+        return None
+    return vocab.top(default_size(not on_gpu) if size is None else size)
 
 
 def drafter_block(meta: dict) -> int:

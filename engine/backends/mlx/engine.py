@@ -11,6 +11,7 @@ from typing import Callable
 
 import mlx.core as mx
 
+from ... import draft_vocab
 from ...config import GENERATION_METHODS, DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import GenerationSettings
@@ -148,7 +149,8 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
                                                  bits=bits)
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
-    return MlxPair(target, drafter, tokenizer, target_dir.name, family)
+    vocab = draft_vocab.load(Path(draft_dir), target.vocab_rows) if drafter is not None else None
+    return MlxPair(target, drafter, tokenizer, target_dir.name, family, vocab)
 
 
 class MlxPair:
@@ -157,8 +159,12 @@ class MlxPair:
     capabilities = frozenset({"close"})
 
     def __init__(self, target: MlxTarget, drafter: MlxDrafter | None, tokenizer: ChatTokenizer | None,
-                 name: str = "", family: str = ""):
+                 name: str = "", family: str = "", vocab: draft_vocab.DraftVocab | None = None):
         self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
+        self.vocab = vocab if drafter is not None else None    # the drafter's frequency ranking (draft_vocab.py)
+        self.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
+        self._heads: dict[int, tuple[mx.array, mx.array]] = {}   # size -> (ids, the head's rows for them)
+        self._subset: tuple[mx.array, mx.array] | None = None
         self.device = target.device
         self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
         self.block_size = drafter.config.block_size if drafter else 1
@@ -177,7 +183,7 @@ class MlxPair:
                      "chat_template": bool(tokenizer and tokenizer.has_template),
                      "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
                      "vocab_size": target.vocab_rows, "max_positions": target.max_positions,
-                     "layers": target.num_layers}
+                     "layers": target.num_layers, "draft_vocab": len(self.vocab.ranked) if self.vocab else None}
         self._settings = GenerationSettings()
         self._keys = Keys(0)
         self._drafting = False
@@ -206,6 +212,8 @@ class MlxPair:
             self._context = [feats] if self._drafting else []
             if self._drafting:
                 self.drafter.reset()
+            self._use_vocabulary(draft_vocab.default_size(self.device == mx.cpu) if settings.draft_vocab is None
+                                 else settings.draft_vocab)
             return self._choose(logits)
 
     def draft(self, last: int, pos: int, width: int) -> list[int]:
@@ -215,8 +223,13 @@ class MlxPair:
             context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
             self._context = []
             block = self.target.embed(mx.array([last] + [self.drafter.config.mask_token_id] * (width - 1)))
-            logits = self.target.head(self.drafter.hidden(block, context)[1:]).astype(mx.float32)
-            drafts, q = propose(logits, self._settings, self._keys)
+            hidden = self.drafter.hidden(block, context)[1:]
+            if self._subset is None:
+                logits, ids = self.target.head(hidden).astype(mx.float32), None
+            else:
+                ids, rows = self._subset
+                logits = (hidden @ rows.T).astype(mx.float32)
+            drafts, q = propose(logits, self._settings, self._keys, ids, self.target.vocab_rows)
             if self._cutoff > 0:
                 keep = confident_prefix(logits, q, self._cutoff)
                 drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
@@ -253,6 +266,18 @@ class MlxPair:
     def stop_drafting(self) -> None:
         self._drafting, self._context, self._lookup = False, [], None
 
+    def _use_vocabulary(self, size: int) -> None:
+        """Draft over the `size` most frequent ranked tokens (0: every token); each size's head rows taken once."""
+        ids = self.vocab.top(size) if self.vocab is not None else None
+        self.draft_vocab = len(ids) if ids is not None else None
+        if ids is None:
+            self._subset = None
+            return
+        if len(ids) not in self._heads:
+            index = mx.array(ids)
+            self._heads[len(ids)] = (index, head_rows(self.target, index))
+        self._subset = self._heads[len(ids)]
+
     def close(self) -> None:
         """Give the memory back when the worker drops this pair: the weights, the caches, then MLX's buffer
         cache (on Apple's GPU it otherwise keeps freed buffers for reuse)."""
@@ -276,6 +301,19 @@ class MlxPair:
         if self._lookup is not None:
             self._lookup.extend([token])
         return token
+
+
+def head_rows(target: MlxTarget, index: mx.array) -> mx.array:
+    """Rows `index` of the target's LM head [K, H] in its compute dtype; a quantized head's rows dequantized."""
+    module = target.text.get("lm_head")
+    module = target.embedding if module is None else module      # tied embeddings: the embedding is the head
+    if getattr(module, "scales", None) is not None:
+        biases = getattr(module, "biases", None)
+        rows = mx.dequantize(module.weight[index], module.scales[index], None if biases is None else biases[index],
+                             group_size=module.group_size, bits=module.bits)
+    else:
+        rows = module.weight[index]
+    return rows.astype(target.dtype)
 
 
 def _quantized(module) -> bool:

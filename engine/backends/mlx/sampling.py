@@ -62,12 +62,22 @@ def draw(probs: mx.array, keys: Keys) -> mx.array:
     return mx.random.categorical(mx.log(probs), axis=-1, key=keys.next())
 
 
-def propose(logits: mx.array, s: GenerationSettings, keys: Keys) -> tuple[mx.array, mx.array | None]:
-    """Draft tokens for each row, and their proposal distribution q (None when greedy)."""
+def propose(logits: mx.array, s: GenerationSettings, keys: Keys, ids: mx.array | None = None,
+            vocab: int = 0) -> tuple[mx.array, mx.array | None]:
+    """Draft tokens for each row, and their proposal distribution q (None when greedy). With a draft vocabulary
+    the logits' columns stand for the token ids `ids` of a vocabulary of `vocab`: drafts come back as those
+    tokens and q, the subset's renormalised distribution, is spread over the whole vocabulary (zero elsewhere,
+    which the residual rule allows)."""
     if s.greedy:
-        return logits.argmax(axis=-1), None
+        best = logits.argmax(axis=-1)
+        return (best if ids is None else ids[best]), None
     q = probabilities(logits, s)
-    return draw(q, keys), q
+    drawn = draw(q, keys)
+    if ids is None:
+        return drawn, q
+    whole = mx.zeros((q.shape[0], vocab), dtype=q.dtype)
+    whole[:, ids] = q
+    return ids[drawn], whole
 
 
 def verify(drafts: list[int], q: mx.array | None, target_logits: mx.array, s: GenerationSettings,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...config import GENERATION_METHODS
+from ...draft_vocab import DraftVocab, default_size
 from ...limits import GenerationSettings
 from ...penalties import History
 from ...stats import process_peak_bytes
@@ -104,10 +105,14 @@ class Answer:
         self.drafting, self.context, self.lookup = False, [], None
 
 
-def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions: int) -> None:
+def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions: int,
+         vocab: DraftVocab | None = None) -> None:
     """What both engines keep of a loaded pair: its parts, the contract's fields, one answer's state; on a CPU
-    the target tuned for it (the static engine runs there only in the tests)."""
+    the target tuned for it (the static engine runs there only in the tests). A DFlash drafter's frequency
+    ranking (engine/draft_vocab.py) is kept for its runner; DFlash2's candidate selector scores every token."""
     pair.target, pair.drafter, pair.tokenizer, pair.name = target, drafter, tokenizer, name
+    pair.vocab = vocab if drafter is not None and drafter.generation == 1 else None
+    pair.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
     pair.device = target.device
     if pair.device.type == "cpu":
         cpu.tune_target(target.model)
@@ -115,7 +120,18 @@ def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions
     pair.block_size = drafter.config.block_size if drafter else 1
     pair.max_positions = max_positions
     pair.info = pair_info(target, drafter, tokenizer, name, family, max_positions)
+    pair.info["draft_vocab"] = len(pair.vocab.ranked) if pair.vocab else None   # tokens ranked
     pair.answer = Answer(pair.device)
+
+
+def draft_over(pair, settings: GenerationSettings) -> None:
+    """The answer's draft vocabulary: the size its settings name, else the device's measured default."""
+    if pair.runner is None or pair.vocab is None:
+        pair.draft_vocab = None
+        return
+    size = settings.draft_vocab
+    pair.draft_vocab = pair.runner.use_vocabulary(
+        default_size(pair.device.type == "cpu") if size is None else size)
 
 
 def block_embeddings(target, config, last: int, width: int) -> torch.Tensor:

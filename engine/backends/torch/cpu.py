@@ -81,5 +81,5 @@ def confident_prefix(logits: torch.Tensor | None, q: torch.Tensor | None, cutoff
     drafter's distributions only, never the tokens drawn from them, so speculative sampling stays exact
     (DFlash2's slot distributions depend on the drafts before the slot, never on the slot's own draft:
     whether a draft is verified is still decided before it is drawn)."""
-    probs = torch.softmax(logits.float(), dim=-1) if q is None else q
+    probs = torch.softmax(logits.float(), dim=-1) if q is None else getattr(q, "probs", q)   # Candidates: its own
     return int((torch.cumprod(probs.max(-1).values, 0) >= cutoff).sum())

@@ -30,7 +30,7 @@ from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner, _rms, block_attention
 from .dense_decoder import DenseDecoder, fits
 from .drafter import rope
-from .answer import block_embeddings, hold, memory
+from .answer import block_embeddings, draft_over, hold, memory
 from .eager import runner_dtype
 from .cuda_hybrid import StaticHybridKV
 from ...lookup import NGRAM_BLOCK
@@ -216,8 +216,9 @@ class CudaPair:
 
     def __init__(self, target, drafter, tokenizer, name: str = "", family: str = "",
                  context: int | None = None, graphs: bool | None = None, use_kernels: bool | None = None,
-                 bucket: int = BUCKET_ROWS, dense: bool = True, compiled: bool | None = None):
-        hold(self, target, drafter, tokenizer, name, family, min(context or DEFAULT_CONTEXT, target.max_positions))
+                 bucket: int = BUCKET_ROWS, dense: bool = True, compiled: bool | None = None, vocab=None):
+        hold(self, target, drafter, tokenizer, name, family, min(context or DEFAULT_CONTEXT, target.max_positions),
+             vocab)
         on_cuda = self.device.type == "cuda"
         self.runner = None
         # a verify near the end still has room for its padded block, the drafter's or n-gram lookup's
@@ -242,7 +243,7 @@ class CudaPair:
         self._graphed_verify: Graphed | None = None     # the last verify's step, when it replayed a graph
         if drafter is not None:
             runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
-            self.runner = runner_class(drafter, target.head.weight, runner_dtype(self.device))
+            self.runner = runner_class(drafter, target.head.weight, runner_dtype(self.device), self.vocab)
             self.runner.make_static(size + B, self.kernels)
             self._embeds = torch.zeros(B, target.hidden_size, dtype=self.runner.dtype, device=self.device)
             self._ctx = torch.zeros(B, drafter.fc.in_features, dtype=self.runner.dtype, device=self.device)
@@ -301,6 +302,7 @@ class CudaPair:
             a.context = [torch.cat(feats)]
             self.runner.reset()
             self._drafted_at = 0
+        draft_over(self, settings)
         return a.choose(logits[-1:])
 
     @torch.inference_mode()
@@ -325,7 +327,7 @@ class CudaPair:
             confidence = (None, rows)
         else:
             logits = self.runner.head(hidden[1:]).float()
-            drafts, q = propose(logits, a.settings, a.gen)
+            drafts, q = propose(logits, a.settings, a.gen, self.runner.ids)
             confidence = (logits, q)
         drafts = a.keep_drafts(drafts, q, confidence)
         # the repeat penalty reads each row's drafts on the host, so they come over at once

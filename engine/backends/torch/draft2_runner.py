@@ -29,8 +29,9 @@ class _Conv:
 class Draft2Runner(DraftRunner):
     """One generation's DFlash2 drafter state: reset() for a new prompt, then propose() once per step."""
 
-    def __init__(self, drafter: DFlash2Drafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None):
-        super().__init__(drafter, head_weight, dtype)
+    def __init__(self, drafter: DFlash2Drafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None,
+                 vocab=None):
+        super().__init__(drafter, head_weight, dtype)   # the candidate selector scores every token: no subset
         self.settings2 = drafter.config.dflash2
         self.convs = [(_Conv(layer.attention_conv, self.dtype), _Conv(layer.mlp_conv, self.dtype))
                       for layer in drafter.layers]

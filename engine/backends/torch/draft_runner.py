@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...draft_vocab import DraftVocab
 from .drafter import DFlashDrafter, rope
 from .packed import product_by
 
@@ -29,12 +30,16 @@ class _Layer:
 class DraftRunner:
     """One generation's drafter state: call reset() for a new prompt, then logits() once per step."""
 
-    def __init__(self, drafter: DFlashDrafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None):
+    def __init__(self, drafter: DFlashDrafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None,
+                 vocab: DraftVocab | None = None):
         cfg = drafter.config
         self.config = cfg
         self.dtype = dtype or drafter.fc.weight.dtype
         self.device = drafter.fc.weight.device
-        self.head = product_by(head_weight.to(self.dtype))   # the target's LM head, shared
+        self.vocab = vocab                 # the drafter's frequency ranking (engine/draft_vocab.py), if it has one
+        self._head_weight = head_weight    # the target's LM head, shared
+        self._heads: dict[int | None, tuple[torch.Tensor | None, object]] = {}
+        self.use_vocabulary(None)
         self.fc = product_by(drafter.fc.weight.to(self.dtype))
         self.hidden_norm = (drafter.hidden_norm.weight.to(self.dtype), drafter.hidden_norm.variance_epsilon)
         self.final_norm = (drafter.norm.weight.to(self.dtype), drafter.norm.variance_epsilon)
@@ -52,8 +57,22 @@ class DraftRunner:
         self.length = 0
         self.keys, self.values = [], []
 
+    def use_vocabulary(self, size: int | None) -> int | None:
+        """Draft over the `size` most frequent tokens of the ranking (0/None, or no ranking: every token). Sets
+        `ids` (the token each logit column stands for; None: column = token) and the head; returns the size
+        used (None: the whole vocabulary). Each size's rows are packed once."""
+        ids = self.vocab.top(size) if self.vocab is not None else None
+        key = len(ids) if ids is not None else None
+        if key not in self._heads:
+            index = None if ids is None else torch.tensor(ids, device=self.device)
+            rows = self._head_weight if index is None else self._head_weight[index]
+            self._heads[key] = (index, product_by(rows.to(self.dtype)))
+        self.ids, self.head = self._heads[key]
+        return key
+
     def logits(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
-        """The drafter's float32 logits for block slots 1.. (slot 0 holds the last committed token)."""
+        """The drafter's float32 logits for block slots 1.. (slot 0 holds the last committed token), over the
+        draft vocabulary (column j is token ids[j])."""
         return self.head(self.hidden(block_embeds, ctx_features)[1:]).float()
 
     def hidden(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:

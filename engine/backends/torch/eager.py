@@ -10,7 +10,8 @@ from ...errors import EngineError
 from ...limits import GenerationSettings
 from ...tokenizer import ChatTokenizer
 from . import cpu
-from .answer import block_embeddings, hold, memory
+from ...draft_vocab import DraftVocab
+from .answer import block_embeddings, draft_over, hold, memory
 from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
@@ -28,10 +29,10 @@ class TorchPair:
     capabilities = frozenset()     # a step engine; what it holds is freed with the object
 
     def __init__(self, target: TargetModel, drafter: DFlashDrafter | None, tokenizer: ChatTokenizer | None,
-                 name: str = "", family: str = ""):
-        hold(self, target, drafter, tokenizer, name, family, target.max_positions)
-        self.runner = (DRAFTERS[drafter.generation][1](drafter, target.head.weight, runner_dtype(self.device))
-                       if drafter else None)
+                 name: str = "", family: str = "", vocab: DraftVocab | None = None):
+        hold(self, target, drafter, tokenizer, name, family, target.max_positions, vocab)
+        self.runner = (DRAFTERS[drafter.generation][1](drafter, target.head.weight, runner_dtype(self.device),
+                                                       self.vocab) if drafter else None)
         self.auto_cutoff = cpu.DRAFT_CUTOFF if self.device.type == "cpu" else 0.0
 
     # -- the operations the loop calls ---------------------------------------------------------------
@@ -47,6 +48,7 @@ class TorchPair:
         if a.drafting:
             a.context = [feats]
             self.runner.reset()
+        draft_over(self, settings)
         return a.choose(logits[-1:])
 
     @torch.inference_mode()
@@ -61,7 +63,7 @@ class TorchPair:
             confidence = (None, rows)
         else:
             logits = self.runner.logits(embeds, context)
-            drafts, q = propose(logits, a.settings, a.gen)
+            drafts, q = propose(logits, a.settings, a.gen, self.runner.ids)
             confidence = (logits, q)
         return a.keep_drafts(drafts, q, confidence).tolist()
 

@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from ... import draft_vocab
 from ...config import DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...pairing import check_pair
@@ -131,7 +132,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     report("weights", f"Reading the target's weights from {target_dir.name}")
     target = TargetModel.from_pretrained(target_dir, dtype=torch_dtype, device=dev, available_bytes=free_bytes(dev),
                                          quantize=quantize)
-    drafter = None
+    drafter = vocab = None
     if cfg is not None:
         check_pair(target, cfg)
         target.capture(cfg.target_layer_ids)
@@ -139,17 +140,18 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
         drafter_class, _ = DRAFTERS[cfg.generation]
         drafter = drafter_class.from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
                                                 available_bytes=free_bytes(dev))
+        vocab = draft_vocab.load(Path(draft_dir), target.vocab_rows)
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
     report("tuning", "Preparing the model for this device")
     if dev.type == "cuda":   # static caches and CUDA graphs where the architecture allows (cuda.py)
         from . import cuda
         if cuda.supported(family):
-            pair = cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family)
+            pair = cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family, vocab=vocab)
             report("tuning", "Compiling and capturing the GPU's steps (once per load)")
             pair.warm_up()
             return pair
-    return TorchPair(target, drafter, tokenizer, target_dir.name, family)
+    return TorchPair(target, drafter, tokenizer, target_dir.name, family, vocab)
 
 
 def describe() -> dict:

@@ -68,12 +68,19 @@ def draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
 
-def propose(logits: torch.Tensor, s: GenerationSettings, gen) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Draft tokens for each row, and their proposal distribution q (None when greedy)."""
+def propose(logits: torch.Tensor, s: GenerationSettings, gen, ids: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor | Candidates | None]:
+    """Draft tokens for each row, and their proposal distribution q (None when greedy). With a draft vocabulary
+    the logits' columns stand for the token ids `ids`: drafts come back as those tokens, and q, the subset's
+    renormalised distribution, as Candidates over them (zero elsewhere, which the residual rule allows)."""
     if s.greedy:
-        return logits.argmax(-1), None
+        best = logits.argmax(-1)
+        return (best if ids is None else ids[best]), None
     q = probabilities(logits, s)
-    return draw(q, gen), q
+    drawn = draw(q, gen)
+    if ids is None:
+        return drawn, q
+    return ids[drawn], Candidates(ids.expand(q.shape[0], -1), q)
 
 
 def verify(drafts: torch.Tensor, q: torch.Tensor | Candidates | None, target_logits: torch.Tensor,

@@ -1,0 +1,88 @@
+"""A frequency-ranked draft vocabulary (FR-Spec): the drafter proposes only the K tokens its target says most
+often, computing draft logits with those K rows of the LM head alone. The head is most of a small drafter's
+work (SmolLM2's is 49,152 rows of 576), so this makes the draft pass cheaper. Output never changes: the verify
+still scores the whole vocabulary, a token outside the subset is simply never drafted, and under sampling the
+proposal is the subset's renormalised distribution, which the residual rule accepts exactly.
+
+The ranking ships beside a drafter as `draft_vocab.json` (scripts/build_draft_vocab.py counts the tokens of its
+target's own answers); a drafter without one drafts over the whole vocabulary."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CheckpointError
+
+FILE = "draft_vocab.json"
+FORMAT = 1
+# Every engine's default on a CPU: the 8k most frequent tokens (a ranked drafter of ours then drafts from its
+# whole ranking). Measured in torch, llama.cpp and MLX: docs/BENCHMARKS.md, "Draft vocabulary". On a GPU the
+# default is every token: not measured there.
+CPU_SIZE = 8192
+
+
+def default_size(on_cpu: bool) -> int:
+    return CPU_SIZE if on_cpu else 0
+
+
+@dataclass(frozen=True)
+class DraftVocab:
+    """Token ids, most frequent first, of a vocabulary of `vocab_size`; what they were counted on."""
+    ranked: tuple[int, ...]
+    vocab_size: int
+    corpus: str = ""
+
+    def top(self, k: int | None) -> tuple[int, ...] | None:
+        """The k most frequent ids, or None (the whole vocabulary) for k 0/None or k past what was ranked."""
+        ids = self.ranked[:k] if k else ()
+        return ids if 0 < len(ids) < self.vocab_size else None
+
+    def save(self, folder: Path, counted: int) -> Path:
+        path = Path(folder) / FILE
+        path.write_text(json.dumps({"format": FORMAT, "vocab_size": self.vocab_size, "corpus": self.corpus,
+                                    "tokens_counted": counted, "ranked": list(self.ranked)}) + "\n",
+                        encoding="utf-8")
+        return path
+
+
+def rank(sequences: Iterable[Iterable[int]], vocab_size: int, first: Iterable[int] = (),
+         corpus: str = "") -> tuple[DraftVocab, int]:
+    """Every id the sequences hold, most frequent first (ties by id, so the ranking is deterministic); the ids
+    in `first` (end-of-turn tokens: every answer ends with one) lead. Returns the vocabulary and the count."""
+    counts: Counter[int] = Counter()
+    for seq in sequences:
+        counts.update(seq)
+    lead = list(dict.fromkeys(first))
+    ranked = lead + sorted((t for t in counts if t not in lead), key=lambda t: (-counts[t], t))
+    vocab = DraftVocab(tuple(ranked), vocab_size, corpus)
+    check(vocab, "the ranking")
+    return vocab, sum(counts.values())
+
+
+def load(draft_dir: Path, vocab_size: int) -> DraftVocab | None:
+    """The drafter folder's ranking, checked against its target's vocabulary; None where it has none."""
+    path = Path(draft_dir) / FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        vocab = DraftVocab(tuple(data["ranked"]), int(data["vocab_size"]), str(data.get("corpus", "")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path} cannot be read as a draft vocabulary ({exc}). Delete the file to draft "
+                              "over the whole vocabulary, or rebuild it (scripts/build_draft_vocab.py).") from None
+    if vocab.vocab_size != vocab_size:
+        raise CheckpointError(f"{path} ranks a vocabulary of {vocab.vocab_size} tokens but the target has "
+                              f"{vocab_size}: it belongs to another model. Delete it or rebuild it.")
+    check(vocab, str(path))
+    return vocab
+
+
+def check(vocab: DraftVocab, where: str) -> None:
+    ids = vocab.ranked
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab.vocab_size for t in ids):
+        raise CheckpointError(f"{where} holds token ids outside 0..{vocab.vocab_size - 1}. Rebuild it.")
+    if len(set(ids)) != len(ids):
+        raise CheckpointError(f"{where} names a token twice. Rebuild it.")
