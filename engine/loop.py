@@ -228,7 +228,8 @@ class Generation:
                     elif not plain_step and self.fallback is None:
                         dflash_steps.add(len(chunk.tokens), elapsed)
                     if chunk.proposed is not None:
-                        self.stats.record_step(chunk.proposed, chunk.accepted, chunk.draft_seconds)
+                        self.stats.record_step(chunk.proposed, chunk.accepted,
+                                               chunk.draft_seconds if self._drafter_drafts() else None)
                 if chunk.tokens:
                     arrived = now
                 step = self._commit(chunk.tokens, chunk.drafted or [False] * len(chunk.tokens),
@@ -254,8 +255,14 @@ class Generation:
         if self.stop_reason is None:
             yield self._end("cancelled" if self._cancel.is_set() else "eos")
         self.stats.decode_s = time.perf_counter() - (decode_start or start)
-        self.stats.draft_vocab = getattr(pair, "draft_vocab", None)
+        if self.stats.drafted and self._drafter_drafts():
+            self.stats.draft_vocab = getattr(pair, "draft_vocab", None)
         self._record_memory(pair.memory())
+
+    def _drafter_drafts(self) -> bool:
+        """Whether a drafter (not n-gram lookup) writes this answer's drafts: only its draft pass and vocabulary go
+        into the stats."""
+        return self.stats.speculation in ("dflash", "dflash2")
 
     def _record_memory(self, memory: dict) -> None:
         self.stats.peak_memory_bytes = int(memory.get("peak_bytes", 0))

@@ -120,6 +120,10 @@ def test_the_demo_pair_drafts_over_its_ranking_by_default_on_the_cpu_and_keeps_i
     assert small.tokens == whole.tokens == plain
     assert small.stats.draft_vocab == 512 and whole.stats.draft_vocab is None
     assert whole.stats.to_dict()["draft_vocab"] is None and small.stats.to_dict()["draft_ms"] > 0
+    # an answer n-gram lookup drafts, or plain decoding, has no drafter's pass or vocabulary to report
+    lookup = Generation(pair, prompt, GenerationSettings(max_new_tokens=48, method="ngram")).run().stats.to_dict()
+    base = Generation(pair, prompt, GenerationSettings(max_new_tokens=8), baseline=True).run().stats.to_dict()
+    assert (lookup["draft_ms"], lookup["draft_vocab"], base["draft_ms"], base["draft_vocab"]) == (None,) * 4
 
 
 
@@ -195,10 +199,11 @@ def test_llamacpp_drafts_from_the_subset_head_and_keeps_plain_decodings_tokens(t
         tensors = {t.name: t for t in GGUFReader(str(pair.draft)).tensors}
         assert tensors["d2t"].data.tolist() == list(ranked[:512])
         rows = np.asarray(tensors["output.weight"].data, dtype=np.float32).reshape(512, -1)
-        head = vocab_head.target_head(pair.base.model)
-        assert np.allclose(rows, head[list(ranked[:512])], atol=1e-3)
+        head = vocab_head.head_rows(pair.base.model, ranked[:512])
+        assert rows.shape == head.shape and np.allclose(rows, head, atol=1e-3)
         with pytest.raises(CheckpointError, match="own LM head"):
-            vocab_head.subset_gguf(pair.draft, head, ranked[:8], tmp_path / "again.gguf")
+            vocab_head.subset_gguf(pair.draft, head[:8], ranked[:8], tmp_path / "again.gguf")
+        assert not list(tmp_path.glob("*.part"))
         reference = torch_or_mlx("torch", assets.path("demo", "target"), None, device="cpu")
         identical = 0
         for text in ("def parse(line):\n", "class Stack:\n    def __init__(self):\n"):
@@ -211,3 +216,30 @@ def test_llamacpp_drafts_from_the_subset_head_and_keeps_plain_decodings_tokens(t
         assert identical >= 1
     finally:
         pair.close()
+
+    # a head that cannot be made (a quantization gguf-py cannot read: stood in for by raising) never fails a load
+    def unreadable(target, ids):
+        raise NotImplementedError("Dequantization for IQ1_M is not yet implemented")
+    monkeypatch.setattr(vocab_head, "head_rows", unreadable)
+    said: list[str] = []
+    pair = load_pair(assets.path("demo", "target"), assets.path("demo", "draft"), "cpu", draft_vocab=256,
+                     progress=lambda stage, message: said.append(message))
+    try:
+        assert pair.info["draft_vocab"] is None and pair.info["has_drafter"]
+        assert any("drafts over every token" in m and "IQ1_M" in m for m in said), said
+    finally:
+        pair.close()
+
+
+def test_the_head_rows_of_a_quantized_gguf_are_its_own_rows_dequantized(smollm2_gguf):
+    """SmolLM2's GGUF keeps its tied head in Q8_0: the rows picked before dequantizing are the whole head's."""
+    import numpy as np
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from engine.backends.llamacpp import vocab_head
+    head = next(t for t in GGUFReader(str(smollm2_gguf)).tensors if t.name == "token_embd.weight")
+    assert head.tensor_type.name == "Q8_0"
+    ids = (2, 49151, 0, 300, 17)
+    whole = dequantize(head.data, head.tensor_type)
+    assert np.array_equal(vocab_head.head_rows(smollm2_gguf, ids), whole[list(ids)])

@@ -129,10 +129,15 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         dmeta = metadata.read_metadata(draft_file, tensors=True)
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
         block = drafter_block(dmeta)
-        subset = drafting_vocabulary(Path(draft_dir), dmeta, tmeta, draft_vocab, on_gpu is not None)
+        folder = Path(draft_dir) if Path(draft_dir).is_dir() else Path(draft_dir).parent
+        subset = drafting_vocabulary(folder, dmeta, tmeta, draft_vocab, on_gpu is not None)
         if subset:
             report("drafter", f"Giving the drafter a head of its {len(subset)} most frequent tokens")
-            draft_file = vocab_head.cached_subset(draft_file, target_file, subset)
+            try:
+                draft_file = vocab_head.cached_subset(draft_file, target_file, subset)
+            except (NotImplementedError, ValueError, OSError) as exc:   # a speed-up only: never a failed load
+                subset = None
+                report("drafter", f"The drafter drafts over every token: its smaller head could not be made ({exc}).")
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
     launch = Launch(build.server_binary(), target_file, context=context, repack=cpu.repack_safe(),
                     device="none" if build.backend_of(build.find_build()) != "cpu" else None)

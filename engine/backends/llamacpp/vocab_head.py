@@ -16,18 +16,32 @@ from ...cache_dir import app_cache
 from ...errors import CheckpointError
 
 
-def subset_gguf(drafter: Path, head: np.ndarray, ids: tuple[int, ...], out: Path) -> Path:
-    """Write `out`: the drafter GGUF's metadata and tensors, plus `output.weight` = head[ids] and `d2t` = ids."""
+def subset_gguf(drafter: Path, rows: np.ndarray, ids: tuple[int, ...], out: Path) -> Path:
+    """Write `out`: the drafter GGUF's metadata and tensors, plus `output.weight` = rows (the target's head rows
+    of `ids`, [K, H]) and `d2t` = ids."""
     import gguf
     reader = gguf.GGUFReader(str(drafter))
     names = {t.name for t in reader.tensors}
     if "output.weight" in names or "d2t" in names:
         raise CheckpointError(f"{drafter.name} already has its own LM head: it cannot take a draft vocabulary.")
     arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    rows = np.ascontiguousarray(head[np.asarray(ids)], dtype=np.float16)
+    rows = np.ascontiguousarray(rows, dtype=np.float16)
     table = np.asarray(ids, dtype=np.int64)
     tmp = out.with_suffix(".part")
+    try:
+        _write(gguf, reader, arch, rows, table, tmp)
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)     # a half-written file is never taken for a finished one
+        raise
+    return out
+
+
+def _write(gguf, reader, arch: str, rows: np.ndarray, table: np.ndarray, tmp: Path) -> None:
     writer = gguf.GGUFWriter(str(tmp), arch, endianess=reader.endianess)
+    alignment = reader.fields.get(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:
+        writer.data_alignment = int(alignment.contents())
     for field in reader.fields.values():
         if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
             continue   # written by the writer itself
@@ -46,13 +60,12 @@ def subset_gguf(drafter: Path, head: np.ndarray, ids: tuple[int, ...], out: Path
     writer.write_tensor_data(rows)
     writer.write_tensor_data(table)
     writer.close()
-    tmp.replace(out)
-    return out
 
 
-def target_head(target: Path) -> np.ndarray:
-    """The target GGUF's LM head [V, H] as float32: its `output.weight`, else the tied `token_embd.weight`,
-    dequantized by gguf-py (the drafter's head then holds exactly the target's rows)."""
+def head_rows(target: Path, ids: tuple[int, ...]) -> np.ndarray:
+    """Rows `ids` of the target GGUF's LM head [K, H] as float32: its `output.weight`, else the tied
+    `token_embd.weight`; only those rows dequantized (gguf-py), so the drafter's head holds exactly the target's.
+    A quantization gguf-py cannot read raises NotImplementedError."""
     import gguf
     from gguf.quants import dequantize
     tensors = {t.name: t for t in gguf.GGUFReader(str(target)).tensors}
@@ -60,7 +73,8 @@ def target_head(target: Path) -> np.ndarray:
     if t is None:
         raise CheckpointError(f"{target.name} has neither output.weight nor token_embd.weight: no LM head to draft "
                               "with. Re-download or re-convert the model.")
-    return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+    picked = np.asarray(t.data)[np.asarray(ids)]       # one row per token, whatever its block layout
+    return np.asarray(dequantize(picked, t.tensor_type), dtype=np.float32)
 
 
 def cached_subset(drafter: Path, target: Path, ids: tuple[int, ...]) -> Path:
@@ -72,4 +86,4 @@ def cached_subset(drafter: Path, target: Path, ids: tuple[int, ...]) -> Path:
     folder = app_cache() / "gguf" / "draft-vocab"
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{drafter.stem}-v{len(ids)}-{key}.gguf"
-    return out if out.is_file() else subset_gguf(drafter, target_head(target), ids, out)
+    return out if out.is_file() else subset_gguf(drafter, head_rows(target, ids), ids, out)

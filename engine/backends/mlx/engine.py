@@ -163,8 +163,7 @@ class MlxPair:
         self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
         self.vocab = vocab if drafter is not None else None    # the drafter's frequency ranking (draft_vocab.py)
         self.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
-        self._heads: dict[int, tuple[mx.array, mx.array]] = {}   # size -> (ids, the head's rows for them)
-        self._subset: tuple[mx.array, mx.array] | None = None
+        self._subset: tuple[mx.array, mx.array] | None = None   # (ids, the head's rows for them): the last size
         self.device = target.device
         self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
         self.block_size = drafter.config.block_size if drafter else 1
@@ -267,22 +266,20 @@ class MlxPair:
         self._drafting, self._context, self._lookup = False, [], None
 
     def _use_vocabulary(self, size: int) -> None:
-        """Draft over the `size` most frequent ranked tokens (0: every token); each size's head rows taken once."""
+        """Draft over the `size` most frequent ranked tokens (0: every token); the last size's rows are kept."""
         ids = self.vocab.top(size) if self.vocab is not None else None
         self.draft_vocab = len(ids) if ids is not None else None
         if ids is None:
             self._subset = None
-            return
-        if len(ids) not in self._heads:
+        elif self._subset is None or self._subset[0].size != len(ids):
             index = mx.array(ids)
-            self._heads[len(ids)] = (index, head_rows(self.target, index))
-        self._subset = self._heads[len(ids)]
+            self._subset = (index, head_rows(self.target, index))
 
     def close(self) -> None:
         """Give the memory back when the worker drops this pair: the weights, the caches, then MLX's buffer
         cache (on Apple's GPU it otherwise keeps freed buffers for reuse)."""
         self.target = self.drafter = None
-        self._context, self._verified, self._q = [], (0, None), None
+        self._context, self._verified, self._q, self._subset = [], (0, None), None, None
         mx.clear_cache()
 
     def memory(self) -> dict:
@@ -310,7 +307,7 @@ def head_rows(target: MlxTarget, index: mx.array) -> mx.array:
     if getattr(module, "scales", None) is not None:
         biases = getattr(module, "biases", None)
         rows = mx.dequantize(module.weight[index], module.scales[index], None if biases is None else biases[index],
-                             group_size=module.group_size, bits=module.bits)
+                             group_size=module.group_size, bits=module.bits, mode=getattr(module, "mode", "affine"))
     else:
         rows = module.weight[index]
     return rows.astype(target.dtype)

@@ -60,12 +60,14 @@ class DraftRunner:
     def use_vocabulary(self, size: int | None) -> int | None:
         """Draft over the `size` most frequent tokens of the ranking (0/None, or no ranking: every token). Sets
         `ids` (the token each logit column stands for; None: column = token) and the head; returns the size
-        used (None: the whole vocabulary). Each size's rows are packed once."""
+        used (None: the whole vocabulary). The whole head and the last subset's rows are kept packed."""
         ids = self.vocab.top(size) if self.vocab is not None else None
         key = len(ids) if ids is not None else None
         if key not in self._heads:
             index = None if ids is None else torch.tensor(ids, device=self.device)
             rows = self._head_weight if index is None else self._head_weight[index]
+            for old in [k for k in self._heads if k is not None]:   # the whole head and one subset at most
+                del self._heads[old]
             self._heads[key] = (index, product_by(rows.to(self.dtype)))
         self.ids, self.head = self._heads[key]
         return key
