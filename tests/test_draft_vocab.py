@@ -243,3 +243,25 @@ def test_the_head_rows_of_a_quantized_gguf_are_its_own_rows_dequantized(smollm2_
     ids = (2, 49151, 0, 300, 17)
     whole = dequantize(head.data, head.tensor_type)
     assert np.array_equal(vocab_head.head_rows(smollm2_gguf, ids), whole[list(ids)])
+
+
+def test_the_cuda_paths_static_engine_drafts_from_the_subset_as_the_eager_one(monkeypatch):
+    """CudaPair's code on the CPU (graphs and kernels off, as its other CPU tests): the same drafts as the eager
+    engine from the same subset, and plain decoding's tokens."""
+    from engine.backends.torch import cpu
+    from engine.backends.torch.cuda import CudaPair
+    monkeypatch.setattr(cpu, "draft_dtype", lambda: None)      # one rounding for both: drafts compared exactly
+    order = torch.randperm(256, generator=torch.Generator().manual_seed(5)).tolist()
+    eager = random_pair("qwen3", seed=3, head_scale=4.0, vocab=256, hidden=64, layers=4, max_positions=512,
+                        draft_vocab=DraftVocab(tuple(order), 256))
+    static = CudaPair(eager.target, eager.drafter, None, eager.name, "qwen3", context=300, graphs=False, bucket=64,
+                      use_kernels=False, vocab=eager.vocab)
+    prompt = torch.randint(1, 250, (20,), generator=torch.Generator().manual_seed(2)).tolist()
+    s = GenerationSettings(max_new_tokens=24, draft_vocab=100, draft_cutoff=0.0, plain_fallback=False)
+    plain = Generation(eager, prompt, GenerationSettings(max_new_tokens=24), baseline=True).run().tokens
+    for pair in (eager, static):
+        run = Generation(pair, prompt, s).run()
+        assert run.tokens == plain and run.stats.draft_vocab == 100
+    first = [p.prefill(prompt, s, True) for p in (eager, static)]
+    drafts = [p.draft(first[0], len(prompt), 16) for p in (eager, static)]
+    assert first[0] == first[1] and drafts[0] == drafts[1] and set(drafts[0]) <= set(order[:100])
