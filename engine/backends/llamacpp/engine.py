@@ -116,7 +116,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     target_file = find_target(target, dtype, cancelled)
     tmeta = metadata.read_metadata(target_file)
     arch = metadata.architecture(tmeta)
-    draft_file, block, beside, subset = None, 1, False, None
+    draft_file, block, beside, dmeta = None, 1, False, None
     if draft_dir is None and (target.suffix.lower() == ".gguf" or target_file.parent == target):
         # only beside a GGUF the user brought, never in our cache of conversions (drafters live there too)
         draft_dir = sidecar_drafter(target_file, tmeta)
@@ -129,15 +129,21 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         dmeta = metadata.read_metadata(draft_file, tensors=True)
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
         block = drafter_block(dmeta)
+
+    def drafter(gpu_run: bool) -> tuple[Path | None, tuple[int, ...] | None]:
+        """The drafter file a run on the GPU or the CPU starts with, and the draft vocabulary its head holds."""
+        if draft_file is None:
+            return None, None
         folder = Path(draft_dir) if Path(draft_dir).is_dir() else Path(draft_dir).parent
-        subset = drafting_vocabulary(folder, dmeta, tmeta, draft_vocab, on_gpu is not None)
-        if subset:
-            report("drafter", f"Giving the drafter a head of its {len(subset)} most frequent tokens")
-            try:
-                draft_file = vocab_head.cached_subset(draft_file, target_file, subset)
-            except (NotImplementedError, ValueError, OSError) as exc:   # a speed-up only: never a failed load
-                subset = None
-                report("drafter", f"The drafter drafts over every token: its smaller head could not be made ({exc}).")
+        subset = drafting_vocabulary(folder, dmeta, tmeta, draft_vocab, gpu_run)
+        if not subset:
+            return draft_file, None
+        report("drafter", f"Giving the drafter a head of its {len(subset)} most frequent tokens")
+        try:
+            return vocab_head.cached_subset(draft_file, target_file, subset), subset
+        except (NotImplementedError, ValueError, OSError) as exc:   # a speed-up only: never a failed load
+            report("drafter", f"The drafter drafts over every token: its smaller head could not be made ({exc}).")
+            return draft_file, None
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
     launch = Launch(build.server_binary(), target_file, context=context, repack=cpu.repack_safe(),
                     device="none" if build.backend_of(build.find_build()) != "cpu" else None)
@@ -162,8 +168,8 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         report("weights", f"Starting llama-server with {target_file.name} on {card.description}")
         try:
             return _start(replace(launch, binary=binary, gpu_layers=gpu.ALL_LAYERS if offload == layers else offload,
-                                  device=card.name), draft_file, block, tmeta, tokenizer_dir, arch, beside, report,
-                          cancelled, (name, card, gpu_note), subset)
+                                  device=card.name), *drafter(True), block, tmeta, tokenizer_dir, arch, beside,
+                          report, cancelled, (name, card, gpu_note))
         except ServerError as exc:
             if isinstance(exc, StartCancelled) or not gpu.out_of_memory(exc.log_lines):
                 raise
@@ -172,12 +178,12 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
                     "context would fit.")
             report("device", note)
     report("weights", f"Starting llama-server with {target_file.name}")
-    return _start(launch, draft_file, block, tmeta, tokenizer_dir, arch, beside, report, cancelled,
-                  ("cpu", None, note), subset)
+    return _start(launch, *drafter(False), block, tmeta, tokenizer_dir, arch, beside, report, cancelled,
+                  ("cpu", None, note))
 
 
-def _start(launch: Launch, draft_file, block: int, tmeta: dict, tokenizer_dir: Path, arch: str, beside: bool,
-           report, cancelled, where: tuple, subset: tuple[int, ...] | None = None) -> "LlamaCppPair":
+def _start(launch: Launch, draft_file, subset: tuple[int, ...] | None, block: int, tmeta: dict, tokenizer_dir: Path,
+           arch: str, beside: bool, report, cancelled, where: tuple) -> "LlamaCppPair":
     """The pair on its servers, drafting checked and calibrated; where: (device, GPU, why not the GPU); subset:
     the draft vocabulary its drafter's head holds (None: every token)."""
     pair = LlamaCppPair(launch, draft_file, block, tmeta, tokenizer_dir)
