@@ -34,7 +34,15 @@ LIMITS = {"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_attention_h
 
 
 def generation_of(raw: dict[str, Any], source: str = "config.json") -> int:
-    """1 or 2 from `architectures`; absent means the first DFlash format. Anything else is refused by name."""
+    """1 or 2 from `architectures`; absent means the first DFlash format. Anything else is refused by name, also
+    a drafter saved by vLLM's speculators library: its `architectures` may read DFlashDraftModel, but its layers
+    count from one, its settings sit elsewhere and its head is its own, so it must never pass for z-lab's."""
+    kind = raw.get("speculators_model_type")
+    if kind in ("dflash", "dflash2"):
+        raise CheckpointError(
+            f"This drafter was saved by vLLM's speculators library ({source}: speculators_model_type {kind!r}), "
+            "whose format DFlash Desktop does not load yet. Pick the same model's drafter in z-lab's format (its "
+            "config.json has a dflash_config) or its GGUF.", code="unsupported_architecture")
     names = raw.get("architectures")
     if names is None:
         return 1

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ...config import generation_of
 from ...errors import Cancelled, CheckpointError, EngineError, PairMismatchError
 from ...weights import folder_tensors
 from . import build
@@ -197,6 +198,8 @@ def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancel
     quantized drafter, and drafters are small)."""
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
     kind = drafter_kind(cfg)
+    if kind == "dflash":
+        generation_of(cfg, str(draft_dir / "config.json"))   # a speculators DFlash drafter is refused by name
     if kind is None:
         raise CheckpointError(f"{draft_dir} is not a DFlash, DSpark, EAGLE-3 or Gemma 4 assistant drafter "
                               f"(config.json architectures {cfg.get('architectures')}).")
