@@ -4,8 +4,8 @@ work (SmolLM2's is 49,152 rows of 576), so this makes the draft pass cheaper. Ou
 still scores the whole vocabulary, a token outside the subset is simply never drafted, and under sampling the
 proposal is the subset's renormalised distribution, which the residual rule accepts exactly.
 
-The ranking ships beside a drafter as `draft_vocab.json` (scripts/build_draft_vocab.py counts the tokens of its
-target's own answers); a drafter without one drafts over the whole vocabulary."""
+The ranking ships beside a drafter as `draft_vocab.json` (scripts/build_draft_vocab.py counts tokens in training
+material: the target's own answers, or its training text); a drafter without one drafts over every token."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,8 @@ class DraftVocab:
     corpus: str = ""
 
     def top(self, k: int | None) -> tuple[int, ...] | None:
-        """The k most frequent ids, or None (the whole vocabulary) for k 0/None or k past what was ranked."""
+        """The k most frequent ids (all that were ranked, for a k past them); None, the whole vocabulary, for k
+        0/None or when they are every token."""
         ids = self.ranked[:k] if k else ()
         return ids if 0 < len(ids) < self.vocab_size else None
 
