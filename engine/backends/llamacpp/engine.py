@@ -141,7 +141,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         report("drafter", f"Giving the drafter a head of its {len(subset)} most frequent tokens")
         try:
             return vocab_head.cached_subset(draft_file, target_file, subset), subset
-        except (NotImplementedError, ValueError, OSError) as exc:   # a speed-up only: never a failed load
+        except (NotImplementedError, ValueError, OSError, ImportError) as exc:   # a speed-up: never a failed load
             report("drafter", f"The drafter drafts over every token: its smaller head could not be made ({exc}).")
             return draft_file, None
     context = min(DEFAULT_CONTEXT, int(tmeta.get(f"{arch}.context_length") or DEFAULT_CONTEXT))
