@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .backends import METHODS, Chunk
+from .config import GENERATION_METHODS
 from .errors import PromptTooLongError, SettingsError
 from .limits import GenerationSettings
 from .penalties import LoopGuard
@@ -262,7 +263,7 @@ class Generation:
     def _drafter_drafts(self) -> bool:
         """Whether a drafter (not n-gram lookup) writes this answer's drafts: only its draft pass and vocabulary go
         into the stats."""
-        return self.stats.speculation in ("dflash", "dflash2")
+        return self.stats.speculation in GENERATION_METHODS.values()
 
     def _record_memory(self, memory: dict) -> None:
         self.stats.peak_memory_bytes = int(memory.get("peak_bytes", 0))

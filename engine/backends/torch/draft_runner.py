@@ -38,8 +38,9 @@ class DraftRunner:
         self.device = drafter.fc.weight.device
         self.vocab = vocab                 # the drafter's frequency ranking (engine/draft_vocab.py), if it has one
         self._head_weight = head_weight    # the target's LM head, shared
-        self._heads: dict[int | None, tuple[torch.Tensor | None, object]] = {}
-        self.use_vocabulary(None)
+        self._whole = (None, product_by(head_weight.to(self.dtype)))
+        self._subset: tuple[torch.Tensor, object] | None = None    # (ids, their rows packed): the last size asked
+        self.ids, self.head = self._whole
         self.fc = product_by(drafter.fc.weight.to(self.dtype))
         self.hidden_norm = (drafter.hidden_norm.weight.to(self.dtype), drafter.hidden_norm.variance_epsilon)
         self.final_norm = (drafter.norm.weight.to(self.dtype), drafter.norm.variance_epsilon)
@@ -62,15 +63,14 @@ class DraftRunner:
         `ids` (the token each logit column stands for; None: column = token) and the head; returns the size
         used (None: the whole vocabulary). The whole head and the last subset's rows are kept packed."""
         ids = self.vocab.top(size) if self.vocab is not None else None
-        key = len(ids) if ids is not None else None
-        if key not in self._heads:
-            index = None if ids is None else torch.tensor(ids, device=self.device)
-            rows = self._head_weight if index is None else self._head_weight[index]
-            for old in [k for k in self._heads if k is not None]:   # the whole head and one subset at most
-                del self._heads[old]
-            self._heads[key] = (index, product_by(rows.to(self.dtype)))
-        self.ids, self.head = self._heads[key]
-        return key
+        if ids is None:
+            self.ids, self.head = self._whole
+            return None
+        if self._subset is None or len(self._subset[0]) != len(ids):
+            index = torch.tensor(ids, device=self.device)
+            self._subset = (index, product_by(self._head_weight[index].to(self.dtype)))
+        self.ids, self.head = self._subset
+        return len(ids)
 
     def logits(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor) -> torch.Tensor:
         """The drafter's float32 logits for block slots 1.. (slot 0 holds the last committed token), over the
