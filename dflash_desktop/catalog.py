@@ -26,7 +26,9 @@ A pair speculates in one of several ways (engine.backends.METHODS), each a ``Spe
 of other kinds listed for the same target (each with its ``method``: dflash, dflash2, eagle3, dspark, or mtp for
 an MTP assistant such as Gemma 4's), the target's own MTP heads where it declares ``mtp_layers``, and n-gram
 lookup, which needs nothing more. Each runs on the pair's engines that declare
-the method; ``Pair.choosing(method)`` is the pair with that one, so the downloader fetches only its drafter. ``refresh_catalog(url)`` fetches a newer copy
+the method; ``Pair.choosing(key)`` is the pair with that one, so the downloader fetches only its drafter. A
+speculation's key is its method, or ``method:repo`` for a second drafter of the same kind (RedHatAI's DFlash
+drafter beside z-lab's). ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
 copy in use, so a bad network or a bad file can never leave the app without a catalog.
 """
@@ -121,6 +123,7 @@ class Speculation:
     method: str
     drafter: ModelSpec | None
     engines: dict[str, tuple[str, ...]]
+    key: str = ""       # what the pair chooses it by: the method, or method:repo for a second drafter of its kind
 
     @property
     def label(self) -> str:
@@ -147,13 +150,20 @@ class Pair:
     method: str = "dflash"                 # the chosen speculation's method
     speculations: tuple[Speculation, ...] = ()   # every way it can speculate here, the catalog's drafter first
 
-    def choosing(self, method: str) -> "Pair":
-        """The pair speculating with `method`: its drafter, and only the engines that run it."""
-        chosen = next((s for s in self.speculations if s.method == method), None)
+    def choosing(self, key: str) -> "Pair":
+        """The pair speculating the way `key` names (Speculation.key): its drafter, and only the engines that run
+        it."""
+        chosen = next((s for s in self.speculations if s.key == key), None)
         if chosen is None:
-            raise KeyError(f"{self.name} cannot use {METHODS.get(method, method)} here; it offers "
+            raise KeyError(f"{self.name} cannot use {METHODS.get(key, key)} here; it offers "
                            f"{', '.join(s.label for s in self.speculations)}.")
-        return replace(self, method=method, drafter=chosen.drafter, engines=chosen.engines)
+        return replace(self, method=chosen.method, drafter=chosen.drafter, engines=chosen.engines)
+
+    @property
+    def speculation(self) -> str:
+        """The chosen speculation's key."""
+        return next((s.key for s in self.speculations if (s.method, s.drafter) == (self.method, self.drafter)),
+                    self.method)
 
     @property
     def needs_download(self) -> bool:
@@ -311,6 +321,9 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
     else:
         _need(d.get("dtype") in dtypes, where, f"unknown 'dtype' {d.get('dtype')!r}")
         _need(d.get("thinking") in (True, False, None), where, "'thinking' must be true, false or null")
+        if "loaded_params" in d:
+            _need(_pos_int(d, "loaded_params", where) <= d["params"], where,
+                  "'loaded_params' (what an engine keeps) cannot exceed 'params' (what downloads)")
         gen = d.get("generation", 1)
         _need(isinstance(gen, int) and not isinstance(gen, bool) and gen >= 1, where,
               f"'generation' must be a whole number from 1 (got {gen!r})")
@@ -358,8 +371,9 @@ def _speculations(p: dict, kind: str, target: ModelSpec, drafter: ModelSpec, eng
     out = []
     for method, spec in options:
         runs = {name: devices for name, devices in engines.items() if method in ENGINES[name].methods}
-        if runs and method not in (s.method for s in out):
-            out.append(Speculation(method, spec, runs))
+        key = method if method not in (s.method for s in out) else f"{method}:{spec and (spec.repo_id or spec.path)}"
+        if runs and key not in (s.key for s in out):
+            out.append(Speculation(method, spec, runs, key))
     return tuple(out)
 
 

@@ -101,9 +101,11 @@ def _terms(pair: Pair, ctx: int, wbytes: float, kvb: float, dtype_bytes: dict, w
         target_w = int(t["native_bytes"])
     else:
         target_w = int(t.params * wbytes)
-    # the drafter loads in the target's float dtype (float32 on a CPU), never below its own; a method without
-    # one (MTP heads inside the target, n-gram lookup) adds nothing the target's own terms do not count
-    drafter_w = int(d.params * max(wbytes, dtype_bytes[d["dtype"]])) if d else 0
+    # the drafter loads in the target's float dtype (float32 on a CPU), never below its own, and only what an
+    # engine keeps of it (loaded_params: a speculators drafter's copies of the target's embedding and head are
+    # downloaded, never loaded); a method without one (MTP heads inside the target, n-gram lookup) adds nothing
+    # the target's own terms do not count
+    drafter_w = int(d.get("loaded_params", d.params) * max(wbytes, dtype_bytes[d["dtype"]])) if d else 0
     per_tok_kv = 2 * t["attention_layers"] * t["num_kv_heads"] * t["head_dim"] * kvb
     per_tok_dkv = 2 * d["layers"] * d["num_kv_heads"] * d["head_dim"] * kvb if d else 0
     per_tok_feat = d["captured_layers"] * t["hidden_size"] * kvb if d else 0

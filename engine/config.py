@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import speculators
 from .errors import CheckpointError
 from .weights import config_int, real, whole
 
@@ -34,15 +35,12 @@ LIMITS = {"hidden_size": 1 << 16, "intermediate_size": 1 << 18, "num_attention_h
 
 
 def generation_of(raw: dict[str, Any], source: str = "config.json") -> int:
-    """1 or 2 from `architectures`; absent means the first DFlash format. Anything else is refused by name, also
-    a drafter saved by vLLM's speculators library: its `architectures` may read DFlashDraftModel, but its layers
-    count from one, its settings sit elsewhere and its head is its own, so it must never pass for z-lab's."""
-    kind = raw.get("speculators_model_type")
-    if kind in ("dflash", "dflash2"):
-        raise CheckpointError(
-            f"This drafter was saved by vLLM's speculators library ({source}: speculators_model_type {kind!r}), "
-            "whose format DFlash Desktop does not load yet. Pick the same model's drafter in z-lab's format (its "
-            "config.json has a dflash_config) or its GGUF.", code="unsupported_architecture")
+    """1 or 2 from `architectures`; absent means the first DFlash format. Anything else is refused by name. A
+    drafter saved by vLLM's speculators library is read as the z-lab config it translates to (its own
+    `architectures` may read DFlashDraftModel, but its target layers count from one and its settings sit
+    elsewhere, so it must never pass for z-lab's as it is)."""
+    if speculators.kind(raw) in speculators.KINDS:
+        raw = speculators.translated(raw, source)
     names = raw.get("architectures")
     if names is None:
         return 1
@@ -139,6 +137,8 @@ class DraftConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> "DraftConfig":
+        if speculators.kind(raw) in speculators.KINDS:
+            raw = speculators.translated(raw, source)
         generation = generation_of(raw, source)
         missing = [k for k in REQUIRED_KEYS if k not in raw]
         if not isinstance(raw.get("dflash_config") or {}, dict):

@@ -5,7 +5,9 @@ still scores the whole vocabulary, a token outside the subset is simply never dr
 proposal is the subset's renormalised distribution, which the residual rule accepts exactly.
 
 The ranking ships beside a drafter as `draft_vocab.json` (scripts/build_draft_vocab.py counts tokens in training
-material: the target's own answers, or its training text); a drafter without one drafts over every token."""
+material: the target's own answers, or its training text); a drafter without one drafts over every token. A
+drafter trained to propose a subset (a speculators drafter's `d2t`, engine/speculators.py) ships that subset,
+`trained`: it drafts from all of it by default, on every device, as it was trained to."""
 from __future__ import annotations
 
 import json
@@ -34,6 +36,14 @@ class DraftVocab:
     ranked: tuple[int, ...]
     vocab_size: int
     corpus: str = ""
+    trained: bool = False     # the drafter was trained on these tokens alone (in id order, not ranked)
+
+    def chosen(self, setting: int | None, on_cpu: bool) -> tuple[int, ...] | None:
+        """The ids an answer drafts from: the setting's count (0: every token), or by default the drafter's
+        trained set, else the measured default for the device (None: every token)."""
+        if setting is None:
+            setting = len(self.ranked) if self.trained else default_size(on_cpu)
+        return self.top(setting)
 
     def top(self, k: int | None) -> tuple[int, ...] | None:
         """The k most frequent ids (all that were ranked, for a k past them); None, the whole vocabulary, for k
@@ -44,7 +54,8 @@ class DraftVocab:
     def save(self, folder: Path, counted: int) -> Path:
         path = Path(folder) / FILE
         path.write_text(json.dumps({"format": FORMAT, "vocab_size": self.vocab_size, "corpus": self.corpus,
-                                    "tokens_counted": counted, "ranked": list(self.ranked)}) + "\n",
+                                    "tokens_counted": counted, "trained": self.trained,
+                                    "ranked": list(self.ranked)}) + "\n",
                         encoding="utf-8")
         return path
 
@@ -70,7 +81,8 @@ def load(draft_dir: Path, vocab_size: int) -> DraftVocab | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        vocab = DraftVocab(tuple(data["ranked"]), int(data["vocab_size"]), str(data.get("corpus", "")))
+        vocab = DraftVocab(tuple(data["ranked"]), int(data["vocab_size"]), str(data.get("corpus", "")),
+                           data.get("trained") is True)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path} cannot be read as a draft vocabulary ({exc}). Delete the file to draft "
                               "over the whole vocabulary, or rebuild it (scripts/build_draft_vocab.py).") from None

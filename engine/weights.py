@@ -30,8 +30,8 @@ class Tensor:
         return prod(self.shape)
 
 
-def read_header(path: Path) -> dict[str, Tensor]:
-    """Tensor name -> (file, dtype, shape), or CheckpointError naming the file and what is wrong."""
+def _raw_header(path: Path) -> tuple[dict, int]:
+    """The header's JSON object and the offset where the tensor data starts."""
     try:
         with open(path, "rb") as f:
             raw = f.read(8)
@@ -48,6 +48,69 @@ def read_header(path: Path) -> dict[str, Tensor]:
     if not isinstance(header, dict):
         raise CheckpointError(f"Weights file {path} is corrupt (its header is not a JSON object). "
                               "Delete it and download it again.")
+    return header, 8 + length
+
+
+def _span(path: Path, header: dict, start: int, name: str) -> tuple[int, int]:
+    """Where a tensor's bytes lie in its file, checked against the file's size."""
+    offsets = header[name].get("data_offsets") if isinstance(header.get(name), dict) else None
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1] and start + offsets[1] <= path.stat().st_size):
+        raise CheckpointError(f"Weights file {path} is truncated or corrupt (tensor {name!r} lies outside it). "
+                              "Delete it and download it again.")
+    return start + offsets[0], start + offsets[1]
+
+
+def read_ints(path: Path, name: str) -> list[int]:
+    """A small integer tensor's values (a vocabulary table), read with the standard library."""
+    header, start = _raw_header(path)
+    tensor = read_header(path).get(name)
+    codes = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "U16": "H", "U32": "I", "U64": "Q"}
+    if tensor is None or tensor.dtype not in codes or len(tensor.shape) != 1:
+        raise CheckpointError(f"{path}: {name} must be a list of integers, found "
+                              f"{'nothing' if tensor is None else f'{tensor.dtype} {list(tensor.shape)}'}.")
+    begin, end = _span(path, header, start, name)
+    if end - begin != tensor.numel * DTYPE_BYTES[tensor.dtype]:
+        raise CheckpointError(f"Weights file {path} is corrupt ({name} has the wrong byte count). Download it again.")
+    with open(path, "rb") as f:
+        f.seek(begin)
+        return list(struct.unpack(f"<{tensor.numel}{codes[tensor.dtype]}", f.read(end - begin)))
+
+
+def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 20) -> None:
+    """A safetensors file holding the named tensors of a folder's files, their bytes copied as they are."""
+    sources = {}
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        header, start = _raw_header(path)
+        for name in header:
+            if name != "__metadata__":
+                sources[name] = (path, header, start)
+    entries, spans, offset = {}, [], 0
+    for name in names:
+        path, header, start = sources[name]
+        begin, end = _span(path, header, start, name)
+        entries[name] = {"dtype": header[name]["dtype"], "shape": header[name]["shape"],
+                         "data_offsets": [offset, offset + end - begin]}
+        spans.append((path, begin, end))
+        offset += end - begin
+    blob = json.dumps(entries, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(out, "wb") as dst:
+        dst.write(struct.pack("<Q", len(blob)) + blob)
+        for path, begin, end in spans:
+            with open(path, "rb") as src:
+                src.seek(begin)
+                while begin < end:
+                    data = src.read(min(chunk, end - begin))
+                    if not data:
+                        raise CheckpointError(f"Weights file {path} ended early. Download it again.")
+                    dst.write(data)
+                    begin += len(data)
+
+
+def read_header(path: Path) -> dict[str, Tensor]:
+    """Tensor name -> (file, dtype, shape), or CheckpointError naming the file and what is wrong."""
+    header, _ = _raw_header(path)
     out = {}
     for name, entry in header.items():
         if name == "__metadata__":

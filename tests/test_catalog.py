@@ -103,13 +103,24 @@ def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
 
 
 def test_each_speculation_downloads_only_what_it_needs():
-    """Qwen3 8B lists DFlash, EAGLE-3 and DSpark drafters and n-gram lookup: choosing one keeps its drafter and
-    the engines that run it, and the downloader fetches that drafter only (nothing more for n-gram lookup);
-    Qwen3.5's own MTP heads need no drafter either; the DFlash2 pair runs its drafter in torch alone."""
+    """Qwen3 8B lists two DFlash drafters (z-lab's, RedHatAI's), EAGLE-3 and DSpark drafters and n-gram lookup:
+    choosing one keeps its drafter and the engines that run it, and the downloader fetches that drafter only
+    (nothing more for n-gram lookup); Qwen3.5's own MTP heads need no drafter either; the DFlash2 pair runs its
+    drafter in torch alone."""
     c = load_catalog()
     q8 = c.get("qwen3-8b")
-    assert [s.method for s in q8.speculations] == ["dflash", "eagle3", "dspark", "ngram"]
+    red = "dflash:RedHatAI/Qwen3-8B-speculator.dflash"
+    assert [s.key for s in q8.speculations] == ["dflash", red, "eagle3", "dspark", "ngram"]
     assert q8.method == "dflash" and q8.repos() == [("Qwen/Qwen3-8B", "main"), ("z-lab/Qwen3-8B-DFlash-b16", "main")]
+    redhat = q8.choosing(red)
+    assert (redhat.method, redhat.speculation, redhat.engines) == ("dflash", red, q8.engines)
+    assert redhat.repos() == [("Qwen/Qwen3-8B", "main"), ("RedHatAI/Qwen3-8B-speculator.dflash", "main")]
+    assert [s.label for s in q8.speculations[:2]] == ["DFlash drafter (z-lab)", "DFlash drafter (RedHatAI)"]
+    assert redhat.choosing("dflash") == q8 and q8.speculation == "dflash"
+    from dflash_desktop.fit import Budget, estimate_fit
+    budget = Budget(32 * 2**30, "cpu", "RAM")       # its copies of the target's embedding and head never load
+    per_weight = estimate_fit(q8, budget).breakdown["drafter_weights"] / q8.drafter.params
+    assert estimate_fit(redhat, budget).breakdown["drafter_weights"] == 1015000000 * per_weight
     eagle = q8.choosing("eagle3")
     assert eagle.engines == {"llamacpp": ("cpu", "vulkan")} and eagle.block_size == 7
     assert eagle.repos() == [("Qwen/Qwen3-8B", "main"), ("AngelSlim/Qwen3-8B_eagle3", "main")]
@@ -160,10 +171,19 @@ def test_other_drafters_are_validated(drafter, expected):
         parse_catalog(data)
 
 
+def test_a_drafter_cannot_keep_more_than_it_downloads():
+    data = raw()
+    pair = next(p for p in data["pairs"] if p["id"] == "qwen3-8b")
+    pair["drafters"][0]["loaded_params"] = pair["drafters"][0]["params"] + 1
+    with pytest.raises(CatalogError, match="'loaded_params' \\(what an engine keeps\\) cannot exceed 'params'"):
+        parse_catalog(data)
+
+
 def test_a_drafter_kind_this_version_does_not_know_is_left_out():
     data = raw()
-    data["pairs"][3]["drafters"][0]["method"] = "medusa2"      # a newer catalog's kind
-    assert [s.method for s in parse_catalog(data).get("qwen3-8b").speculations] == ["dflash", "dspark", "ngram"]
+    data["pairs"][3]["drafters"][1]["method"] = "medusa2"      # a newer catalog's kind
+    assert [s.method for s in parse_catalog(data).get("qwen3-8b").speculations] == ["dflash", "dflash", "dspark",
+                                                                                    "ngram"]
 
 
 def test_unreadable_file_is_a_clear_error(tmp_path):

@@ -381,7 +381,7 @@ def test_settings_read_nested_first_then_from_the_top_level():
     ({"is_causal": "no"}, "is_causal must be true or false"),
     ({"layer_types": ["sliding_attention", "chunked_attention"]}, "layer_types holds 'chunked_attention'"),
     ({"hidden_act": "gelu"}, "hidden_act is 'gelu'"),
-    ({"speculators_model_type": "dflash", "architectures": ["DFlashDraftModel"]}, "vLLM's speculators library"),
+    ({"speculators_model_type": "dflash2", "architectures": ["DFlashDraftModel"]}, "vLLM's speculators library"),
 ])
 def test_config_errors_name_the_key(tmp_path, change, words):
     raw, change = public_config(), dict(change)
@@ -446,16 +446,15 @@ def test_dflash2_samples_follow_the_target_distribution(temperature, top_k, top_
                                                        top_p=top_p, block_size=4, draft_cutoff=cutoff))
 
 
-def test_a_drafter_saved_by_vllms_speculators_is_refused_by_name_in_every_engine(tmp_path):
-    """Its architectures may read DFlashDraftModel, but its layer ids count from one and its head is its own: read
-    as z-lab's it would load with the wrong layers. torch and MLX read DraftConfig; llama.cpp's converter is never
-    started on it."""
+def test_a_dflash2_drafter_saved_by_vllms_speculators_is_refused_by_name_in_every_engine(tmp_path):
+    """Its DFlash2 format is not read yet (its DFlash one is: tests/test_speculators.py): torch and MLX read
+    DraftConfig, and llama.cpp's converter is never started on it."""
     from engine.backends.llamacpp import convert
-    cfg = {"architectures": ["DFlashDraftModel"], "speculators_model_type": "dflash", "block_size": 16,
+    cfg = {"architectures": ["DFlashDraftModel"], "speculators_model_type": "dflash2", "block_size": 16,
            "aux_hidden_state_layer_ids": [2, 10, 18], "mask_token_id": 151669, "draft_vocab_size": 32000,
            "transformer_layer_config": {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 1}}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     for load in (lambda: DraftConfig.from_file(tmp_path / "config.json"), lambda: convert.draft_gguf(tmp_path, tmp_path)):
         with pytest.raises(CheckpointError, match="vLLM's speculators library") as err:
             load()
-        assert err.value.code == "unsupported_architecture" and "z-lab's format" in str(err.value)
+        assert err.value.code == "unsupported_architecture" and "DFlash2 format" in str(err.value)

@@ -274,6 +274,23 @@ def test_the_search_box_filters_the_list_by_every_word(qtbot, picker):
     assert all(picker.list.isRowHidden(i) for i in rows(picker).values())
 
 
+def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker):
+    """Qwen3 8B has z-lab's DFlash drafter and RedHatAI's (vLLM speculators' format): the box names both by
+    publisher, and choosing the second changes the row's drafter, and back."""
+    idx = select(picker, "qwen3-8b")
+    items = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
+    assert items[0].startswith("DFlash drafter (z-lab) · 2.1 GB more")
+    assert items[1].startswith("DFlash drafter (RedHatAI) · 3.5 GB more")
+    picker.method_box.activated.emit(1)
+    idx = select(picker, "qwen3-8b")
+    red = "dflash:RedHatAI/Qwen3-8B-speculator.dflash"
+    assert picker.method_box.currentData() == red
+    assert picker.model.pair_row(idx.row()).pair.drafter.repo_id == "RedHatAI/Qwen3-8B-speculator.dflash"
+    picker.method_box.activated.emit(0)
+    idx = select(picker, "qwen3-8b")
+    assert picker.model.pair_row(idx.row()).pair.drafter.repo_id == "z-lab/Qwen3-8B-DFlash-b16"
+
+
 def test_choosing_a_speculation_changes_what_downloads_and_loads(qtbot, picker, hub, monkeypatch):
     """Qwen3 4B offers its DFlash, EAGLE-3 and DSpark drafters and n-gram lookup: the speculation box lists
     each with what it adds to the download and the engines that run it; choosing EAGLE-3 plans llama.cpp on the

@@ -438,20 +438,20 @@ class ModelPicker(QDialog):
         self.method_row.setVisible(len(options) > 1)
         self.method_box.clear()
         for s in options:
-            self.method_box.addItem(speculation_label(s, self.catalog), s.method)
-        self.method_box.setCurrentIndex(next(i for i, s in enumerate(options) if s.method == row.pair.method))
+            self.method_box.addItem(speculation_label(s, self.catalog), s.key)
+        self.method_box.setCurrentIndex(next(i for i, s in enumerate(options) if s.key == row.pair.speculation))
         self.method_box.setEnabled(row.download_state != "downloading")
 
     def _choose_method(self, index: int) -> None:
         """Another speculation for the selected pair: its row is rebuilt (size, fit, plan, what is on disk)."""
         idx = self.list.currentIndex()
-        method = self.method_box.itemData(index)
-        if not idx.isValid() or method is None:
+        key = self.method_box.itemData(index)
+        if not idx.isValid() or key is None:
             return
         row = self.model.pair_row(idx.row())
-        if method == row.pair.method:
+        if key == row.pair.speculation:
             return
-        pair = row.pair.choosing(method)
+        pair = row.pair.choosing(key)
         self.model.replace_row(build_row(pair, self.catalog, self.hardware,
                                          pair_dirs(pair, downloads.find_cached, self.hardware,
                                                    self.catalog.dtype_bytes)))

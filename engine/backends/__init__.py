@@ -123,8 +123,12 @@ def load_pair(engine: str, target_dir, draft_dir=None, device: str = "auto", dty
               cancelled: Callable[[], bool] = lambda: False) -> "LoadedPair":
     """Load a target (and drafter) with the named engine; progress(stage, message) reports each stage, and
     between stages a true cancelled() stops the load with engine.errors.Cancelled. A GGUF target reaches the
-    engines that read safetensors as the Hugging Face folder made from it once (engine/gguf_folder.py)."""
+    engines that read safetensors as the Hugging Face folder made from it once (engine/gguf_folder.py), and a
+    drafter saved by vLLM's speculators library reaches every engine as its z-lab import (engine/speculators.py)."""
     from pathlib import Path
+    if draft_dir is not None and Path(draft_dir).is_dir():
+        from .. import speculators
+        draft_dir = speculators.imported(Path(draft_dir), progress)
     if engine != "llamacpp" and Path(target_dir).suffix.lower() == ".gguf" and Path(target_dir).is_file():
         from .. import gguf_folder
         target_dir = gguf_folder.hf_folder(Path(target_dir), progress)

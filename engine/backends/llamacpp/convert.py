@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ... import speculators
 from ...config import generation_of
 from ...errors import Cancelled, CheckpointError, EngineError, PairMismatchError
 from ...weights import folder_tensors
@@ -196,10 +197,11 @@ def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancel
     """A z-lab DFlash drafter, a DSpark, an EAGLE-3 one or a Gemma 4 assistant, for a target whose config and
     tokenizer are in target_dir; a quantized target keeps a float16 drafter (DFlash's acceptance suffers from a
     quantized drafter, and drafters are small)."""
+    draft_dir = speculators.imported(draft_dir)    # a speculators DFlash drafter converts as its z-lab import
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
     kind = drafter_kind(cfg)
     if kind == "dflash":
-        generation_of(cfg, str(draft_dir / "config.json"))   # a speculators DFlash drafter is refused by name
+        generation_of(cfg, str(draft_dir / "config.json"))
     if kind is None:
         raise CheckpointError(f"{draft_dir} is not a DFlash, DSpark, EAGLE-3 or Gemma 4 assistant drafter "
                               f"(config.json architectures {cfg.get('architectures')}).")

@@ -20,7 +20,7 @@ from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from .. import METHODS, Chunk
 from ...tokenizer import ChatTokenizer
 from ... import gguf_metadata as metadata
-from ...draft_vocab import default_size, load as load_ranking
+from ...draft_vocab import load as load_ranking
 from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, gpu, vocab_head
 from .server import Launch, Server, ServerError, StartCancelled, clean_env, request_body
 from .tokens import ServerTokenizer
@@ -217,7 +217,7 @@ def drafting_vocabulary(draft_dir: Path, dmeta: dict, tmeta: dict, size: int | N
     vocab = load_ranking(draft_dir, metadata.vocab_size(tmeta))
     if vocab is None:
         return None
-    return vocab.top(default_size(not on_gpu) if size is None else size)
+    return vocab.chosen(size, not on_gpu)
 
 
 def drafter_block(meta: dict) -> int:

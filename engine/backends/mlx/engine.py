@@ -211,8 +211,7 @@ class MlxPair:
             self._context = [feats] if self._drafting else []
             if self._drafting:
                 self.drafter.reset()
-            self._use_vocabulary(draft_vocab.default_size(self.device == mx.cpu) if settings.draft_vocab is None
-                                 else settings.draft_vocab)
+            self._use_vocabulary(settings.draft_vocab)
             return self._choose(logits)
 
     def draft(self, last: int, pos: int, width: int) -> list[int]:
@@ -265,9 +264,9 @@ class MlxPair:
     def stop_drafting(self) -> None:
         self._drafting, self._context, self._lookup = False, [], None
 
-    def _use_vocabulary(self, size: int) -> None:
-        """Draft over the `size` most frequent ranked tokens (0: every token); the last size's rows are kept."""
-        ids = self.vocab.top(size) if self.vocab is not None else None
+    def _use_vocabulary(self, setting: int | None) -> None:
+        """Draft over the ranked tokens the setting chooses (DraftVocab.chosen); the last size's rows are kept."""
+        ids = self.vocab.chosen(setting, self.device == mx.cpu) if self.vocab is not None else None
         self.draft_vocab = len(ids) if ids is not None else None
         if ids is None:
             self._subset = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...config import GENERATION_METHODS
-from ...draft_vocab import DraftVocab, default_size
+from ...draft_vocab import DraftVocab
 from ...limits import GenerationSettings
 from ...penalties import History
 from ...stats import process_peak_bytes
@@ -125,13 +125,11 @@ def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions
 
 
 def draft_over(pair, settings: GenerationSettings) -> None:
-    """The answer's draft vocabulary: the size its settings name, else the device's measured default."""
+    """The answer's draft vocabulary: the size its settings name, else the drafter's default (DraftVocab.chosen)."""
     if pair.runner is None or pair.vocab is None:
         pair.draft_vocab = None
         return
-    size = settings.draft_vocab
-    pair.draft_vocab = pair.runner.use_vocabulary(
-        default_size(pair.device.type == "cpu") if size is None else size)
+    pair.draft_vocab = pair.runner.use_vocabulary(settings.draft_vocab, pair.device.type == "cpu")
 
 
 def block_embeddings(target, config, last: int, width: int) -> torch.Tensor:

@@ -58,11 +58,11 @@ class DraftRunner:
         self.length = 0
         self.keys, self.values = [], []
 
-    def use_vocabulary(self, size: int | None) -> int | None:
-        """Draft over the `size` most frequent tokens of the ranking (0/None, or no ranking: every token). Sets
+    def use_vocabulary(self, setting: int | None, on_cpu: bool) -> int | None:
+        """Draft over the ranking's tokens the setting chooses (DraftVocab.chosen; no ranking: every token). Sets
         `ids` (the token each logit column stands for; None: column = token) and the head; returns the size
         used (None: the whole vocabulary). The whole head and the last subset's rows are kept packed."""
-        ids = self.vocab.top(size) if self.vocab is not None else None
+        ids = self.vocab.chosen(setting, on_cpu) if self.vocab is not None else None
         if ids is None:
             self.ids, self.head = self._whole
             return None
