@@ -1,7 +1,8 @@
 """Every way llama.cpp can speculate for a pair, against its plain decoding, by prompt kind, and whether the
 calibrated choice holds on prompts it never saw. For the code pair (held-out standard-library files, and
 repetitive code to continue) and the chat pair (held-out chats, and edits of pasted text), in one run: calibrate
-afresh (three prompts of its own, interleaved, calibrate.py), then decode every held-out prompt with plain
+afresh (three prompts of its own, interleaved, calibrate.py; once with its timed answers sized by plain decoding's
+speed as the app does, once all of 64 tokens as it did before), then decode every held-out prompt with plain
 decoding, n-gram lookup and DFlash at each of their settings, interleaved prompt by prompt, and compare the
 calibrated setting's total with the best fixed setting's. n-gram lookup gets a new server for every answer, so
 it never drafts an answer from one it has seen (users' second asks do gain from that).
@@ -59,16 +60,29 @@ def held_out(pair, which: str, limit: int) -> dict[str, list[list[int]]]:
             "edit": [tok.encode_prompt(text) for text in CHAT_EDITS]}
 
 
+def calibrated(pair, fixed: bool) -> dict:
+    """A fresh calibration, its timed answers sized by plain decoding's speed (the app's), or all of 64 tokens
+    (the app's before 2026-11-28), to compare the two in one run."""
+    sized = calibrate.answer_tokens
+    if fixed:
+        calibrate.answer_tokens = lambda rate, answers: calibrate.TOKENS
+    try:
+        return calibrate.choose(pair, force=True)
+    finally:
+        calibrate.answer_tokens = sized
+
+
 def run(which: str, limit: int, tokens: int, calibrations: int) -> dict:
     if which == "code":
         pair = load_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
     else:
         pair = load_pair(chat_pair.gguf_path(), chat_pair.DRAFT_DIR)
     try:
-        choices = [calibrate.choose(pair, force=True) for _ in range(calibrations)]
+        choices = [calibrated(pair, fixed) for _ in range(calibrations) for fixed in (False, True)]
         settings = [("none", 0), *calibrate.settings_of(pair)]
         kinds = held_out(pair, which, limit)
         out = {"pair": which, "tokens": tokens, "choices": [calibrate.name(c["method"], c["n_max"]) for c in choices],
+               "calibration_tokens": [c["tokens"] for c in choices],
                "calibrated_rates": [c["rates"] for c in choices], "kinds": {}}
         for kind, prompts in kinds.items():
             runs: dict[str, list[dict]] = {calibrate.name(*s): [] for s in settings}
@@ -110,7 +124,8 @@ def main() -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
         for kind, r in result["kinds"].items():
-            print(f"{which}/{kind}: calibrated {result['choices']}, best fixed {r['best_fixed']}; vs plain "
+            print(f"{which}/{kind}: calibrated {result['choices']} (timed answers of {result['calibration_tokens']} "
+                  f"tokens), best fixed {r['best_fixed']}; vs plain "
                   f"{r['vs_plain']}; the choice's total is {r['chosen_vs_best']} of the best fixed setting's over "
                   f"{r['prompts']} prompts", flush=True)
     if args.json:

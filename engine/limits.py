@@ -96,7 +96,8 @@ LIMITS: dict[str, Limit] = {lim.name: lim for lim in (
           open_high=True, optional=True),
     Limit("draft_vocab", int, 1, 1 << 20, None, "Draft vocabulary",
           "The drafter proposes only this many of the tokens its model uses most (a ranking shipped beside the "
-          "drafter), which makes each draft cheaper; the output never changes. 0: every token. Empty: the "
+          "drafter; of a drafter trained on a set of its own, the lowest ids of that set), which makes each "
+          "draft cheaper; the output never changes. 0: every token. Empty: the drafter's own set, else the "
           "engine's measured choice for the device.", zero="every token", optional=True),
     Limit("seed", int, 0, SEED_MAX, None, "Seed",
           "Random seed for sampling. Empty: a new seed each time.", optional=True),

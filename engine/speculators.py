@@ -36,6 +36,9 @@ KINDS = ("dflash", "dflash2")
 QWEN3_DEFAULTS = {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
                   "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6,
                   "max_position_embeddings": 32768, "hidden_act": "silu"}
+# bumped when an import would be written differently, so that older imports are made again
+FORMAT = 1
+STALE_S = 86400         # a temporary folder this old was left by an import that never finished
 CORPUS = "the tokens the drafter was trained to propose (speculators d2t)"
 
 
@@ -74,14 +77,20 @@ def translated(raw: dict[str, Any], source: str = "config.json") -> dict[str, An
                                                   for i in aux)):
         raise CheckpointError(f"{source}: aux_hidden_state_layer_ids must list target layers counted from 1 (0 is "
                               f"the embedding, which DFlash does not read), got {aux!r}. Re-download the drafter.")
-    hidden, target_hidden = layer.get("hidden_size"), raw.get("target_hidden_size")
+    out = {k: v for k, v in layer.items() if k not in _DROPPED}
+    if layer.get("model_type", "qwen3") == "qwen3":
+        out = {**QWEN3_DEFAULTS, **out}
+        if not out.get("use_sliding_window"):
+            # Qwen3Config drops the window unless use_sliding_window is set, and speculators then runs its
+            # "sliding" layers as full ones that see the whole block
+            out["sliding_window"] = None
+            if isinstance(out.get("layer_types"), list):
+                out["layer_types"] = ["full_attention"] * len(out["layer_types"])
+    hidden, target_hidden = out.get("hidden_size"), raw.get("target_hidden_size")
     if target_hidden is not None and target_hidden != hidden:
         raise CheckpointError(f"{source}: the drafter's width ({hidden}) differs from its target's "
                               f"(target_hidden_size {target_hidden}), which DFlash Desktop's engines do not run. "
                               "Pick a drafter of the target's width.", code="unsupported_architecture")
-    out = {k: v for k, v in layer.items() if k not in _DROPPED}
-    if layer.get("model_type", "qwen3") == "qwen3":
-        out = {**QWEN3_DEFAULTS, **out}
     out.update(architectures=["DFlashDraftModel"], block_size=raw["block_size"],
                dflash_config={"mask_token_id": raw["mask_token_id"], "target_layer_ids": [i - 1 for i in aux]})
     if raw.get("sliding_window_non_causal"):
@@ -102,22 +111,42 @@ def imported(draft_dir: Path, progress: Callable[[str, str], None] | None = None
         return draft_dir
     translated_config = translated(raw, str(config))       # refused before anything is written
     files = sorted(draft_dir.glob("*.safetensors"))
-    key = hashlib.sha256(config.read_bytes() + "".join(
+    key = hashlib.sha256(f"{FORMAT}\0".encode() + config.read_bytes() + "".join(
         f"\0{f.name}\0{f.stat().st_size}\0{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:12]
-    dest = app_cache() / "drafters" / f"{draft_dir.name}-{key}"
-    if (dest / "config.json").is_file():
+    # named for the folder it came from (its path hashed: two drafters may share a folder name) and its contents
+    origin = f"{draft_dir.name}-{hashlib.sha256(str(draft_dir.resolve()).encode()).hexdigest()[:8]}"
+    dest = app_cache() / "drafters" / f"{origin}-{key}"
+    if (dest / "config.json").is_file():          # written last: a folder holding it is complete
         return dest
     if progress is not None:
         progress("convert", f"Importing {draft_dir.name} (a speculators drafter, once)")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{draft_dir.name}-", dir=dest.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{origin}-", dir=dest.parent))
     try:
         _write(draft_dir, files, translated_config, tmp)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+        if not (dest / "config.json").is_file():  # another load may have imported it meanwhile: keep that one
+            shutil.rmtree(dest, ignore_errors=True)
+            try:
+                tmp.rename(dest)
+            except OSError as exc:
+                if not (dest / "config.json").is_file():
+                    raise CheckpointError(f"The import of {draft_dir.name} could not be put in place in "
+                                          f"{dest.parent} ({exc}). Check the disk and load the drafter again.") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _forget_others(dest, origin)
     return dest
+
+
+def _forget_others(kept: Path, origin: str) -> None:
+    """Remove older imports of the same folder (each as large as the drafter) and temporary folders that
+    an interrupted import left a day ago or more."""
+    import time
+    for path in kept.parent.iterdir():
+        old_import = path.name.startswith(f"{origin}-") and path != kept
+        abandoned = path.name.startswith(".") and time.time() - path.stat().st_mtime > STALE_S
+        if path.is_dir() and (old_import or abandoned):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _write(draft_dir: Path, files: list[Path], config: dict, out: Path) -> None:
@@ -137,13 +166,13 @@ def _write(draft_dir: Path, files: list[Path], config: dict, out: Path) -> None:
                               f"tokens, but its embed_tokens.weight is {list(embed[1].shape)}: the files disagree. "
                               "Re-download the drafter.")
     layers = sorted(n for n in tensors if n not in NOT_LAYERS)
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     weights.copy_tensors(draft_dir, layers, out / "model.safetensors")
     if "d2t" in tensors:
-        offsets = weights.read_ints(tensors["d2t"][0], "d2t")
+        offsets = weights.read_ints(tensors["d2t"][0], "d2t", most=vocab_size)
         ids = [i + d for i, d in enumerate(offsets)]
         if not all(0 <= t < vocab_size for t in ids) or len(set(ids)) != len(ids):
             raise CheckpointError(f"{tensors['d2t'][0]}: d2t maps the drafter's tokens outside the target's "
                                   f"vocabulary of {vocab_size} or twice onto one token. Re-download the drafter.")
         if len(ids) < vocab_size:
             DraftVocab(tuple(ids), vocab_size, CORPUS, trained=True).save(out, 0)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")   # last: complete

@@ -61,13 +61,13 @@ def _span(path: Path, header: dict, start: int, name: str) -> tuple[int, int]:
     return start + offsets[0], start + offsets[1]
 
 
-def read_ints(path: Path, name: str) -> list[int]:
-    """A small integer tensor's values (a vocabulary table), read with the standard library."""
+def read_ints(path: Path, name: str, most: int) -> list[int]:
+    """A small integer tensor's values (a vocabulary table of at most `most`), read with the standard library."""
     header, start = _raw_header(path)
     tensor = read_header(path).get(name)
     codes = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "U16": "H", "U32": "I", "U64": "Q"}
-    if tensor is None or tensor.dtype not in codes or len(tensor.shape) != 1:
-        raise CheckpointError(f"{path}: {name} must be a list of integers, found "
+    if tensor is None or tensor.dtype not in codes or len(tensor.shape) != 1 or tensor.numel > most:
+        raise CheckpointError(f"{path}: {name} must be a list of at most {most} integers, found "
                               f"{'nothing' if tensor is None else f'{tensor.dtype} {list(tensor.shape)}'}.")
     begin, end = _span(path, header, start, name)
     if end - begin != tensor.numel * DTYPE_BYTES[tensor.dtype]:
@@ -82,14 +82,18 @@ def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 2
     sources = {}
     for path in sorted(Path(folder).glob("*.safetensors")):
         header, start = _raw_header(path)
-        for name in header:
-            if name != "__metadata__":
-                sources[name] = (path, header, start)
+        for name, tensor in read_header(path).items():
+            sources[name] = (path, header, start, tensor)
     entries, spans, offset = {}, [], 0
     for name in names:
-        path, header, start = sources[name]
+        if name not in sources:
+            raise CheckpointError(f"No weights file in {folder} holds {name}. Re-download the model.")
+        path, header, start, tensor = sources[name]
         begin, end = _span(path, header, start, name)
-        entries[name] = {"dtype": header[name]["dtype"], "shape": header[name]["shape"],
+        if end - begin != tensor.numel * DTYPE_BYTES.get(tensor.dtype, 0):
+            raise CheckpointError(f"Weights file {path} is corrupt ({name}'s bytes do not match its shape "
+                                  f"{list(tensor.shape)} of {tensor.dtype}). Download it again.")
+        entries[name] = {"dtype": tensor.dtype, "shape": list(tensor.shape),
                          "data_offsets": [offset, offset + end - begin]}
         spans.append((path, begin, end))
         offset += end - begin

@@ -239,7 +239,9 @@ def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(p
         launch = server.launch
         setting = calibrate.name(launch.method, n_max) if n_max else ("plain", launch.flash_attn)
         calls.append((setting, tuple(prompt), result, server.proc.pid))
+        lengths.append((tuple(prompt), tokens))
         return result
+    lengths: list[tuple] = []
     monkeypatch.setattr(calibrate, "measure", recorded)
     choice = calibrate.choose(pair, force=True)
     settings = {setting for setting, *_ in calls}
@@ -263,6 +265,26 @@ def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(p
     total = choice["rates"]["none"]
     assert min(r["tokens"] / r["seconds"] for r in plain_runs) <= total <= max(
         r["tokens"] / r["seconds"] for r in plain_runs)
+    # every timed answer is as long as plain decoding's speed allows, and the choice says how long
+    assert {n for p, n in lengths if p in prompts} == {choice["tokens"]}
+    assert choice["tokens"] == calibrate.answer_tokens(lengths and choice["tokens"] and
+                                                       _probe_rate(calls, pair), 8 * 3 * calibrate.ROUNDS)
+    assert f"({choice['tokens']}-token answers)" in choice["reason"]
+
+
+def _probe_rate(calls, pair) -> float:
+    """Plain decoding's rate on the first answer of a calibration, which sizes its timed answers."""
+    first = calls[0][2]
+    assert calls[0][1] == tuple(calibrate.warm_up(pair)) and calls[0][0][0] == "plain"
+    return first["tokens"] / first["seconds"]
+
+
+def test_timed_answers_grow_with_plain_decodings_speed_within_their_bounds():
+    """64 tokens a timed answer at the least (a big model on a CPU), 256 at the most, in steps of 64."""
+    answers = 48
+    assert calibrate.answer_tokens(0.0, answers) == calibrate.answer_tokens(8.0, answers) == 64
+    assert calibrate.answer_tokens(450.0, answers) == 128        # 450 x 15 s / 48 answers = 140 tokens
+    assert calibrate.answer_tokens(1100.0, answers) == calibrate.answer_tokens(1e6, answers) == 256
 
 
 def test_drafts_that_were_never_accepted_are_never_chosen_however_fast_they_measured():

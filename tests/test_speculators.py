@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from engine.config import DraftConfig
 from engine.errors import CheckpointError
 from engine.limits import GenerationSettings
 from engine.loop import Generation
+from tests.hub_server import hub  # noqa: F401  (fixture)
 
 TARGET, DRAFT = assets.path("demo", "target"), assets.path("demo", "draft")
 KEPT = 1024        # tokens the speculators drafter "was trained on": the demo ranking's first, in id order
@@ -102,16 +104,33 @@ def test_the_import_is_the_z_lab_drafter_with_its_trained_tokens_made_once(folde
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]   # no half-written folder left
 
 
-def test_a_changed_drafter_is_imported_again(folders):
+def test_a_changed_drafter_is_imported_again_and_its_old_import_removed(folders, tmp_path):
     spec, _ = folders
     first = speculators.imported(spec)
+    twin = write_speculators(tmp_path / "elsewhere" / spec.name)      # another folder of the same name
+    other = speculators.imported(twin)
     write_speculators(spec, speculators_config(aux_hidden_state_layer_ids=[1, 2, 3]))
     second = speculators.imported(spec)
     assert second != first and DraftConfig.from_file(second / "config.json").target_layer_ids == (0, 1, 2)
+    assert not first.exists() and (other / "config.json").is_file()     # the twin's import is not this one's
+
+
+def test_two_loads_importing_at_once_both_get_the_complete_import(folders):
+    import threading
+    spec, _ = folders
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(speculators.imported(spec))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 2 and got[0] == got[1] and (got[0] / "config.json").is_file()
+    assert set(load_file(got[0] / "model.safetensors")) == set(load_file(DRAFT / "model.safetensors"))
+    assert [p.name for p in got[0].parent.iterdir()] == [got[0].name]      # nothing half-written left
 
 
 def test_sliding_layers_that_see_the_whole_block_are_said_so():
-    layer = {**speculators_config()["transformer_layer_config"], "sliding_window": 64,
+    layer = {**speculators_config()["transformer_layer_config"], "sliding_window": 64, "use_sliding_window": True,
              "layer_types": ["sliding_attention", "full_attention"]}
     causal = DraftConfig.from_dict(speculators_config(transformer_layer_config=layer)).causal
     open_ = DraftConfig.from_dict(speculators_config(transformer_layer_config=layer,
@@ -121,11 +140,17 @@ def test_sliding_layers_that_see_the_whole_block_are_said_so():
 
 def test_qwen3_defaults_fill_what_the_saved_config_leaves_out():
     """speculators saves its layer settings as a difference from transformers' Qwen3Config; what it leaves out is
-    that class's default, as its own loader reads it."""
+    that class's default, as its own loader reads it: a width of 4096, checked against target_hidden_size once
+    filled; and without use_sliding_window, "sliding" layers that see every position."""
     layer = {k: v for k, v in speculators_config()["transformer_layer_config"].items()
-             if k not in ("vocab_size", "rms_norm_eps", "hidden_act")}
-    cfg = DraftConfig.from_dict(speculators_config(transformer_layer_config=layer))
-    assert (cfg.vocab_size, cfg.rms_norm_eps) == (151936, 1e-6)
+             if k not in ("vocab_size", "rms_norm_eps", "hidden_act", "hidden_size")}
+    cfg = DraftConfig.from_dict(speculators_config(transformer_layer_config=layer, target_hidden_size=4096))
+    assert (cfg.vocab_size, cfg.rms_norm_eps, cfg.hidden_size) == (151936, 1e-6, 4096)
+    sliding = {**layer, "sliding_window": 64, "layer_types": ["sliding_attention", "sliding_attention"]}
+    off = DraftConfig.from_dict(speculators_config(transformer_layer_config=sliding))
+    on = DraftConfig.from_dict(speculators_config(transformer_layer_config={**sliding, "use_sliding_window": True}))
+    assert (off.layer_types, off.sliding_window, off.causal) == (("full_attention",) * 2, None, (False, False))
+    assert (on.layer_types, on.sliding_window, on.causal) == (("sliding_attention",) * 2, 64, (True, True))
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -149,11 +174,29 @@ def test_a_speculators_drafter_engines_cannot_run_is_refused_by_name(changes, wo
 @pytest.mark.parametrize("d2t, words", [
     (torch.full((KEPT,), 5000, dtype=torch.int64), "outside the target's vocabulary"),
     (torch.zeros(KEPT, dtype=torch.int64) - torch.arange(KEPT), "twice"),      # every draft id onto token 0
-    (torch.zeros((2, 2), dtype=torch.int64), "list of integers"),
+    (torch.zeros((2, 2), dtype=torch.int64), "list of at most 4096 integers"),
+    (torch.zeros(5000, dtype=torch.int64), "list of at most 4096 integers"),      # longer than the vocabulary
 ])
 def test_a_damaged_d2t_is_refused_by_name(d2t, words, tmp_path, home):
     with pytest.raises(CheckpointError, match=words):
         speculators.imported(write_speculators(tmp_path / "bad", d2t=d2t))
+
+
+def test_a_layer_whose_bytes_disagree_with_its_shape_is_refused_and_nothing_is_kept(tmp_path, home):
+    """A header that claims a larger shape than its bytes hold: refused by name, no import left behind."""
+    folder = write_speculators(tmp_path / "bad")
+    shard = folder / "model-00001-of-00002.safetensors"
+    data = shard.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    name = next(n for n in header if n != "__metadata__")
+    header[name]["shape"] = [header[name]["shape"][0] * 2, *header[name]["shape"][1:]]
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    shard.write_bytes(len(blob).to_bytes(8, "little") + blob + data[8 + length:])
+    with pytest.raises(CheckpointError, match=f"{name}'s bytes do not match its shape"):
+        speculators.imported(folder)
+    assert not [p for p in (home / "cache" / "drafters").iterdir()]
 
 
 def test_an_embedding_that_disagrees_with_the_config_is_refused(tmp_path, home):
@@ -170,6 +213,28 @@ def run(pair, settings: GenerationSettings):
         ids = pair.tokenizer.encode_prompt(text, raw=True)
         out.append(Generation(pair, ids, settings).run())
     return out
+
+
+@pytest.mark.parametrize("open_block", [False, True])
+def test_mlx_and_torch_draft_alike_whichever_layers_see_the_whole_block(tmp_path, home, open_block):
+    """A drafter with a sliding layer (window 8) beside a full one, its sliding layers causal in the block or
+    not (sliding_window_non_causal): MLX's drafts equal torch's, and the setting changes them."""
+    pytest.importorskip("mlx.core", reason="the mlx engine needs mlx")
+    layer = {**speculators_config()["transformer_layer_config"], "sliding_window": 8, "use_sliding_window": True,
+             "layer_types": ["sliding_attention", "full_attention"]}
+    drafts = {}
+    for non_causal in (False, True):
+        folder = write_speculators(tmp_path / f"spec-{non_causal}", speculators_config(
+            transformer_layer_config=layer, sliding_window_non_causal=non_causal))
+        for engine in ("torch", "mlx"):
+            pair = load_pair(engine, TARGET, folder, device="cpu")
+            prompt = pair.tokenizer.encode_prompt(PROMPTS[1], raw=True)
+            settings = GenerationSettings(draft_cutoff=0.0)
+            first = pair.prefill(prompt, settings, True)
+            drafts[engine, non_causal] = pair.draft(first, len(prompt), 16)
+            getattr(pair, "close", lambda: None)()
+    assert drafts["torch", open_block] == drafts["mlx", open_block]
+    assert drafts["torch", False] != drafts["torch", True]
 
 
 @pytest.mark.parametrize("engine", ["torch", "mlx"])
@@ -222,3 +287,83 @@ def test_llamacpp_converts_the_import_and_keeps_plain_decodings_tokens(folders):
         assert identical >= 1
     finally:
         pair.close()
+
+
+def test_the_catalog_journey_downloads_imports_and_chats_with_a_second_dflash_drafter(qtbot, tmp_path, monkeypatch,
+                                                                                      hub):
+    """Through the real window: a catalog pair whose target has z-lab's DFlash drafter and a speculators one (served
+    by a local hub, tests/hub_server.py); the model list offers both, the user picks the speculators one, it
+    downloads alone, the real worker imports and loads it, and the answer drafts from its trained tokens."""
+    import copy
+    import hashlib
+
+    from huggingface_hub import constants
+
+    from dflash_desktop import settings as settings_mod
+    from dflash_desktop.catalog import bundled_path, parse_catalog
+    from dflash_desktop.chat_store import ChatStore
+    from dflash_desktop.hardware import HardwareProbe, detect
+    from dflash_desktop.qt_worker import QtWorker
+    from tests.hub_server import Repo
+    from ui.main_window import MainWindow
+    from ui.pair_list_model import Roles
+
+    def repo(folder, seed: str) -> Repo:
+        commit = hashlib.sha1(seed.encode()).hexdigest()
+        return Repo(files={p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()},
+                    commits={"main": commit, commit: commit})
+
+    hub.repos["org/code-target"] = repo(TARGET, "target")
+    hub.repos["z-lab/code-draft"] = repo(DRAFT, "zlab")
+    hub.repos["RedHatAI/code-speculator.dflash"] = repo(write_speculators(tmp_path / "spec"), "spec")
+    data = json.loads(bundled_path().read_text())
+    pair = copy.deepcopy(next(p for p in data["pairs"] if p["id"] == "qwen3-4b"))
+    pair.update(id="code-hub", name="Code pair (hub)", approximate=[], variants={}, engines={"torch": ["cpu"]})
+    pair["target"].update(repo_id="org/code-target", params=2_900_000, layers=6, attention_layers=6,
+                          hidden_size=256, num_attention_heads=4, num_kv_heads=2, head_dim=64, vocab_size=4096,
+                          max_context=2048)
+    shape = dict(layers=2, num_kv_heads=2, head_dim=64, block_size=16, captured_layers=3, chat_mode="any",
+                 thinking=None)
+    pair["drafter"].update(repo_id="z-lab/code-draft", params=2_000_000, **shape)
+    pair["drafters"] = [{**pair["drafter"], "method": "dflash", "repo_id": "RedHatAI/code-speculator.dflash",
+                         "params": 4_000_000, "loaded_params": 2_000_000}]
+    data["pairs"] = [pair]
+    catalog = parse_catalog(data, "test")
+
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    window = MainWindow(worker=QtWorker(), store=ChatStore(), settings=settings_mod.Settings(), autoload=False)
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        fixture = Path(__file__).parent / "fixtures" / "hardware" / "cpu_only_i5.json"
+        cpu = detect(HardwareProbe.from_dict(json.loads(fixture.read_text())))
+        picker = window.open_model_picker(catalog=catalog, hardware=cpu)
+        with qtbot.waitSignal(picker.ready, timeout=30_000):
+            pass
+        picker.list.setCurrentIndex(picker.model.index(0))
+        labels = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
+        assert labels[0].startswith("DFlash drafter (z-lab)") and labels[1].startswith("DFlash drafter (RedHatAI)")
+        picker.method_box.activated.emit(1)
+        row = picker.model.index(0)
+        picker.list.setCurrentIndex(row)
+        picker._refresh_offline()
+        qtbot.waitUntil(lambda: picker.download_button.isEnabled(), timeout=30_000)
+        picker.download_button.click()
+        qtbot.waitUntil(lambda: row.data(Roles.DownloadState) != "downloading", timeout=120_000)
+        assert row.data(Roles.DownloadState) == "ready", row.data(Roles.DownloadText)
+        assert not [r for r in hub.requests if "z-lab/code-draft" in r["path"]]     # only the chosen drafter
+        with qtbot.waitSignal(window.session.pairLoaded, timeout=300_000) as loaded:
+            picker.load_button.click()
+        info = loaded.args[0]
+        assert (info.engine, info.has_drafter) == ("torch", True), info
+        with qtbot.waitSignal(window.controller.answerFinished, timeout=300_000) as finished:
+            window.controller.send("def parse(line):\n")
+        answer = finished.args[0]
+        assert answer["event"] == "done" and answer["text"].strip(), answer
+        stats = window.controller.store.messages(window.controller.conversation_id)[-1].stats
+        assert stats["draft_vocab"] == KEPT and stats["drafted"] > 0, stats
+    finally:
+        window.worker.shutdown()

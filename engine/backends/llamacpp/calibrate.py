@@ -1,7 +1,8 @@
 """Which is fastest for this pair on this computer: llama.cpp's plain decoding, n-gram lookup, the target's MTP
 head or its drafter (DFlash, DSpark, EAGLE-3), each with how many drafts per step? Greedy answers to a few
 prompts of the kind the pair is sent (a chat model: a coding request, an explanation and an edit of pasted code;
-a code model: three code files), timed by the server itself (decoding only). The settings take turns, round
+a code model: three code files), as long as the model's speed allows (answer_tokens), timed by the server itself
+(decoding only). The settings take turns, round
 after round, so a busy moment slows them alike; each keeps its best round per prompt, and the setting with the
 best total over the prompts wins: one prompt may favour a setting the others do not (docs/BENCHMARKS.md). n-gram
 lookup remembers what it has seen across answers, so each of its settings gets a new server each round: an
@@ -29,7 +30,9 @@ CANDIDATES = (3, 7, 15)      # DFlash's and DSpark's drafts per step tried (capp
 NGRAM_CANDIDATES = (4, 8, 16)   # n-gram lookup's longest drafts tried (docs/BENCHMARKS.md, "n-gram lookup")
 MTP_CANDIDATES = (1, 2, 3)       # the target's MTP head drafts one token per pass: a server each (it drafts n_max)
 EAGLE3_CANDIDATES = (2, 4, 6)    # an EAGLE-3 drafter too: one pass per draft, a server each
-TOKENS = 64                  # per timed answer
+TOKENS = 64                  # per timed answer, at the least
+LONGEST = 256                # per timed answer, at the most
+BUDGET_S = 15.0              # seconds the timed answers would take at plain decoding's speed: a fast model's grow
 ROUNDS = 2                   # timed rounds, after a warm-up answer on each server
 WARM_UP = ("Say hello.", "# hello\n")   # a short first answer on a new server (chat, code): nothing n-gram lookup could reuse
 CHAT_PROMPTS = ("Write a Python function that reads a CSV file and returns its rows as a list of dictionaries, "
@@ -63,7 +66,7 @@ def key(pair) -> str:
              platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads),
              f"-fa {pair.flash_attn}",      # the servers' flags: a choice measured with others is measured again
              ",".join(pair.methods), "ngram-mod 4/2",   # what was measured and how: older ways of choosing
-             "plain -fa auto measured", f"{len(CHAT_PROMPTS)} prompts interleaved"]
+             "plain -fa auto measured", f"{len(CHAT_PROMPTS)} prompts interleaved", "answers sized by speed"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
@@ -138,6 +141,16 @@ def fastest_drafting(choice: dict) -> tuple[str, int] | None:
     return (top, best[top]["n_max"]) if top else None
 
 
+def answer_tokens(rate: float, answers: int) -> int:
+    """Tokens per timed answer: 64, or more in steps of 64 up to 256 where plain decoding at `rate` tokens/s
+    would still decode all the timed answers within BUDGET_S. n-gram lookup drafts only text an answer already
+    holds, which comes late in an answer, so 64 tokens undervalue it (docs/BENCHMARKS.md, "Every speculation
+    method by prompt kind"), and users' answers run longer; a big model on a CPU keeps 64, or its calibration
+    would take minutes more."""
+    fit = int(rate * BUDGET_S / max(answers, 1)) // TOKENS * TOKENS
+    return max(TOKENS, min(LONGEST, fit))
+
+
 def server(pair, method: str, n_max: int, longest: int):
     """The server a setting is timed on: one DFlash or DSpark server at its longest drafts (each request lowers
     them); a new n-gram server (nothing remembered); an MTP head or EAGLE-3 drafter started at n_max, since it
@@ -169,6 +182,10 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     plain_flags = list(dict.fromkeys((pair.flash_attn, "auto")))   # the engine's flash attention, and llama.cpp's
     drafting = settings_of(pair)
     best: dict = {}                                   # (setting, prompt index) -> the best run of the rounds
+    pair.plain_flash_attn = plain_flags[0]            # plain decoding's speed sizes the timed answers
+    probe = measure(pair.server_for("none"), warm, 0, tokens=32)
+    rate = probe["tokens"] / probe["seconds"] if probe["seconds"] > 0 else 0.0
+    tokens = answer_tokens(rate, (len(plain_flags) + len(drafting)) * len(ids) * ROUNDS)
 
     def run(setting, server, n_max: int, warm_first: bool) -> None:
         if warm_first:                                # the first answer on a new server warms it up
@@ -176,7 +193,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
         for i, prompt in enumerate(ids):
             if cancelled():
                 raise Cancelled("Loading was cancelled while timing speculation against plain decoding.")
-            result = measure(server, prompt, n_max)
+            result = measure(server, prompt, n_max, tokens)
             kept = best.get((setting, i))
             if kept is None or result["seconds"] * kept["tokens"] < kept["seconds"] * result["tokens"]:
                 best[setting, i] = result
@@ -197,7 +214,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])
     choice = decide({"none": totals["plain", flags], **{name(m, n): totals[name(m, n)] for m, n in drafting}},
-                    prompts=len(ids))
+                    prompts=len(ids), tokens=tokens)
     choice["plain_flash_attn"] = flags
     choice["measured"] = time.strftime("%Y-%m-%d %H:%M")
     saved[k] = choice
@@ -216,7 +233,7 @@ def total(runs: list[dict]) -> dict:
             "drafted": sum(r.get("drafted", 0) for r in runs)}
 
 
-def decide(best: dict[str, dict], prompts: int = 1) -> dict:
+def decide(best: dict[str, dict], prompts: int = 1, tokens: int | None = None) -> dict:
     """The fastest of plain decoding ("none") and each speculating setting ("ngram 8", "dflash 7") over
     `prompts` prompts, with the reason in words: what runs, and why each other method lost."""
     plain = best["none"]["tok_s"]
@@ -229,7 +246,7 @@ def decide(best: dict[str, dict], prompts: int = 1) -> dict:
         if m != "none" and (m not in tops or best[k]["tok_s"] > best[tops[m]]["tok_s"]):
             tops[m] = k
     top = max(tops.values(), key=lambda k: best[k]["tok_s"]) if tops else None
-    where = f"on this computer{over(prompts)}"
+    where = f"on this computer{over(prompts, tokens)}"
     if method != "none":
         reason = (f"llama.cpp's {METHODS[method]} with {n_max} drafts per step decoded {best[chosen]['tok_s']:.0f} "
                   f"tokens/s (tau {best[chosen]['tau']:.2f}) against plain decoding's {plain:.0f} tokens/s {where}, "
@@ -250,9 +267,11 @@ def decide(best: dict[str, dict], prompts: int = 1) -> dict:
     return {"method": method, "n_max": n_max, "by_method": by_method,
             "rates": {k: round(r["tok_s"], 1) for k, r in best.items()},
             "taus": {k: round(r["tau"], 2) for k, r in best.items() if k != "none"},
-            "tau": best[top]["tau"] if top else 1.0, "prompts": prompts,
+            "tau": best[top]["tau"] if top else 1.0, "prompts": prompts, "tokens": tokens,
             "speed_share": best[top]["tok_s"] / plain if top and plain else 0.0, "reason": reason}
 
 
-def over(prompts: int) -> str:
-    return f" over {prompts} prompts" if prompts > 1 else ""
+def over(prompts: int, tokens: int | None = None) -> str:
+    if prompts > 1:
+        return f" over {prompts} prompts" + (f" ({tokens}-token answers)" if tokens else "")
+    return f" over a {tokens}-token answer" if tokens else ""

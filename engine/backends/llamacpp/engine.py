@@ -19,7 +19,7 @@ from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from .. import METHODS, Chunk
 from ...tokenizer import ChatTokenizer
-from ... import gguf_metadata as metadata
+from ... import gguf_metadata as metadata, speculators
 from ...draft_vocab import load as load_ranking
 from . import GGUF_TYPES, NAME, build, calibrate, convert, cpu, gpu, vocab_head
 from .server import Launch, Server, ServerError, StartCancelled, clean_env, request_body
@@ -112,6 +112,8 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
             report("device", note)
     target = Path(target_dir)
     dtype = dtype or "float32"
+    if draft_dir is not None and Path(draft_dir).is_dir():    # a speculators drafter: its import, vocabulary and all
+        draft_dir = speculators.imported(Path(draft_dir), report)
     report("convert", f"Preparing {target.name} for llama.cpp")
     target_file = find_target(target, dtype, cancelled)
     tmeta = metadata.read_metadata(target_file)

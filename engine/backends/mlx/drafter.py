@@ -73,6 +73,19 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
 
+def block_mask(end: int, n: int, window: int | None, causal: bool) -> mx.array | None:
+    """Which of `end` keys the last n (block) queries see: a window of W keeps keys less than W positions away
+    (on both sides unless causal), causal keeps keys at or before the query; None: every key."""
+    if window is None and not causal:
+        return None
+    key = mx.arange(end)[None]
+    query = mx.arange(end - n, end)[:, None]
+    visible = (key <= query) if causal else mx.ones((n, end), dtype=mx.bool_)
+    if window is not None:
+        visible = visible & (query - key < window) & (key - query < window)
+    return visible
+
+
 class MlxDrafter(nn.Module):
     """The drafter's weights (z-lab names) and one generation's context cache."""
 
@@ -89,7 +102,9 @@ class MlxDrafter(nn.Module):
         theta = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta") or 10000.0
         self._rope = initialize_rope(cfg.head_dim, base=float(theta), traditional=False, scaling_config=scaling,
                                      max_position_embeddings=cfg.max_position_embeddings)
-        self._sliding = [t == "sliding_attention" for t in cfg.layer_types]
+        # each layer's mask: its window (None: every position) and whether block rows see only earlier rows
+        self._masks = [(cfg.sliding_window if t == "sliding_attention" else None, causal)
+                       for t, causal in zip(cfg.layer_types, cfg.causal)]
         self._caches: list[KVCache] = []
 
     def reset(self) -> None:
@@ -108,19 +123,12 @@ class MlxDrafter(nn.Module):
         n = block_embeds.shape[0]
         ctx = self.hidden_norm(self.fc(ctx_features[None]))
         end = self.length + ctx.shape[1] + n
-        mask = self._sliding_mask(end, n) if any(self._sliding) else None
+        masks = {kind: block_mask(end, n, *kind) for kind in set(self._masks)}
         x = block_embeds[None]
-        for layer, cache, sliding in zip(self.layers, self._caches, self._sliding):
-            x = x + layer.self_attn(layer.input_layernorm(x), ctx, cache, self._rope, mask if sliding else None)
+        for layer, cache, kind in zip(self.layers, self._caches, self._masks):
+            x = x + layer.self_attn(layer.input_layernorm(x), ctx, cache, self._rope, masks[kind])
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x)[0]
-
-    def _sliding_mask(self, end: int, n: int) -> mx.array:
-        """Sliding-window layers: each block slot sees the window before it and is causal in the block."""
-        window = self.config.sliding_window or 1 << 30
-        key = mx.arange(end)[None]
-        query = mx.arange(end - n, end)[:, None]
-        return (key > query - window) & (key <= query)
 
     # ---- checkpoint I/O in the z-lab format -------------------------------------------------
 
