@@ -20,6 +20,7 @@ class RunPlan:
     device: str           # the engine's own name for it (torch: cuda, mps, cpu)
     dtype: str            # the weights' dtype there: float32, bfloat16 or float16, or the variant's
     variant: Variant | None = None   # the engine's own target files (catalog.py), when the pair has them
+    own_gguf: str | None = None      # the target is a GGUF llama.cpp runs as it is: its catalog dtype (dtype unused)
 
     @property
     def request(self) -> dict:
@@ -28,17 +29,20 @@ class RunPlan:
 
     @property
     def label(self) -> str:
-        what = self.variant.label if self.variant else self.dtype
+        what = (self.variant.label if self.variant else f"its own {self.own_gguf.upper()} GGUF" if self.own_gguf
+                else self.dtype)
         return f"{ENGINES[self.engine].label} on the {DEVICE_LABELS[self.device_class]}, {what}"
 
     @property
     def catalog_dtype(self) -> str:
-        return self.variant.dtype if self.variant else CATALOG_DTYPES[self.dtype]
+        return self.variant.dtype if self.variant else self.own_gguf or CATALOG_DTYPES[self.dtype]
 
     @property
     def kv_dtype(self) -> str:
         """The KV cache's: a variant's engine (llama.cpp) keeps float16 caches over quantized weights, and
         a target quantized while loading computes (and caches) in bfloat16."""
+        if self.own_gguf:
+            return "fp16"
         if self.variant is None:
             return self.catalog_dtype
         return "bf16" if self.variant.quantizes else "fp16"
@@ -95,7 +99,9 @@ def _plan(pair: Pair, report: HardwareReport, name: str, device_class: str) -> R
         dtype = "float16"
     if not info.takes(dtype, device_class):   # what the engine declares is all it is sent
         return None
-    return RunPlan(name, device_class, info.devices[device_class], dtype, variant)
+    target_file = str(pair.target.get("package_file") or pair.target.get("path") or "")
+    own = pair.target["native_dtype"] if name == "llamacpp" and target_file.lower().endswith(".gguf") else None
+    return RunPlan(name, device_class, info.devices[device_class], dtype, variant, own_gguf=own)
 
 
 def engine_choices(pair: Pair, current: str, device_class: str, missing: dict) -> list[str]:

