@@ -209,7 +209,7 @@ def test_llamacpp_drafts_from_the_subset_head_and_keeps_plain_decodings_tokens(t
         for text in ("def parse(line):\n", "class Stack:\n    def __init__(self):\n"):
             ids = pair.tokenizer.encode_prompt(text, raw=True)
             want = Generation(reference, ids, GenerationSettings(max_new_tokens=48), baseline=True).run().tokens
-            fast = Generation(pair, ids, GenerationSettings(max_new_tokens=48, block_size=8,
+            fast = Generation(pair, ids, GenerationSettings(max_new_tokens=48, block_size=8, method="dflash",
                                                             plain_fallback=False)).run()
             identical += assert_same_up_to_rounding(fast.tokens, want, ids, reference)
             assert fast.stats.drafted > 0 and fast.stats.accepted > 0 and fast.stats.draft_vocab == 512

@@ -280,10 +280,10 @@ def test_llamacpp_converts_the_import_and_keeps_plain_decodings_tokens(folders):
         for text in PROMPTS:
             ids = pair.tokenizer.encode_prompt(text, raw=True)
             want = Generation(reference, ids, GenerationSettings(max_new_tokens=48), baseline=True).run().tokens
-            fast = Generation(pair, ids, GenerationSettings(max_new_tokens=48, block_size=8,
+            fast = Generation(pair, ids, GenerationSettings(max_new_tokens=48, block_size=8, method="dflash",
                                                             plain_fallback=False)).run()
             identical += assert_same_up_to_rounding(fast.tokens, want, ids, reference)
-            assert fast.stats.drafted > 0 and fast.stats.accepted > 0
+            assert fast.stats.drafted > 0 and fast.stats.accepted > 0 and fast.stats.draft_vocab == KEPT
         assert identical >= 1
     finally:
         pair.close()

@@ -1,5 +1,5 @@
-"""Open a pair from disk: a target (a GGUF file, or a model folder) and, optionally, its DFlash drafter (a
-DFlash GGUF, or a drafter folder in the z-lab format). Only that the paths exist is checked here; what
+"""Open a pair from disk: a target (a GGUF file, or a model folder) and, optionally, its drafter (a DFlash GGUF,
+or a drafter folder in the z-lab or speculators format, or another kind llama.cpp runs). Only that the paths exist is checked here; what
 they hold is checked by the engine when it loads them, and a mismatch is reported in the chat like any
 failed load."""
 from __future__ import annotations
@@ -27,9 +27,9 @@ class LocalPairDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Open a model from disk")
         intro = QLabel("A target model and, optionally, its drafter. A target can be a GGUF file (run by "
-                       "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash, DSpark or "
-                       "EAGLE-3 GGUF or folder, or a Gemma 4 assistant (all but DFlash run in llama.cpp), converted for llama.cpp when "
-                       "needed. Without one, the model still speculates with n-gram lookup where that measures "
+                       "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash (z-lab's, or "
+                       "vLLM speculators', imported once), DSpark or EAGLE-3 GGUF or folder, or a Gemma 4 assistant "
+                       "(all but DFlash run in llama.cpp), converted for llama.cpp when needed. Without one, the model still speculates with n-gram lookup where that measures "
                        "faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)
         self.target = self._path_field("Target model file or folder", "for example ~/models/Qwen3-4B-Q4_K_M.gguf")
