@@ -15,6 +15,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -104,15 +105,16 @@ def imported(draft_dir: Path, progress: Callable[[str, str], None] | None = None
     draft_dir = Path(draft_dir)
     config = draft_dir / "config.json"
     try:
-        raw = json.loads(config.read_bytes())
+        text = config.read_bytes()
+        raw = json.loads(text)
     except (OSError, ValueError):
         return draft_dir        # the engine's own reader says what is wrong with it
     if not isinstance(raw, dict) or kind(raw) not in KINDS:
         return draft_dir
     translated_config = translated(raw, str(config))       # refused before anything is written
     files = sorted(draft_dir.glob("*.safetensors"))
-    key = hashlib.sha256(f"{FORMAT}\0".encode() + config.read_bytes() + "".join(
-        f"\0{f.name}\0{f.stat().st_size}\0{f.stat().st_mtime_ns}" for f in files).encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{FORMAT}\0".encode() + text + "".join(
+        f"\0{f.name}\0{st.st_size}\0{st.st_mtime_ns}" for f in files for st in [f.stat()]).encode()).hexdigest()[:12]
     # named for the folder it came from (its path hashed: two drafters may share a folder name) and its contents
     origin = f"{draft_dir.name}-{hashlib.sha256(str(draft_dir.resolve()).encode()).hexdigest()[:8]}"
     dest = app_cache() / "drafters" / f"{origin}-{key}"
@@ -141,7 +143,6 @@ def imported(draft_dir: Path, progress: Callable[[str, str], None] | None = None
 def _forget_others(kept: Path, origin: str) -> None:
     """Remove older imports of the same folder (each as large as the drafter) and temporary folders that
     an interrupted import left a day ago or more."""
-    import time
     for path in kept.parent.iterdir():
         old_import = path.name.startswith(f"{origin}-") and path != kept
         abandoned = path.name.startswith(".") and time.time() - path.stat().st_mtime > STALE_S

@@ -64,7 +64,7 @@ def _span(path: Path, header: dict, start: int, name: str) -> tuple[int, int]:
 def read_ints(path: Path, name: str, most: int) -> list[int]:
     """A small integer tensor's values (a vocabulary table of at most `most`), read with the standard library."""
     header, start = _raw_header(path)
-    tensor = read_header(path).get(name)
+    tensor = _tensors(path, header).get(name)
     codes = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "U16": "H", "U32": "I", "U64": "Q"}
     if tensor is None or tensor.dtype not in codes or len(tensor.shape) != 1 or tensor.numel > most:
         raise CheckpointError(f"{path}: {name} must be a list of at most {most} integers, found "
@@ -82,7 +82,7 @@ def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 2
     sources = {}
     for path in sorted(Path(folder).glob("*.safetensors")):
         header, start = _raw_header(path)
-        for name, tensor in read_header(path).items():
+        for name, tensor in _tensors(path, header).items():
             sources[name] = (path, header, start, tensor)
     entries, spans, offset = {}, [], 0
     for name in names:
@@ -114,7 +114,11 @@ def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 2
 
 def read_header(path: Path) -> dict[str, Tensor]:
     """Tensor name -> (file, dtype, shape), or CheckpointError naming the file and what is wrong."""
-    header, _ = _raw_header(path)
+    return _tensors(path, _raw_header(path)[0])
+
+
+def _tensors(path: Path, header: dict) -> dict[str, Tensor]:
+    """A parsed header's tensors, each shape checked."""
     out = {}
     for name, entry in header.items():
         if name == "__metadata__":

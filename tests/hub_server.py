@@ -67,6 +67,14 @@ def make_repo(seed: int, shards: int = 2, shard_size: int = 300_000, extra: dict
     return Repo(files=files, commits={"main": commit, commit: commit}, **kw)
 
 
+def folder_repo(folder, names=None, seed: str = "x") -> Repo:
+    """A repo serving a folder's files (those in `names`, or all), at a commit named by the seed."""
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())
+             if p.is_file() and (names is None or p.name in names)}
+    commit = hashlib.sha1(seed.encode()).hexdigest()
+    return Repo(files=files, commits={"main": commit, commit: commit})
+
+
 class HubServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True

@@ -14,14 +14,11 @@ import openai
 import pytest
 from PySide6.QtWidgets import QDialogButtonBox
 
-from dflash_desktop import settings as settings_mod
 from dflash_desktop.catalog import bundled_path, parse_catalog
-from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.hardware import HardwareProbe, detect
-from dflash_desktop.qt_worker import QtWorker
-from tests.hub_server import Repo, hub  # noqa: F401  (fixture)
+from tests.hub_server import folder_repo, hub  # noqa: F401  (fixture)
+from tests.ui_fixtures import hub_window  # noqa: F401  (fixture)
 from tests.test_server import start_server
-from ui.main_window import MainWindow
 from ui.pair_list_model import Roles
 
 from engine.backends.llamacpp import build  # noqa: E402
@@ -35,14 +32,6 @@ LOAD_MS = 300_000
 GGUF_REPO, TARGET_REPO, DRAFT_REPO = "org/SmolLM2-135M-Instruct-GGUF", "HuggingFaceTB/SmolLM2-135M-Instruct", \
     "org/SmolLM2-135M-DFlash"
 QUESTION = "What is the capital of France?"
-
-
-def repo(folder: Path, names=None, seed: str = "x") -> Repo:
-    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())
-             if p.is_file() and (names is None or p.name in names)}
-    import hashlib
-    commit = hashlib.sha1(seed.encode()).hexdigest()
-    return Repo(files=files, commits={"main": commit, commit: commit})
 
 
 def smollm2_catalog(gguf: Path) -> dict:
@@ -64,18 +53,8 @@ def smollm2_catalog(gguf: Path) -> dict:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch, hub):
-    from huggingface_hub import constants
-    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    w = MainWindow(worker=QtWorker(), store=ChatStore(), settings=settings_mod.Settings(), autoload=False)
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.worker.shutdown()
+def window(hub_window):
+    return hub_window
 
 
 def ask(qtbot, window, question: str) -> dict:
@@ -86,10 +65,10 @@ def ask(qtbot, window, question: str) -> dict:
 
 def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smollm2_gguf, smollm2_folder,
                                                        smollm2_random_drafter, tmp_path):
-    hub.repos[GGUF_REPO] = repo(smollm2_gguf.parent, {smollm2_gguf.name}, "gguf")
-    hub.repos[TARGET_REPO] = repo(smollm2_folder, {"config.json", "generation_config.json", "tokenizer.json",
+    hub.repos[GGUF_REPO] = folder_repo(smollm2_gguf.parent, {smollm2_gguf.name}, "gguf")
+    hub.repos[TARGET_REPO] = folder_repo(smollm2_folder, {"config.json", "generation_config.json", "tokenizer.json",
                                                    "tokenizer_config.json", "chat_template.jinja"}, "target")
-    hub.repos[DRAFT_REPO] = repo(smollm2_random_drafter, None, "draft")
+    hub.repos[DRAFT_REPO] = folder_repo(smollm2_random_drafter, None, "draft")
     hub.slow_bps = 200_000_000            # about half a second for the GGUF: progress shows on the way
     cpu = detect(HardwareProbe.from_dict(json.loads((FIXTURES / "cpu_only_i5.json").read_text())))
     picker = window.open_model_picker(catalog=parse_catalog(smollm2_catalog(smollm2_gguf), "test"), hardware=cpu)

@@ -20,6 +20,7 @@ from engine.errors import CheckpointError
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from tests.hub_server import hub  # noqa: F401  (fixture)
+from tests.ui_fixtures import hub_window  # noqa: F401  (fixture)
 
 TARGET, DRAFT = assets.path("demo", "target"), assets.path("demo", "draft")
 KEPT = 1024        # tokens the speculators drafter "was trained on": the demo ranking's first, in id order
@@ -289,33 +290,21 @@ def test_llamacpp_converts_the_import_and_keeps_plain_decodings_tokens(folders):
         pair.close()
 
 
-def test_the_catalog_journey_downloads_imports_and_chats_with_a_second_dflash_drafter(qtbot, tmp_path, monkeypatch,
-                                                                                      hub):
+def test_the_catalog_journey_downloads_imports_and_chats_with_a_second_dflash_drafter(qtbot, tmp_path, hub,
+                                                                                      hub_window):
     """Through the real window: a catalog pair whose target has z-lab's DFlash drafter and a speculators one (served
     by a local hub, tests/hub_server.py); the model list offers both, the user picks the speculators one, it
     downloads alone, the real worker imports and loads it, and the answer drafts from its trained tokens."""
     import copy
-    import hashlib
 
-    from huggingface_hub import constants
-
-    from dflash_desktop import settings as settings_mod
     from dflash_desktop.catalog import bundled_path, parse_catalog
-    from dflash_desktop.chat_store import ChatStore
     from dflash_desktop.hardware import HardwareProbe, detect
-    from dflash_desktop.qt_worker import QtWorker
-    from tests.hub_server import Repo
-    from ui.main_window import MainWindow
+    from tests.hub_server import folder_repo
     from ui.pair_list_model import Roles
 
-    def repo(folder, seed: str) -> Repo:
-        commit = hashlib.sha1(seed.encode()).hexdigest()
-        return Repo(files={p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()},
-                    commits={"main": commit, commit: commit})
-
-    hub.repos["org/code-target"] = repo(TARGET, "target")
-    hub.repos["z-lab/code-draft"] = repo(DRAFT, "zlab")
-    hub.repos["RedHatAI/code-speculator.dflash"] = repo(write_speculators(tmp_path / "spec"), "spec")
+    hub.repos["org/code-target"] = folder_repo(TARGET, seed="target")
+    hub.repos["z-lab/code-draft"] = folder_repo(DRAFT, seed="zlab")
+    hub.repos["RedHatAI/code-speculator.dflash"] = folder_repo(write_speculators(tmp_path / "spec"), seed="spec")
     data = json.loads(bundled_path().read_text())
     pair = copy.deepcopy(next(p for p in data["pairs"] if p["id"] == "qwen3-4b"))
     pair.update(id="code-hub", name="Code pair (hub)", approximate=[], variants={}, engines={"torch": ["cpu"]})
@@ -330,40 +319,31 @@ def test_the_catalog_journey_downloads_imports_and_chats_with_a_second_dflash_dr
     data["pairs"] = [pair]
     catalog = parse_catalog(data, "test")
 
-    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    window = MainWindow(worker=QtWorker(), store=ChatStore(), settings=settings_mod.Settings(), autoload=False)
-    qtbot.addWidget(window)
-    window.show()
-    try:
-        fixture = Path(__file__).parent / "fixtures" / "hardware" / "cpu_only_i5.json"
-        cpu = detect(HardwareProbe.from_dict(json.loads(fixture.read_text())))
-        picker = window.open_model_picker(catalog=catalog, hardware=cpu)
-        with qtbot.waitSignal(picker.ready, timeout=30_000):
-            pass
-        picker.list.setCurrentIndex(picker.model.index(0))
-        labels = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
-        assert labels[0].startswith("DFlash drafter (z-lab)") and labels[1].startswith("DFlash drafter (RedHatAI)")
-        picker.method_box.activated.emit(1)
-        row = picker.model.index(0)
-        picker.list.setCurrentIndex(row)
-        picker._refresh_offline()
-        qtbot.waitUntil(lambda: picker.download_button.isEnabled(), timeout=30_000)
-        picker.download_button.click()
-        qtbot.waitUntil(lambda: row.data(Roles.DownloadState) != "downloading", timeout=120_000)
-        assert row.data(Roles.DownloadState) == "ready", row.data(Roles.DownloadText)
-        assert not [r for r in hub.requests if "z-lab/code-draft" in r["path"]]     # only the chosen drafter
-        with qtbot.waitSignal(window.session.pairLoaded, timeout=300_000) as loaded:
-            picker.load_button.click()
-        info = loaded.args[0]
-        assert (info.engine, info.has_drafter) == ("torch", True), info
-        with qtbot.waitSignal(window.controller.answerFinished, timeout=300_000) as finished:
-            window.controller.send("def parse(line):\n")
-        answer = finished.args[0]
-        assert answer["event"] == "done" and answer["text"].strip(), answer
-        stats = window.controller.store.messages(window.controller.conversation_id)[-1].stats
-        assert stats["draft_vocab"] == KEPT and stats["drafted"] > 0, stats
-    finally:
-        window.worker.shutdown()
+    window = hub_window
+    fixture = Path(__file__).parent / "fixtures" / "hardware" / "cpu_only_i5.json"
+    cpu = detect(HardwareProbe.from_dict(json.loads(fixture.read_text())))
+    picker = window.open_model_picker(catalog=catalog, hardware=cpu)
+    with qtbot.waitSignal(picker.ready, timeout=30_000):
+        pass
+    picker.list.setCurrentIndex(picker.model.index(0))
+    labels = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
+    assert labels[0].startswith("DFlash drafter (z-lab)") and labels[1].startswith("DFlash drafter (RedHatAI)")
+    picker.method_box.activated.emit(1)
+    row = picker.model.index(0)
+    picker.list.setCurrentIndex(row)
+    picker._refresh_offline()
+    qtbot.waitUntil(lambda: picker.download_button.isEnabled(), timeout=30_000)
+    picker.download_button.click()
+    qtbot.waitUntil(lambda: row.data(Roles.DownloadState) != "downloading", timeout=120_000)
+    assert row.data(Roles.DownloadState) == "ready", row.data(Roles.DownloadText)
+    assert not [r for r in hub.requests if "z-lab/code-draft" in r["path"]]     # only the chosen drafter
+    with qtbot.waitSignal(window.session.pairLoaded, timeout=300_000) as loaded:
+        picker.load_button.click()
+    info = loaded.args[0]
+    assert (info.engine, info.has_drafter) == ("torch", True), info
+    with qtbot.waitSignal(window.controller.answerFinished, timeout=300_000) as finished:
+        window.controller.send("def parse(line):\n")
+    answer = finished.args[0]
+    assert answer["event"] == "done" and answer["text"].strip(), answer
+    stats = window.controller.store.messages(window.controller.conversation_id)[-1].stats
+    assert stats["draft_vocab"] == KEPT and stats["drafted"] > 0, stats

@@ -26,6 +26,27 @@ def run_app_briefly(home, exit_after_ms: int = 2500):
                           text=True, timeout=120)
 
 
+@pytest.fixture
+def hub_window(qtbot, tmp_path, monkeypatch, hub):
+    """The real window on a fresh profile, online to the local hub (tests/hub_server.py) alone; its worker is shut
+    down after the test."""
+    from huggingface_hub import constants
+
+    from dflash_desktop import settings as settings_mod
+    from dflash_desktop.chat_store import ChatStore
+    from ui.main_window import MainWindow
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    w = MainWindow(worker=QtWorker(), store=ChatStore(), settings=settings_mod.Settings(), autoload=False)
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.worker.shutdown()
+
+
 @pytest.fixture(scope="session")
 def random_pair(tmp_path_factory):
     from tests.tiny_torch import save_random_pair
