@@ -25,6 +25,12 @@ def _is_plan(plan) -> bool:
                             (plan["engine"] == "auto" or plan["engine"] in ENGINES))
 
 
+def measured_key(pair_id: str, draft_dir: str | None) -> str:
+    """Where the settings keep what loading a pair measured fastest: per pair and drafter folder, as two drafters
+    of one target (or none, for n-gram lookup) calibrate on different files."""
+    return f"{pair_id}|{draft_dir or ''}"
+
+
 @dataclass(frozen=True)
 class PairRequest:
     id: str                             # the catalog id, "local:<path>" or "remote:<url>": baselines are per id
@@ -68,6 +74,10 @@ class PairRequest:
     def key(self) -> str:
         """Baselines are per target on this machine: the pair id plus the target folder."""
         return f"{self.id}|{self.target_dir or ''}"
+
+    @property
+    def measured_key(self) -> str:
+        return measured_key(self.id, self.draft_dir)
 
     def baseline_key(self, engine: str | None) -> str:
         """Baselines are per pair, engine and machine (the settings are this machine's): plain decoding of the

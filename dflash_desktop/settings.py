@@ -72,7 +72,7 @@ class Settings:
     splitter_state: str = ""       # the chats list / chat splitter, base64
     last_conversation: int | None = None   # the chat on screen when the app closed, reopened at start
     welcome_seen: bool = False     # the first-run welcome was shown (Help > Welcome reopens it)
-    measured: dict = field(default_factory=dict)   # pair id -> {method, summary}: what its engine measured fastest
+    measured: dict = field(default_factory=dict)   # pairs.measured_key -> {method, summary}: what its engine measured fastest
 
     def validate(self, max_block_size: int | None = None) -> "Settings":
         """Raise SettingsError on the first out-of-range value; return self for chaining."""

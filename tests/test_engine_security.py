@@ -214,7 +214,7 @@ def test_every_transformers_loader_is_told_never_to_run_folder_code():
     from engine.backends.torch.eager import DRAFTERS
     assert all(issubclass(loader, DFlashDrafter) for loader, _ in DRAFTERS.values())
     root = Path(__file__).resolve().parent.parent
-    # drafter_class: from DRAFTERS; MlxDrafter: engine/backends/mlx/drafter.py, safetensors by tensor name
+    # drafter_class: from DRAFTERS (torch and MLX); MlxDrafter: engine/backends/mlx/drafter.py, safetensors by name
     ours = {"TargetModel", "DFlashDrafter", "DFlash2Drafter", "drafter_class", "MlxDrafter"}
     bad = []
     for folder in ("engine", "dflash_desktop", "ui", "scripts", "bench"):

@@ -95,7 +95,7 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
     assert (info.engine, info.dtype, info.event["architecture"], info.has_drafter) == \
         ("llamacpp", "q4_1", "llama", True), info
     # what the calibration measured fastest is remembered, and the model list shows it when opened again
-    measured = window.settings.measured["smollm2-135m"]
+    measured = window.settings.measured[window.session.pair.measured_key]
     assert measured["method"] == info.method and info.speculation["reason"] in measured["summary"]
     again = window.open_model_picker(catalog=parse_catalog(smollm2_catalog(smollm2_gguf), "test"), hardware=cpu)
     with qtbot.waitSignal(again.ready, timeout=30_000):

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 
 from dflash_desktop.catalog import bundled_path, load_file, parse_catalog
 from dflash_desktop.hardware import HardwareProbe, detect
-from dflash_desktop.pairs import PairRequest
+from dflash_desktop.pairs import PairRequest, measured_key
 from tests.hub_server import hub, make_repo  # noqa: F401  (fixture)
 from tests.ui_fixtures import random_pair  # noqa: F401  (fixture)
 from ui.model_picker import ModelPicker, hub_reachable
@@ -274,9 +274,14 @@ def test_the_search_box_filters_the_list_by_every_word(qtbot, picker):
     assert all(picker.list.isRowHidden(i) for i in rows(picker).values())
 
 
-def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker):
+def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker, monkeypatch, tmp_path):
     """Qwen3 8B has z-lab's DFlash drafter and RedHatAI's (vLLM speculators' format): the box names both by
-    publisher, and choosing the second changes the row's drafter, and back."""
+    publisher, and choosing the second changes the row's drafter, and back; with both on disk, what loading
+    one measured fastest is shown for it alone (each drafter calibrates on its own files)."""
+    from dflash_desktop import downloads
+    monkeypatch.setattr(downloads, "find_cached", lambda repo, revision=None: tmp_path / repo)
+    picker.measured = {measured_key("qwen3-8b", str(tmp_path / "z-lab/Qwen3-8B-DFlash-b16")):
+                       {"method": "dflash", "summary": "DFlash, 3 drafts a step. z-lab's."}}
     idx = select(picker, "qwen3-8b")
     items = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
     assert items[0].startswith("DFlash drafter (z-lab) · 2.1 GB more")
@@ -286,9 +291,12 @@ def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker):
     red = "dflash:RedHatAI/Qwen3-8B-speculator.dflash"
     assert picker.method_box.currentData() == red
     assert picker.model.pair_row(idx.row()).pair.drafter.repo_id == "RedHatAI/Qwen3-8B-speculator.dflash"
+    assert picker.measured_label.isHidden() and picker.measured_label.text() == ""
     picker.method_box.activated.emit(0)
     idx = select(picker, "qwen3-8b")
     assert picker.model.pair_row(idx.row()).pair.drafter.repo_id == "z-lab/Qwen3-8B-DFlash-b16"
+    assert picker.measured_label.text().endswith("DFlash, 3 drafts a step. z-lab's.")
+    assert not picker.measured_label.isHidden()
 
 
 def test_choosing_a_speculation_changes_what_downloads_and_loads(qtbot, picker, hub, monkeypatch):

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QDialog, QFrame, QHBoxLa
 from dflash_desktop import downloads, variant_folder
 from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
-from dflash_desktop.pairs import PairRequest
+from dflash_desktop.pairs import PairRequest, measured_key
 
 from .pair_list_model import (PairListModel, Roles, build_row, build_rows, local_dirs_for, pair_dirs,
                               speculation_label)
@@ -153,7 +153,7 @@ class ModelPicker(QDialog):
         self.resize(980, 620)
         self.catalog, self.hardware = catalog, hardware
         self.servers = servers or []     # remote servers used before, the latest first
-        self.measured = measured or {}   # pair id -> {method, summary}: what loading it last measured fastest
+        self.measured = measured or {}   # pairs.measured_key -> {method, summary}: what loading it last measured fastest
         self.server_dialog: AddServerDialog | None = None
         self.model = PairListModel(self)
         self.online: bool | None = None   # the hub answered (None: not asked yet, or offline mode)
@@ -399,7 +399,7 @@ class ModelPicker(QDialog):
         self.fit_sentence.setText(idx.data(Roles.FitSentence))
         self.fit_numbers.setText(idx.data(Roles.FitDetails))
         self.notes.setText(idx.data(Roles.Notes))
-        measured = self.measured.get(row.pair.id)
+        measured = self.measured.get(measured_key(idx.data(Roles.Id), idx.data(Roles.DraftDir)))
         self.measured_label.setText(f"Measured fastest here when last loaded: {measured['summary']}" if measured
                                     else "")
         self.measured_label.setVisible(bool(measured))

@@ -142,7 +142,7 @@ class PairSession(QObject):
         self.settings.last_pair = self.pair.to_dict()
         settings_mod.remember_pair(self.settings, self.pair.to_dict())
         if loaded.measured and loaded.offers.local:
-            settings_mod.remember_measured(self.settings, self.pair.id, loaded.method, loaded.measured)
+            settings_mod.remember_measured(self.settings, self.pair.measured_key, loaded.method, loaded.measured)
         self.save_settings()
         self.panel.has_drafter, self.panel.method_label = loaded.speculates, loaded.method_label
         self.loadingChanged.emit(False, "")

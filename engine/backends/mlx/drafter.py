@@ -1,6 +1,7 @@
 """Our DFlash drafter in MLX: Qwen3-style layers whose keys and values are prefixed with projected target
 features, non-causal over the block (sliding layers: causal inside it), no embedding and no LM head
-(both are the target's). The same maths as the torch engine's drafter.py / draft_runner.py.
+(both are the target's). The same maths as the torch engine's drafter.py / draft_runner.py; DFlash2's
+additions are in drafter2.py.
 
 Weights load by tensor name from a z-lab draft folder, whose config is checked against the files'
 headers before anything is allocated; nothing from the checkpoint is executed and nothing is unpickled.
@@ -15,7 +16,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
-from ...config import DraftConfig
+from ...config import GENERATIONS, DraftConfig
 from ...errors import CheckpointError
 from ...weights import bytes_as, check_fits, folder_tensors, layer_count
 
@@ -88,13 +89,15 @@ def block_mask(end: int, n: int, window: int | None, causal: bool) -> mx.array |
 
 class MlxDrafter(nn.Module):
     """The drafter's weights (z-lab names) and one generation's context cache."""
+    generation = 1
+    layer_class = DraftLayer
 
     def __init__(self, cfg: DraftConfig):
         super().__init__()
         self.config = cfg
         self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-        self.layers = [DraftLayer(cfg) for _ in range(cfg.num_hidden_layers)]
+        self.layers = [self.layer_class(cfg) for _ in range(cfg.num_hidden_layers)]
         self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         raw = cfg.raw
         scaling = raw.get("rope_scaling") or (raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict)
@@ -126,9 +129,12 @@ class MlxDrafter(nn.Module):
         masks = {kind: block_mask(end, n, *kind) for kind in set(self._masks)}
         x = block_embeds[None]
         for layer, cache, kind in zip(self.layers, self._caches, self._masks):
-            x = x + layer.self_attn(layer.input_layernorm(x), ctx, cache, self._rope, masks[kind])
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = self._layer(layer, x, ctx, cache, masks[kind])
         return self.norm(x)[0]
+
+    def _layer(self, layer: DraftLayer, x: mx.array, ctx: mx.array, cache: KVCache, mask) -> mx.array:
+        x = x + layer.self_attn(layer.input_layernorm(x), ctx, cache, self._rope, mask)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
 
     # ---- checkpoint I/O in the z-lab format -------------------------------------------------
 
@@ -141,10 +147,9 @@ class MlxDrafter(nn.Module):
         if not path.is_dir():
             raise CheckpointError(f"Drafter folder {path} does not exist. Check the path or download the pair again.")
         cfg = DraftConfig.from_file(path / "config.json")
-        if cfg.generation != 1:      # no DFlash2 layers here (engine/backends/mlx/__init__.py)
-            raise CheckpointError(f"The drafter in {path} is a DFlash{cfg.generation} drafter; the MLX drafter "
-                                  "implements DFlash only. Load this pair with the torch engine.",
-                                  code="unsupported_architecture")
+        if cfg.generation != cls.generation:     # drafter2.DRAFTERS: the class of each generation
+            raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
+                                  "not load.", code="unsupported_architecture")
         header = folder_tensors(path)
         if layer_count(header) != cfg.num_hidden_layers:
             raise CheckpointError(
@@ -199,6 +204,6 @@ def save_drafter(drafter: MlxDrafter, path: str | Path, dtype: mx.Dtype = mx.bfl
     mx.save_safetensors(str(path / "model.safetensors"),
                         {k: v.astype(dtype) for k, v in tree_flatten(drafter.parameters())}, metadata={"format": "mlx"})
     raw = dict(drafter.config.raw)
-    raw.setdefault("architectures", ["DFlashDraftModel"])
+    raw.setdefault("architectures", [next(n for n, g in GENERATIONS.items() if g == drafter.generation)])
     raw.setdefault("model_type", "qwen3")
     (path / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")

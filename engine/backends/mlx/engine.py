@@ -21,8 +21,9 @@ from ...pairing import check_pair
 from ...penalties import History
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
+from . import ARCHITECTURES, DTYPES, NAME, VARIANT_DTYPES
 from .drafter import MlxDrafter
+from .drafter2 import DRAFTERS
 from .loading import load_target
 from .sampling import Keys, confident_prefix, draw, penalize, probabilities, propose, verify
 from .target import MlxTarget
@@ -94,14 +95,6 @@ def check_architecture(target_dir: Path, device: mx.Device) -> tuple[str, dict]:
     return family, config
 
 
-def check_generation(cfg: DraftConfig, draft_dir: Path) -> None:
-    """Refuse, before anything loads, a drafter of a generation the MLX drafter does not implement."""
-    if cfg.generation not in DRAFTER_GENERATIONS:
-        raise CheckpointError(f"The drafter in {draft_dir} is a DFlash{cfg.generation} drafter; the mlx engine runs "
-                              "DFlash drafters only. Load this pair with the torch engine.",
-                              code="unsupported_architecture")
-
-
 def draft_bits_from_env() -> int | None:
     value = os.environ.get(DRAFT_BITS_ENV, "").strip()
     if value in ("", "0"):
@@ -133,8 +126,6 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     mlx_dtype = MLX_DTYPES[dtype or DTYPES[device_class(dev)]]
     family, config = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
-    if cfg is not None:
-        check_generation(cfg, Path(draft_dir))
     bits = draft_bits if draft_bits is not None else draft_bits_from_env()
     report("weights", f"Reading the target's weights from {target_dir.name}")
     with mx.stream(dev):
@@ -145,7 +136,8 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
             check_pair(target, cfg)
             target.capture(cfg.target_layer_ids)
             report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
-            drafter = MlxDrafter.from_pretrained(draft_dir, dtype=mlx_dtype, available_bytes=free_bytes(dev),
+            drafter_class = DRAFTERS[cfg.generation]
+            drafter = drafter_class.from_pretrained(draft_dir, dtype=mlx_dtype, available_bytes=free_bytes(dev),
                                                  bits=bits)
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
@@ -161,7 +153,8 @@ class MlxPair:
     def __init__(self, target: MlxTarget, drafter: MlxDrafter | None, tokenizer: ChatTokenizer | None,
                  name: str = "", family: str = "", vocab: draft_vocab.DraftVocab | None = None):
         self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
-        self.vocab = vocab if drafter is not None else None    # the drafter's frequency ranking (draft_vocab.py)
+        # the drafter's frequency ranking (draft_vocab.py); DFlash2's candidate selector scores every token
+        self.vocab = vocab if drafter is not None and drafter.generation == 1 else None
         self.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
         self._subset: tuple[mx.array, mx.array] | None = None   # (ids, the head's rows for them): the last size
         self.device = target.device
@@ -176,8 +169,9 @@ class MlxPair:
                      # every pair runs n-gram lookup in blocks of its own when an answer names it; a target
                      # alone decodes plainly by default: on MLX's CPU lookup lost to plain decoding (its verify
                      # costs several steps, docs/BENCHMARKS.md) and Apple's GPU never measured it
-                     "methods": ["none", "ngram", *([GENERATION_METHODS[1]] if drafter else [])],
-                     "method": GENERATION_METHODS[1] if drafter else "none", "ngram_block": NGRAM_BLOCK,
+                     "methods": ["none", "ngram", *([GENERATION_METHODS[drafter.generation]] if drafter else [])],
+                     "method": GENERATION_METHODS[drafter.generation] if drafter else "none",
+                     "ngram_block": NGRAM_BLOCK, "drafter_generation": drafter.generation if drafter else None,
                      "has_tokenizer": tokenizer is not None,
                      "chat_template": bool(tokenizer and tokenizer.has_template),
                      "supports_thinking": bool(tokenizer and tokenizer.supports_thinking),
@@ -220,8 +214,13 @@ class MlxPair:
         with mx.stream(self.device):
             context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
             self._context = []
-            block = self.target.embed(mx.array([last] + [self.drafter.config.mask_token_id] * (width - 1)))
+            cfg = self.drafter.config
+            block = self.target.embed(mx.array([last] + [cfg.mask_token_id] * (width - 1)))
+            if cfg.input_embedding_scale != 1.0:
+                block = block * cfg.input_embedding_scale
             hidden = self.drafter.hidden(block, context)[1:]
+            if self.drafter.generation == 2:
+                return self._draft_path(hidden, last)
             if self._subset is None:
                 logits, ids = self.target.head(hidden).astype(mx.float32), None
             else:
@@ -233,6 +232,20 @@ class MlxPair:
                 drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
             self._q = q
             return drafts.tolist()
+
+    def _draft_path(self, hidden: mx.array, last: int) -> list[int]:
+        """DFlash2: the candidate selector's path; under sampling its proposal is each row's selector
+        distribution over its candidates, zero elsewhere (which the residual rule allows). The cutoff reads
+        those distributions."""
+        drafts, candidates, rows = self.drafter.propose(hidden, self.target.head(hidden), last, self._settings,
+                                                        self._keys)
+        keep = confident_prefix(None, rows, self._cutoff) if self._cutoff > 0 else drafts.shape[0]
+        q = None
+        if not self._settings.greedy:
+            q = mx.zeros((drafts.shape[0], self.target.vocab_rows), dtype=mx.float32)
+            q[mx.arange(drafts.shape[0])[:, None], candidates] = rows
+        self._q = q[:keep] if q is not None else None
+        return drafts[:keep].tolist()
 
     def verify(self, last: int, pos: int, drafts: list[int]) -> tuple[int, int]:
         if self.target.cached_length != pos:

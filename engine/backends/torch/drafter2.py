@@ -9,14 +9,13 @@ the sublayer's input. The convolution runs along the block only: row 0 (the last
 sees zeros before it, and nothing carries over between draft passes."""
 from __future__ import annotations
 
-import bisect
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...config import DFlash2Config, DraftConfig
 from ...limits import GenerationSettings
+from ...selector import greedy_path, sampled_path
 from .drafter import DFlashDrafter, DraftLayer
 
 
@@ -118,19 +117,8 @@ def walk(scores: torch.Tensor, settings: GenerationSettings, gen: torch.Generato
     rows = scores.shape[0]
     probs = torch.softmax(scores / (1.0 if settings.greedy else settings.temperature), dim=-1)
     if settings.greedy:
-        table = scores.tolist()
-        path, prev = [], 0
-        for t in range(rows):
-            row = table[t][prev]
-            prev = max(range(len(row)), key=row.__getitem__)
-            path.append(prev)
+        path = greedy_path(scores.tolist())
     else:
-        table = probs.cumsum(-1).tolist()
-        draws = torch.rand(rows, generator=gen, device=scores.device).tolist()
-        path, prev = [], 0
-        for t in range(rows):
-            cum = table[t][prev]
-            prev = min(bisect.bisect_right(cum, draws[t] * cum[-1]), len(cum) - 1)
-            path.append(prev)
+        path = sampled_path(probs.cumsum(-1).tolist(), torch.rand(rows, generator=gen, device=scores.device).tolist())
     chosen_before = torch.tensor([0, *path[:-1]], device=scores.device)
     return path, probs[torch.arange(rows, device=scores.device), chosen_before]
