@@ -1,13 +1,15 @@
 """Every way llama.cpp can speculate for a pair, against its plain decoding, by prompt kind, and whether the
 calibrated choice holds on prompts it never saw. For the code pair (held-out standard-library files, and
 repetitive code to continue) and the chat pair (held-out chats, and edits of pasted text), in one run: calibrate
-afresh (three prompts of its own, interleaved, calibrate.py; once with its timed answers sized by plain decoding's
-speed as the app does, once all of 64 tokens as it did before), then decode every held-out prompt with plain
+afresh (three prompts of its own, interleaved, calibrate.py) as the app does and, alternating with it, one way it
+did before (`--compare pruning`: every setting timed in every round, however far behind; `--compare sizing`: timed
+answers all of 64 tokens), each calibration timed, then decode every held-out prompt with plain
 decoding, n-gram lookup and DFlash at each of their settings, interleaved prompt by prompt, and compare the
 calibrated setting's total with the best fixed setting's. n-gram lookup gets a new server for every answer, so
 it never drafts an answer from one it has seen (users' second asks do gain from that).
 
-    python bench/bench_calibration.py [--limit 12] [--max-new-tokens 128] [--calibrations 2] [--json out.json]
+    python bench/bench_calibration.py [--limit 12] [--max-new-tokens 128] [--calibrations 2]
+                                      [--compare pruning|sizing] [--json out.json]
 
 Decode tok/s comes from the server's own timing; `total` is all the prompts' tokens over all their seconds.
 """
@@ -60,29 +62,36 @@ def held_out(pair, which: str, limit: int) -> dict[str, list[list[int]]]:
             "edit": [tok.encode_prompt(text) for text in CHAT_EDITS]}
 
 
-def calibrated(pair, fixed: bool) -> dict:
-    """A fresh calibration, its timed answers sized by plain decoding's speed (the app's), or all of 64 tokens
-    (the app's before 2026-11-28), to compare the two in one run."""
-    sized = calibrate.answer_tokens
-    if fixed:
+def calibrated(pair, before: str | None) -> dict:
+    """A fresh calibration as the app makes it (before None), or as it did before 2026-11-28 in one way: "sizing"
+    (timed answers all of 64 tokens) or "pruning" (every setting timed in every round); its wall time in "wall_s"."""
+    sized, share = calibrate.answer_tokens, calibrate.KEEP_SHARE
+    if before == "sizing":
         calibrate.answer_tokens = lambda rate, answers: calibrate.TOKENS
+    if before == "pruning":
+        calibrate.KEEP_SHARE = 0.0
     try:
-        return calibrate.choose(pair, force=True)
+        start = time.perf_counter()
+        choice = calibrate.choose(pair, force=True)
+        return {**choice, "wall_s": time.perf_counter() - start, "variant": before or "app"}
     finally:
-        calibrate.answer_tokens = sized
+        calibrate.answer_tokens, calibrate.KEEP_SHARE = sized, share
 
 
-def run(which: str, limit: int, tokens: int, calibrations: int) -> dict:
+def run(which: str, limit: int, tokens: int, calibrations: int, compare: str) -> dict:
     if which == "code":
         pair = load_pair(DEMO_DIR / "target", DEMO_DIR / "draft")
     else:
         pair = load_pair(chat_pair.gguf_path(), chat_pair.DRAFT_DIR)
     try:
-        choices = [calibrated(pair, fixed) for _ in range(calibrations) for fixed in (False, True)]
+        choices = [calibrated(pair, before) for r in range(calibrations)
+                   for before in ((None, compare) if r % 2 == 0 else (compare, None))]
         settings = [("none", 0), *calibrate.settings_of(pair)]
         kinds = held_out(pair, which, limit)
         out = {"pair": which, "tokens": tokens, "choices": [calibrate.name(c["method"], c["n_max"]) for c in choices],
                "calibration_tokens": [c["tokens"] for c in choices],
+               "calibration_s": [round(c["wall_s"], 1) for c in choices],
+               "calibrations": [c["variant"] for c in choices],
                "calibrated_rates": [c["rates"] for c in choices], "kinds": {}}
         for kind, prompts in kinds.items():
             runs: dict[str, list[dict]] = {calibrate.name(*s): [] for s in settings}
@@ -115,17 +124,19 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--calibrations", type=int, default=2)
     ap.add_argument("--pairs", nargs="*", default=["code", "chat"])
+    ap.add_argument("--compare", choices=("pruning", "sizing"), default="pruning")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     print(machine_line(), time.strftime("%Y-%m-%d %H:%M"), flush=True)
     results = []
     for which in args.pairs:
-        result = run(which, args.limit, args.max_new_tokens, args.calibrations)
+        result = run(which, args.limit, args.max_new_tokens, args.calibrations, args.compare)
         results.append(result)
         print(json.dumps(result), flush=True)
         for kind, r in result["kinds"].items():
-            print(f"{which}/{kind}: calibrated {result['choices']} (timed answers of {result['calibration_tokens']} "
-                  f"tokens), best fixed {r['best_fixed']}; vs plain "
+            print(f"{which}/{kind}: calibrated {list(zip(result['calibrations'], result['choices']))} (timed answers "
+                  f"of {result['calibration_tokens']} tokens, {result['calibration_s']} s), best fixed "
+                  f"{r['best_fixed']}; vs plain "
                   f"{r['vs_plain']}; the choice's total is {r['chosen_vs_best']} of the best fixed setting's over "
                   f"{r['prompts']} prompts", flush=True)
     if args.json:

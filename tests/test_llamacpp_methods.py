@@ -50,7 +50,7 @@ def target_alone(app_home):
 def test_the_engines_declare_the_methods_they_run():
     assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash")
     assert ENGINES["torch"].methods == ("none", "ngram", "dflash", "dflash2")
-    assert ENGINES["mlx"].methods == ("none", "ngram", "dflash")
+    assert ENGINES["mlx"].methods == ("none", "ngram", "dflash", "dflash2")
     for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
         assert ("dflash2" in info.methods) == (2 in info.drafter_generations)
 

@@ -4,7 +4,9 @@ prompts of the kind the pair is sent (a chat model: a coding request, an explana
 a code model: three code files), as long as the model's speed allows (answer_tokens), timed by the server itself
 (decoding only). The settings take turns, round
 after round, so a busy moment slows them alike; each keeps its best round per prompt, and the setting with the
-best total over the prompts wins: one prompt may favour a setting the others do not (docs/BENCHMARKS.md). n-gram
+best total over the prompts wins: one prompt may favour a setting the others do not (docs/BENCHMARKS.md). A
+setting at less than half the fastest one's speed after a round cannot catch up by a better round, so it is not
+timed again: on a small target, slow drafting settings took most of the first load's wait. n-gram
 lookup remembers what it has seen across answers, so each of its settings gets a new server each round: an
 answer it has seen before would draft itself. The choice and its numbers are remembered in the app's cache,
 keyed by the build, the two files and the machine, so a pair calibrates once; it says in words which it chose
@@ -34,6 +36,7 @@ TOKENS = 64                  # per timed answer, at the least
 LONGEST = 256                # per timed answer, at the most
 BUDGET_S = 15.0              # seconds the timed answers would take at plain decoding's speed: a fast model's grow
 ROUNDS = 2                   # timed rounds, after a warm-up answer on each server
+KEEP_SHARE = 0.5             # a setting below this share of the fastest one's speed after a round is not timed again
 WARM_UP = ("Say hello.", "# hello\n")   # a short first answer on a new server (chat, code): nothing n-gram lookup could reuse
 CHAT_PROMPTS = ("Write a Python function that reads a CSV file and returns its rows as a list of dictionaries, "
                 "then explain how it handles a missing file.",
@@ -198,19 +201,24 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
             if kept is None or result["seconds"] * kept["tokens"] < kept["seconds"] * result["tokens"]:
                 best[setting, i] = result
 
+    settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
+    timed = list(drafting)                            # the speculating settings still timed
     for r in range(ROUNDS):
         for flags in plain_flags:
             pair.plain_flash_attn = flags
             run(("plain", flags), pair.server_for("none"), 0, warm_first=True)
         for method in ("ngram", *PASS_PER_DRAFT, *ONE_PASS):
-            mine = [n for m, n in drafting if m == method]
+            mine = [n for m, n in timed if m == method]
             if not mine:
                 continue
+            longest = max(n for m, n in drafting if m == method)
             for j, n_max in enumerate(mine[r % len(mine):] + mine[:r % len(mine)]):   # a new order each round
                 # only DFlash and DSpark keep their server from one setting to the next: the others get a new one
-                run(name(method, n_max), server(pair, method, n_max, max(mine)), n_max,
+                run(name(method, n_max), server(pair, method, n_max, longest), n_max,
                     warm_first=method not in ONE_PASS or j == 0)
-    settings = [("plain", f) for f in plain_flags] + [name(m, n) for m, n in drafting]
+        rates = {setting: total([best[setting, i] for i in range(len(ids))])["tok_s"]
+                 for setting in settings if (setting, 0) in best}
+        timed = [(m, n) for m, n in timed if rates[name(m, n)] >= KEEP_SHARE * max(rates.values())]
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])
     choice = decide({"none": totals["plain", flags], **{name(m, n): totals[name(m, n)] for m, n in drafting}},

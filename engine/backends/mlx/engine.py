@@ -138,7 +138,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
             report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
             drafter_class = DRAFTERS[cfg.generation]
             drafter = drafter_class.from_pretrained(draft_dir, dtype=mlx_dtype, available_bytes=free_bytes(dev),
-                                                 bits=bits)
+                                                    bits=bits)
     report("tokenizer", "Reading the tokenizer")
     tokenizer = ChatTokenizer.from_folder(target_dir)
     vocab = draft_vocab.load(Path(draft_dir), target.vocab_rows) if drafter is not None else None
