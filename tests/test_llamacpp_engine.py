@@ -261,7 +261,8 @@ def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(p
         assert not rest and rounds[setting] == (1 if behind else calibrate.ROUNDS), (setting, first)
     assert all(rounds["plain", flags] == calibrate.ROUNDS for flags in ("off", "auto"))
     # on this pair n-gram lookup measures near plain decoding (every round) and DFlash far below it (one round)
-    kept = next(s for s in settings if isinstance(s, str) and rounds[s] == calibrate.ROUNDS)
+    kept = next((s for s in settings if isinstance(s, str) and rounds[s] == calibrate.ROUNDS), None)
+    assert kept, f"every speculating setting measured below half plain decoding's speed: {first}"
     first_plain = [i for i, (s, *_) in enumerate(calls) if s == ("plain", "off")]
     first_draft = [i for i, (s, *_) in enumerate(calls) if s == kept]
     assert min(first_plain) < min(first_draft) < max(first_plain) < max(first_draft), "rounds alternate"

@@ -13,7 +13,8 @@ from engine.backends.torch.draft2_runner import Draft2Runner  # noqa: E402
 from engine.errors import CheckpointError  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
-from tests.test_engine_dflash2 import HIDDEN, TARGET_LAYERS, VOCAB, write_public_checkpoint  # noqa: E402
+from tests.test_engine_dflash2 import (HIDDEN, TARGET_LAYERS, VOCAB, public_config,  # noqa: E402
+                                       write_public_checkpoint)
 from tests.tiny_torch import random_drafter, random_target  # noqa: E402
 
 
@@ -30,13 +31,14 @@ def save_target(folder, arch: str = "qwen3", seed: int = 7, head_scale: float = 
 
 @pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
 def pairs(request, tmp_path_factory):
+    """The same folders in both engines; the drafter scales its block's embedding (input_embedding_scale)."""
     root = tmp_path_factory.mktemp(f"dflash2-{request.param}")
     save_target(root / "target", request.param)
-    write_public_checkpoint(root / "draft", seed=3)
+    write_public_checkpoint(root / "draft", seed=3, config=public_config(input_embedding_scale=0.7))
     tp = load_pair("torch", root / "target", root / "draft", device="cpu", dtype="float32")
     tp.runner = Draft2Runner(tp.drafter, tp.target.head.weight, torch.float32)   # no bfloat16 drafter on this CPU
     mp = load_pair("mlx", root / "target", root / "draft", device="cpu", dtype="float32")
-    return tp, mp
+    return tp, mp, root
 
 
 def settings(**kwargs):
@@ -44,7 +46,8 @@ def settings(**kwargs):
 
 
 def test_the_pair_loads_as_dflash2(pairs):
-    _, mp = pairs
+    _, mp, _ = pairs
+    assert mp.drafter.config.input_embedding_scale == 0.7
     assert mp.drafter.generation == 2 and mp.info["drafter_generation"] == 2
     assert mp.info["method"] == "dflash2" and mp.info["methods"] == ["none", "ngram", "dflash2"]
     assert mp.vocab is None      # the candidate selector scores every token
@@ -54,7 +57,7 @@ def test_the_mlx_drafter_proposes_what_the_torch_drafter_does(pairs):
     """Two draft passes over a growing context (the second at later rotary positions, a block wider than the
     sliding window): the same hidden states, the same path through the same candidates, the same selector
     distributions."""
-    tp, mp = pairs
+    tp, mp, _ = pairs
     feats = np.random.default_rng(0).standard_normal((30, tp.drafter.fc.in_features)).astype(np.float32)
     mask = tp.drafter.config.mask_token_id
     tp.runner.reset()
@@ -75,8 +78,9 @@ def test_the_mlx_drafter_proposes_what_the_torch_drafter_does(pairs):
 
 
 def test_greedy_dflash2_keeps_plain_decodings_tokens_for_every_block_size(pairs):
-    """And the torch engine's tokens and acceptance, step by step, at the checkpoint's block size."""
-    tp, mp = pairs
+    """And the torch engine's tokens and acceptance, step by step, at the checkpoint's block size (which holds the
+    embedding scale to torch's), and with the drafter's linear layers quantized to 4 bits."""
+    tp, mp, root = pairs
     prompt = torch.randint(1, VOCAB - 1, (30,), generator=torch.Generator().manual_seed(1)).tolist()
     ref = Generation(mp, prompt, settings(), baseline=True).run().tokens
     accepted = 0
@@ -90,10 +94,39 @@ def test_greedy_dflash2_keeps_plain_decodings_tokens_for_every_block_size(pairs)
     mlx_run = Generation(mp, prompt, settings()).run()
     assert mlx_run.tokens == torch_run.tokens == ref
     assert mlx_run.stats.acceptance_lengths == torch_run.stats.acceptance_lengths
+    from engine.backends.mlx.engine import load_pair as load_mlx
+    quantized = load_mlx(root / "target", root / "draft", device="cpu", dtype="float32", draft_bits=4)
+    assert "drafter" in quantized.info["quantized"]
+    assert Generation(quantized, prompt, settings()).run().tokens == ref
+
+
+def test_a_sampled_path_and_its_proposal_are_torchs_given_the_same_draws(pairs, monkeypatch):
+    """At temperature 0.7, with both engines' uniform draws replaced by the same numbers: the same path, the same
+    selector distributions, and the dense proposal the MLX engine verifies with is torch's Candidates row."""
+    tp, mp, _ = pairs
+    from engine.backends.mlx.sampling import Keys
+    draws = np.random.default_rng(5).random(32).astype(np.float32)
+    monkeypatch.setattr(mx.random, "uniform", lambda shape, key=None, **_: mx.array(draws[:shape[0]]))
+    monkeypatch.setattr(torch, "rand", lambda n, generator=None, device=None: torch.from_numpy(draws[:n].copy()))
+    sampled = GenerationSettings(temperature=0.7, draft_cutoff=0.0)
+    feats = np.random.default_rng(1).standard_normal((12, tp.drafter.fc.in_features)).astype(np.float32)
+    block = [9] + [tp.drafter.config.mask_token_id] * 15
+    tp.runner.reset()
+    mp.drafter.reset()
+    with torch.inference_mode(), mx.stream(mx.cpu):
+        t_hidden = tp.runner.hidden(tp.target.embed(torch.tensor(block)), torch.from_numpy(feats))[1:]
+        t_drafts, t_q, t_rows = tp.runner.propose_from(t_hidden, 9, sampled, None)
+        m_hidden = mp.drafter.hidden(mp.target.embed(mx.array(block)), mx.array(feats))[1:]
+        mp._settings, mp._keys, mp._cutoff = sampled, Keys(0), 0.0
+        m_drafts = mp._draft_path(m_hidden, 9)
+    assert m_drafts == t_drafts.tolist() and len(set(m_drafts)) > 1
+    q = np.array(mp._q)
+    for n in range(len(m_drafts)):
+        np.testing.assert_allclose(q[n], t_q.row(n, q.shape[1]).numpy(), rtol=1e-3, atol=1e-6)
 
 
 def test_a_cutoff_verifies_a_confident_prefix_and_keeps_the_tokens(pairs):
-    _, mp = pairs
+    _, mp, _ = pairs
     prompt = list(range(3, 25))
     ref = Generation(mp, prompt, settings(), baseline=True).run().tokens
     cut = Generation(mp, prompt, settings(draft_cutoff=0.3)).run()

@@ -36,6 +36,7 @@ class DynamicConv(nn.Module):
         super().__init__()
         self.kernel, self.group = kernel, group
         self.base_kernel = mx.zeros((2, kernel, hidden))
+        self.base_kernel[:, 0] = 1.0     # a new convolution is the identity (its projection's taps are random here)
         self.kernel_projection = nn.Linear(hidden, 2 * kernel * (hidden // group), bias=False)
 
     def prepare(self, x: mx.array) -> tuple[mx.array, mx.array]:
