@@ -216,8 +216,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
                 # only DFlash and DSpark keep their server from one setting to the next: the others get a new one
                 run(name(method, n_max), server(pair, method, n_max, longest), n_max,
                     warm_first=method not in ONE_PASS or j == 0)
-        rates = {setting: total([best[setting, i] for i in range(len(ids))])["tok_s"]
-                 for setting in settings if (setting, 0) in best}
+        rates = {setting: total([best[setting, i] for i in range(len(ids))])["tok_s"] for setting in settings}
         timed = [(m, n) for m, n in timed if rates[name(m, n)] >= KEEP_SHARE * max(rates.values())]
     totals = {setting: total([best[setting, i] for i in range(len(ids))]) for setting in settings}
     flags = max(plain_flags, key=lambda f: totals["plain", f]["tok_s"])
