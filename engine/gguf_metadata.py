@@ -105,10 +105,13 @@ def architecture(meta: dict) -> str:
 
 def drafter_method(meta: dict) -> str:
     """The method a drafter GGUF drafts for, told apart as llama-server tells them (its speculative.cpp): a
-    dflash one with a Markov head (tensor markov_w1) is DSpark; needs read_metadata(..., tensors=True)."""
+    dflash one with a Markov head (tensor markov_w1) is DSpark, one with DFlash2's candidate selector
+    (selector_hidden) DFlash2; needs read_metadata(..., tensors=True)."""
     arch = architecture(meta)
     if arch == "dflash" and "markov_w1.weight" in meta["gguf.tensors"]:
         return "dspark"
+    if arch == "dflash" and "selector_hidden.weight" in meta["gguf.tensors"]:
+        return "dflash2"
     return DRAFTER_METHODS.get(arch, arch)
 
 

@@ -83,9 +83,9 @@ def test_validation_errors_name_the_problem(mutate, expected):
 
 
 def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
-    """A DFlash2 drafter runs on the engines that decode DFlash2 (MLX, torch), and the pair's other engines still
-    offer what they run without it (n-gram lookup in MLX, llama.cpp and torch); a generation this version does not know
-    (a newer catalog) leaves only those; an engine that loses DFlash2 loses the drafter."""
+    """A DFlash2 drafter runs on the engines that decode DFlash2 (MLX, llama.cpp, torch), and a generation this
+    version does not know (a newer catalog) leaves what the pair's engines run without it (n-gram lookup in MLX,
+    llama.cpp and torch); an engine that loses DFlash2 loses the drafter."""
     from dataclasses import replace
     data = raw()
     data["pairs"][2]["drafter"]["generation"] = 2
@@ -93,14 +93,14 @@ def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
     data["pairs"][3].pop("drafters")
     c = parse_catalog(data)
     q4 = c.get("qwen3-4b")
-    assert (q4.method, list(q4.engines), q4.drafter.repo_id) == ("dflash2", ["mlx", "torch"],
+    assert (q4.method, list(q4.engines), q4.drafter.repo_id) == ("dflash2", ["mlx", "llamacpp", "torch"],
                                                                  "z-lab/Qwen3-4B-DFlash-b16")
     assert [s.method for s in q4.speculations][-1] == "ngram" and "eagle3" in [s.method for s in q4.speculations]
     q8 = c.get("qwen3-8b")
     assert (q8.method, q8.drafter, list(q8.engines)) == ("ngram", None, ["mlx", "llamacpp", "torch"])
     assert q8.repos() == [("Qwen/Qwen3-8B", "main")]
-    for name in ("torch", "mlx"):
-        monkeypatch.setitem(cat.ENGINES, name, replace(cat.ENGINES[name], methods=("none", "dflash")))
+    for name, info in cat.ENGINES.items():
+        monkeypatch.setitem(cat.ENGINES, name, replace(info, methods=tuple(m for m in info.methods if m != "dflash2")))
     assert parse_catalog(raw() | {"pairs": data["pairs"]}).get("qwen3-4b").method == "eagle3"
 
 
@@ -108,7 +108,7 @@ def test_each_speculation_downloads_only_what_it_needs():
     """Qwen3 8B lists two DFlash drafters (z-lab's, RedHatAI's), EAGLE-3 and DSpark drafters and n-gram lookup:
     choosing one keeps its drafter and the engines that run it, and the downloader fetches that drafter only
     (nothing more for n-gram lookup); Qwen3.5's own MTP heads need no drafter either; the DFlash2 pair runs its
-    drafter in torch alone."""
+    drafter in every engine."""
     c = load_catalog()
     q8 = c.get("qwen3-8b")
     red = "dflash:RedHatAI/Qwen3-8B-speculator.dflash"
@@ -140,7 +140,7 @@ def test_each_speculation_downloads_only_what_it_needs():
     with pytest.raises(KeyError, match="Qwen3 8B cannot use MTP heads here; it offers DFlash drafter"):
         q8.choosing("mtp")
     q38 = c.get("qwen3.8-27b")
-    assert (q38.method, list(q38.engines), q38.drafter.repo_id) == ("dflash2", ["mlx", "torch"],
+    assert (q38.method, list(q38.engines), q38.drafter.repo_id) == ("dflash2", ["mlx", "llamacpp", "torch"],
                                                                     "z-lab/Qwen3.8-27B-DFlash2")
     assert [s.method for s in q38.speculations] == ["dflash2", "dspark", "mtp", "ngram"]
     assert c.get("demo").speculations == (c.get("demo").speculations[0],)     # built in: nothing to choose

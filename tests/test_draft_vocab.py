@@ -175,7 +175,7 @@ def test_llamacpp_gives_a_plain_dflash_drafter_the_head_of_its_ranked_rows_only(
     assert drafting_vocabulary(demo, meta(), target, None, True) is None             # a GPU: not measured there
     assert drafting_vocabulary(demo, meta(), target, 0, False) is None
     assert drafting_vocabulary(tmp_path, meta(), target, 300, False) is None         # no ranking beside it
-    for own in (meta("output.weight"), meta("selector_proj.weight"), meta("markov_w1.weight")):
+    for own in (meta("output.weight"), meta("selector_hidden.weight"), meta("markov_w1.weight")):
         assert drafting_vocabulary(demo, own, target, 300, False) is None            # they score every token
     with pytest.raises(CheckpointError, match="another model"):
         drafting_vocabulary(demo, meta(), {"tokenizer.ggml.tokens": ["t"] * 5000}, 300, False)

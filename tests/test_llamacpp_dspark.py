@@ -1,4 +1,4 @@
-"""DSpark drafters told from DFlash ones without a build: a GGUF's tensor names read from its header (written
+"""DSpark and DFlash2 drafters told from DFlash ones without a build: a GGUF's tensor names read from its header (written
 here byte by byte), a Markov head making a dflash drafter DSpark as llama-server decides it, and each drafter's
 most tokens per step as llama-server drafts them (the end-to-end run: tests/test_llamacpp_methods.py)."""
 import struct
@@ -28,6 +28,8 @@ def gguf(path, kv: dict, tensors: dict):
 
 DFLASH = {"blk.0.attn_q.weight": (256, 256), "fc.weight": (768, 256)}
 MARKOV = {"markov_w1.weight": (16, 4096), "markov_w2.weight": (16, 4096)}
+SELECTOR = {"selector_hidden.weight": (256, 16), "selector_predecessor.weight": (16, 4096),
+            "selector_successor.weight": (16, 4096), "blk.0.attn_conv_base.weight": (256, 2, 2)}
 
 
 @pytest.mark.parametrize("arch, kv, tensors, method, block", [
@@ -35,6 +37,7 @@ MARKOV = {"markov_w1.weight": (16, 4096), "markov_w2.weight": (16, 4096)}
     ("dflash", {}, {**DFLASH, **MARKOV}, "dspark", 17),                         # llama.cpp's default: from the anchor
     ("dflash", {"dflash.sample_from_anchor": True}, {**DFLASH, **MARKOV}, "dspark", 17),
     ("dflash", {"dflash.sample_from_anchor": False}, {**DFLASH, **MARKOV}, "dspark", 16),   # speculators' layout
+    ("dflash", {}, {**DFLASH, **SELECTOR}, "dflash2", 16),                      # DFlash2's candidate selector
     ("eagle3", {}, {"fc.weight": (768, 256)}, "eagle3", 7),                     # its longest calibrated draft + 1
 ])
 def test_a_drafters_method_and_block_come_from_its_header(tmp_path, arch, kv, tensors, method, block):

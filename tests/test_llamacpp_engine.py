@@ -425,7 +425,7 @@ def test_a_worker_runs_the_demo_pair_with_llamacpp_and_its_server_dies_with_it(p
 
 def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     """A drafter that reads the target's last layer cannot run in llama.cpp, so "auto" gives it to torch
-    instead of failing the load; the same drafter on earlier layers goes to llama.cpp."""
+    instead of failing the load; the same drafter on earlier layers goes to llama.cpp, a DFlash2 one too."""
     from engine.backends.choice import auto_engine
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir(), draft.mkdir()
@@ -436,6 +436,10 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     (draft / "config.json").write_text(json.dumps(cfg))
     assert auto_engine(target, "cpu", draft) == "torch"
     cfg["dflash_config"]["target_layer_ids"] = [1, 2, layers - 2]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    assert auto_engine(target, "cpu", draft) == "llamacpp"
+    cfg["architectures"] = ["DFlash2DraftModel"]       # llama.cpp runs DFlash2 drafters too
+    cfg["dflash_config"].update(conv_kernel_size=2, conv_group_size=16, selector_rank=16, selector_top_k=8)
     (draft / "config.json").write_text(json.dumps(cfg))
     assert auto_engine(target, "cpu", draft) == "llamacpp"
 

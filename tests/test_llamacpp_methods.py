@@ -2,7 +2,8 @@
 decoding's greedy tokens on the demo pair and on SmolLM2 (a real model), and so does a target's own MTP head (a
 tiny random Qwen3.5 with one, converted keeping it), Gemma 4's MTP drafter (a random assistant checkpoint beside a
 tiny random Gemma 4; one made for another model is refused by name), an EAGLE-3 drafter (random, SpecForge's
-layout) and a DSpark drafter (the demo's DFlash drafter with a random Markov head); a model opened without a
+layout), a DSpark drafter (the demo's DFlash drafter with a random Markov head) and a DFlash2 one (the demo's
+drafter with DFlash2's convolutions and a random candidate selector); a model opened without a
 drafter is calibrated between plain decoding and n-gram lookup and speculates when n-gram lookup measures faster;
 timings fed through the real calibration pick the fastest method and say why the others lost; a method the model
 cannot run is refused by name."""
@@ -25,6 +26,7 @@ from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 # the module's fresh app folder (autouse) and the comparison that allows float-rounding ties
 from tests.test_llamacpp_engine import app_home, assert_same_up_to_rounding  # noqa: E402,F401
+from tests.tiny_torch import dflash2_from  # noqa: E402
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 # code the demo target continues by repeating itself (a 5.8M model loops): n-gram lookup's best case
@@ -48,7 +50,7 @@ def target_alone(app_home):
 
 
 def test_the_engines_declare_the_methods_they_run():
-    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash")
+    assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash", "dflash2")
     assert ENGINES["torch"].methods == ("none", "ngram", "dflash", "dflash2")
     assert ENGINES["mlx"].methods == ("none", "ngram", "dflash", "dflash2")
     for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
@@ -354,6 +356,46 @@ def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_ho
     assert meta["dflash.sample_from_anchor"] is False and drafter_block(meta) == 16
     with pytest.raises(PairMismatchError, match="reads target layers"):
         load_pair(TARGET, random_dspark(tmp_path / "wrong", layers=(1, 2, 9)))
+
+
+def test_a_dflash2_drafter_converts_drafts_and_gives_plain_decodings_tokens(tmp_path, monkeypatch):
+    """A DFlash2 drafter (z-lab's format) converts with llama.cpp's converter, is told from a DFlash one by its
+    candidate selector, calibrates and drafts as DFlash2 (llama-server's draft-dflash, which walks the selector's
+    lattice): a fresh one drafts and keeps exactly what its DFlash base does, so the convolutions and the
+    selector are wired through; one with a trained-looking selector keeps other drafts, and greedy output stays
+    plain decoding's. Calibration runs its real code path on stub timings (servers started, answers untimed)."""
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path / "home"))   # stub choices stay in this test
+    monkeypatch.setattr(calibrate, "measure", stub_measure({"none": (100.0, 1.0), "dflash2 7": (300.0, 3.0)}))
+    reference = torch_pair(TARGET)
+    fresh = load_pair(TARGET, dflash2_from(DRAFT, tmp_path / "fresh", 0.0))
+    base = load_pair(TARGET, DRAFT)
+    trained = load_pair(TARGET, dflash2_from(DRAFT, tmp_path / "trained", 0.05))
+    try:
+        assert fresh.info["methods"] == ["none", "ngram", "dflash2"] and fresh.info["drafter_generation"] == 2
+        assert base.info["drafter_generation"] == 1 and fresh.draft_vocab is None
+        assert (fresh.choice["method"], fresh.choice["n_max"]) == ("dflash2", 7)
+        assert "llama.cpp's DFlash2 with 7 drafts per step" in fresh.choice["reason"]
+        kept = {"base": 0, "trained": 0}
+        for text in REPETITIVE[1:] + ("import os\n\ndef list_files(path):\n",):
+            ids = fresh.tokenizer.encode_prompt(text, raw=True)
+            plain = Generation(fresh, ids, GenerationSettings(max_new_tokens=48), baseline=True).run()
+            for n in (3, 15):
+                def run(pair, method):
+                    return Generation(pair, ids, GenerationSettings(max_new_tokens=48, method=method, block_size=n + 1,
+                                                                    plain_fallback=False)).run()
+                mine, theirs, other = run(fresh, "dflash2"), run(base, "dflash"), run(trained, "dflash2")
+                assert (fresh.server.launch.method, fresh.server.launch.n_max) == ("dflash2", n)
+                assert "draft-dflash" in fresh.server.launch.args(1, DEMO_DIR) and mine.stats.speculation == "dflash2"
+                assert (mine.tokens, mine.stats.drafted, mine.stats.accepted) == (
+                    theirs.tokens, theirs.stats.drafted, theirs.stats.accepted)
+                for run_ in (mine, other):
+                    assert_same_up_to_rounding(run_.tokens, plain.tokens, ids, reference)
+                kept["base"] += theirs.stats.accepted
+                kept["trained"] += other.stats.accepted
+        assert kept["base"] > 0 and kept["trained"] > 0 and kept["trained"] != kept["base"]
+    finally:
+        for pair in (fresh, base, trained):
+            pair.close()
 
 
 def random_assistant(folder, target, hidden: int = 32, backbone: int | None = None, vocab: int | None = None,

@@ -177,3 +177,25 @@ def save_random_pair(root, arch: str = "qwen3", seed: int = 0, block_size: int =
                              mask_token_id=mask_id)
     drafter.save_pretrained(root / "draft")
     return root / "target", root / "draft"
+
+
+def dflash2_from(draft_dir, folder, scale: float, seed: int = 0):
+    """A DFlash drafter folder as a DFlash2 one, in the public format: its weights, convolutions that start as the
+    identity, their dynamic taps and the candidate selector random at `scale` (0: a fresh DFlash2 drafter, which
+    drafts what its DFlash base drafts, the selector's top candidate being the base's token)."""
+    import json
+    from pathlib import Path
+    from engine.backends.torch.drafter import load_safetensors_dir
+    raw = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
+    raw.update(architectures=["DFlash2DraftModel"], is_causal=False, sliding_window=2048,
+               layer_types=["sliding_attention"] * raw["num_hidden_layers"])
+    raw["dflash_config"].update(conv_kernel_size=2, conv_group_size=16, selector_rank=16, selector_top_k=8)
+    drafter = DFlash2Drafter(DraftConfig.from_dict(raw))
+    drafter.load_state_dict(load_safetensors_dir(Path(draft_dir)), strict=False)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if "kernel_projection" in name or "candidate_selector" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+    drafter.save_pretrained(folder, dtype=torch.float32)
+    return Path(folder)

@@ -1,4 +1,4 @@
-"""The llama.cpp engine: GGUF targets with GGUF drafters (DFlash, DSpark, EAGLE-3, Gemma 4 assistants), run by
+"""The llama.cpp engine: GGUF targets with GGUF drafters (DFlash, DFlash2, DSpark, EAGLE-3, Gemma 4 assistants), run by
 llama-server (built from the pinned llama-cpp-python sdist, build.py) on 127.0.0.1. The server drafts and verifies
 by itself, so this engine streams (docs/ENGINES.md, "Engines that run their own loop"). This file only declares;
 the modules below it start processes and read files only when a pair is loaded."""
@@ -20,9 +20,12 @@ ARCHITECTURES = {arch: ("cpu", "vulkan") for arch in ("qwen3", "llama", "qwen3_m
                                                      "gpt_oss", "gemma4")}
 # Speculation methods (engine.backends.METHODS) its server runs here, each checked identical to plain decoding
 # (tests/test_llamacpp_methods.py): n-gram lookup needs no drafter, MTP a target GGUF that keeps its
-# multi-token-prediction head or a Gemma 4 assistant beside a Gemma 4 target, EAGLE-3, DSpark and DFlash their
-# drafters; a pair's calibration (calibrate.py) measures those its files allow and keeps the fastest
-METHODS = ("none", "ngram", "mtp", "eagle3", "dspark", "dflash")
+# multi-token-prediction head or a Gemma 4 assistant beside a Gemma 4 target, EAGLE-3, DSpark, DFlash and DFlash2
+# their drafters; a pair's calibration (calibrate.py) measures those its files allow and keeps the fastest
+METHODS = ("none", "ngram", "mtp", "eagle3", "dspark", "dflash", "dflash2")
+# DFlash drafter generations (engine/config.py) its converter and graph take: DFlash2's convolutions and candidate
+# selector are in the pinned llama.cpp (src/models/dflash.cpp), drafted as draft-dflash
+DRAFTER_GENERATIONS = (1, 2)
 # GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
 GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",

@@ -28,7 +28,7 @@ from .. import METHODS
 from . import build
 from .server import request_body
 
-CANDIDATES = (3, 7, 15)      # DFlash's and DSpark's drafts per step tried (capped at the block size - 1)
+CANDIDATES = (3, 7, 15)      # DFlash's, DFlash2's and DSpark's drafts per step tried (capped at the block size - 1)
 NGRAM_CANDIDATES = (4, 8, 16)   # n-gram lookup's longest drafts tried (docs/BENCHMARKS.md, "n-gram lookup")
 MTP_CANDIDATES = (1, 2, 3)       # the target's MTP head drafts one token per pass: a server each (it drafts n_max)
 EAGLE3_CANDIDATES = (2, 4, 6)    # an EAGLE-3 drafter too: one pass per draft, a server each
@@ -108,7 +108,7 @@ def warm_up(pair) -> list[int]:
 
 
 PASS_PER_DRAFT = ("mtp", "eagle3")   # methods whose server drafts all its n_max, whatever a request asks
-ONE_PASS = ("dspark", "dflash")      # methods that draft a block in one pass: one server, each request lowers it
+ONE_PASS = ("dspark", "dflash", "dflash2")   # methods that draft a block in one pass: one server, each request lowers it
 
 
 def settings_of(pair) -> list[tuple[str, int]]:

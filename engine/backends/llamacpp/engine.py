@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from ...config import GENERATION_METHODS
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from .. import METHODS, Chunk
@@ -210,11 +211,9 @@ def _start(launch: Launch, draft_file, subset: tuple[int, ...] | None, block: in
 def drafting_vocabulary(draft_dir: Path, dmeta: dict, tmeta: dict, size: int | None, on_gpu: bool
                         ) -> tuple[int, ...] | None:
     """The token ids a DFlash drafter drafts from (engine/draft_vocab.py), or None for every token: no ranking
-    beside it, a drafter with its own head (or DFlash2's selector, DSpark's Markov head: they score every
+    beside it, a drafter with its own head, a DFlash2 or DSpark one (their selector and Markov head score every
     token), or size 0."""
-    tensors = dmeta["gguf.tensors"]
-    if metadata.drafter_method(dmeta) != "dflash" or "output.weight" in tensors or any(
-            name.startswith("selector") for name in tensors):
+    if metadata.drafter_method(dmeta) != "dflash" or "output.weight" in dmeta["gguf.tensors"]:
         return None
     vocab = load_ranking(draft_dir, metadata.vocab_size(tmeta))
     if vocab is None:
@@ -224,7 +223,7 @@ def drafting_vocabulary(draft_dir: Path, dmeta: dict, tmeta: dict, size: int | N
 
 def drafter_block(meta: dict) -> int:
     """The most tokens one drafting step commits, its drafts and the target's own token, as llama-server drafts
-    (common/speculative.cpp): DFlash fills a block after the last token, block_size - 1 drafts; DSpark drafting
+    (common/speculative.cpp): DFlash and DFlash2 fill a block after the last token, block_size - 1 drafts; DSpark drafting
     from that token itself (sample_from_anchor: DeepSpec's drafters, and llama.cpp's default) all block_size;
     EAGLE-3 and a Gemma 4 assistant (MTP) one token a pass, up to their longest calibrated draft."""
     method = metadata.drafter_method(meta)
@@ -247,7 +246,7 @@ class LlamaCppPair:
 
     def __init__(self, launch: Launch, draft: Path | None, block_size: int, meta: dict, tokenizer_dir: Path):
         self.base, self.draft = launch, draft
-        # the method the drafter drafts for (dflash, dspark, eagle3, mtp: a Gemma 4 assistant)
+        # the method the drafter drafts for (dflash, dflash2, dspark, eagle3, mtp: a Gemma 4 assistant)
         self.drafter = metadata.drafter_method(metadata.read_metadata(draft, tensors=True)) if draft else None
         # what this pair's files allow (engine.backends.METHODS): n-gram lookup always, MTP where the target's GGUF
         # keeps its own head or the drafter is an assistant, and the drafter's method
@@ -281,7 +280,8 @@ class LlamaCppPair:
                      "supports_thinking": bool(self.tokenizer.supports_thinking),
                      "vocab_size": metadata.vocab_size(meta), "max_positions": self.max_positions,
                      "layers": int(meta.get(f"{arch}.block_count") or 0), "gguf": str(launch.model),
-                     "draft_gguf": str(draft) if draft else None}
+                     "draft_gguf": str(draft) if draft else None,
+                     "drafter_generation": {m: g for g, m in GENERATION_METHODS.items()}.get(self.drafter)}
 
     def start_drafting(self, arch: str, optional: bool = False) -> bool:
         """Start the drafting server once while loading, so a target whose llama.cpp graph cannot hand a

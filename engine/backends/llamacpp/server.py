@@ -56,8 +56,9 @@ class StartCancelled(ServerError):
 
 
 # Our speculation methods (engine.backends.METHODS) -> llama-server's --spec-type
-SPEC_TYPES = {"dflash": "draft-dflash", "ngram": "ngram-mod", "mtp": "draft-mtp", "eagle3": "draft-eagle3",
-              "dspark": "draft-dspark"}
+# (llama-server tells a DFlash2 drafter from a DFlash one by its selector and drafts both as draft-dflash)
+SPEC_TYPES = {"dflash": "draft-dflash", "dflash2": "draft-dflash", "ngram": "ngram-mod", "mtp": "draft-mtp",
+              "eagle3": "draft-eagle3", "dspark": "draft-dspark"}
 # n-gram lookup: llama.cpp's ngram-mod (a hash of the last NGRAM_MATCH tokens -> the token that followed them,
 # over the prompt and the answer, kept across answers) drafts at least NGRAM_MIN tokens. Short keys and drafts
 # win on a CPU, where a long rejected draft costs several plain steps: on SmolLM2 here 4/2 beat llama.cpp's
