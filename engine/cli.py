@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .backends import ENGINES
+from .backends import ENGINES, METHODS
 from .errors import EngineError
 from .limits import LIMITS, GenerationSettings
 
@@ -204,7 +204,8 @@ def cmd_generate(args) -> int:
         sys.stdout.flush()
     sys.stdout.write("\n")
     s = run.stats
-    mode = "plain decoding" if run.block_size == 1 else f"DFlash, block {run.block_size}"
+    mode = ("plain decoding" if s.method == "plain"
+            else f"{METHODS.get(s.speculation, s.speculation)}, block {run.block_size}")
     where = f"{pair.info['engine']} engine on {pair.info['device']}, {pair.info['dtype']}"
     print(f"\n[{mode}; {where}] {s.generated_tokens} tokens, stop: {run.stop_reason}, "
           f"{s.end_to_end_tok_s:.1f} tok/s end to end, decode {s.decode_tok_s:.1f} tok/s, "

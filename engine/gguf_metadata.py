@@ -142,6 +142,29 @@ def check_pair(target: dict, draft: dict, target_name: str, draft_name: str) -> 
             f"{draft_name} reads target layers {[i - 1 for i in wanted]} but {target_name} has {layers} layers, "
             "and llama.cpp cannot export its last one: this drafter was not made for this target.")
     _same_sizes(target, draft, target_name, draft_name, "dflash.embedding_length")
+    if any(f"dflash.{key}" in draft for key in DFLASH2_SETTINGS):
+        _check_dflash2(draft, draft_name)
+
+
+# DFlash2's convolution and selector settings in a GGUF (llama.cpp's converter writes all four)
+DFLASH2_SETTINGS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+
+
+def _check_dflash2(draft: dict, draft_name: str) -> None:
+    """What llama.cpp's DFlash2 graph needs of a drafter (its src/models/dflash.cpp refuses the file otherwise,
+    and the server would only say it could not load a model)."""
+    hidden = int(draft.get("dflash.embedding_length") or 0)
+    settings = {key: int(draft.get(f"dflash.{key}") or 0) for key in DFLASH2_SETTINGS}
+    missing = [f"dflash.{key}" for key, value in settings.items() if value <= 0]
+    if missing:
+        raise CheckpointError(f"{draft_name} is a DFlash2 drafter without {', '.join(missing)}: the file is "
+                              "incomplete. Convert the drafter again from its folder, or download it again.")
+    group, top_k = settings["conv_group_size"], settings["selector_top_k"]
+    if hidden % group or hidden < top_k * (top_k + 1):
+        raise CheckpointError(
+            f"{draft_name} is a DFlash2 drafter that llama.cpp cannot run: its hidden size {hidden} must be a "
+            f"multiple of its convolution group ({group}) and at least top-k x (top-k + 1) = {top_k * (top_k + 1)} "
+            "(its selector's lattice is packed into one hidden row). Run it in the torch engine instead.")
 
 
 def _check_eagle3(target: dict, draft: dict, target_name: str, draft_name: str) -> None:

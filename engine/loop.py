@@ -214,6 +214,8 @@ class Generation:
                 now = time.perf_counter()
                 if chunk.totals is not None:
                     self.stats.record_totals(**chunk.totals)
+                if chunk.method:                         # the engine's own pick for this answer (llama.cpp)
+                    self.stats.speculation, self.method_label = chunk.method, METHODS[chunk.method]
                 switched = bool(chunk.fallback) and self.fallback is None
                 if switched:
                     self.fallback = self.stats.fallback = chunk.fallback

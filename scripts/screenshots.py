@@ -125,6 +125,14 @@ def shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots: Shooter) -> Non
     shoot_picker_on(app, window, shots, fixture("nvidia_rtx4060_vulkan"), "qwen3-4b", "29-model-picker-nvidia-llamacpp")
 
 
+def shoot_picker_dflash2_in_llamacpp(app, window, shots: Shooter) -> None:
+    """31: the model picker on a 16 GB AMD card through llama.cpp's Vulkan build (a fixture), Qwen3.8 27B selected
+    with z-lab's DFlash2 drafter: every engine runs it now, and llama.cpp plans its 4-bit GGUF with part of the
+    layers on the GPU."""
+    shoot_picker_on(app, window, shots, fixture("amd_rx7800xt_vulkan"), "qwen3.8-27b",
+                    "31-model-picker-dflash2-llamacpp")
+
+
 def shoot_picker_choices(app, window, shots: Shooter) -> None:
     """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 8B with the speculation box
     open, its EAGLE-3 drafter chosen (size, fit and plan follow the choice); 27: the chat pair, with what its
@@ -282,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
     parser.add_argument("--only-real", action="store_true", help="only 18-21, 26-27 and 30, the real chat model")
-    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28 and 29, the pickers on recorded GPUs")
+    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28, 29 and 31, the pickers on recorded GPUs")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -312,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             shoot_picker_on_a_12gb_gpu(app, window, shots)
             shoot_picker_on_a_vulkan_gpu(app, window, shots)
             shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
+            shoot_picker_dflash2_in_llamacpp(app, window, shots)
             return 0
         if args.only_real:
             wait_until(app, lambda: window.session.ready, 240, "the model to load")
@@ -391,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot_picker_on_a_12gb_gpu(app, window, shots)
         shoot_picker_on_a_vulkan_gpu(app, window, shots)
         shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
+        shoot_picker_dflash2_in_llamacpp(app, window, shots)
 
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused in a dialog, with the way out,
         # while the model loaded before stays

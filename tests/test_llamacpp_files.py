@@ -74,6 +74,24 @@ def test_a_drafter_that_does_not_fit_its_target_is_refused_by_name(tmp_path, cha
         metadata.check_pair(t, d, "t.gguf", "d.gguf")
 
 
+@pytest.mark.parametrize("settings, message", [
+    (dict(conv_kernel_size=2, conv_group_size=16, selector_rank=16, selector_top_k=8), None),   # 256 = 16 x 16
+    (dict(conv_kernel_size=2, conv_group_size=16, selector_rank=16), "without dflash.selector_top_k"),
+    (dict(conv_kernel_size=2, conv_group_size=48, selector_rank=16, selector_top_k=8), "multiple of its convolution"),
+    (dict(conv_kernel_size=2, conv_group_size=16, selector_rank=16, selector_top_k=16), "at least top-k x"),
+])
+def test_a_dflash2_drafter_llamacpp_cannot_run_is_refused_by_name(tmp_path, settings, message):
+    """llama.cpp's DFlash2 graph refuses a drafter whose settings are missing, whose hidden size its convolution
+    groups do not divide, or too narrow for the selector's lattice (256 < 16 x 17): said before a server starts."""
+    t = metadata.read_metadata(target(tmp_path))
+    d = {**metadata.read_metadata(draft(tmp_path)), **{f"dflash.{k}": v for k, v in settings.items()}}
+    if message is None:
+        metadata.check_pair(t, d, "t.gguf", "d.gguf")
+    else:
+        with pytest.raises(CheckpointError, match=message):
+            metadata.check_pair(t, d, "t.gguf", "d.gguf")
+
+
 def test_a_fitting_pair_passes_and_swapped_files_are_named(tmp_path):
     t, d = metadata.read_metadata(target(tmp_path)), metadata.read_metadata(draft(tmp_path))
     metadata.check_pair(t, d, "t.gguf", "d.gguf")

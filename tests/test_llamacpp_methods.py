@@ -368,11 +368,12 @@ def test_a_dflash2_drafter_converts_drafts_and_gives_plain_decodings_tokens(tmp_
     monkeypatch.setattr(calibrate, "measure", stub_measure({"none": (100.0, 1.0), "dflash2 7": (300.0, 3.0)}))
     reference = torch_pair(TARGET)
     fresh = load_pair(TARGET, dflash2_from(DRAFT, tmp_path / "fresh", 0.0))
-    base = load_pair(TARGET, DRAFT)
+    base = load_pair(TARGET, DRAFT, draft_vocab=0)     # drafting from every token, as DFlash2 does
     trained = load_pair(TARGET, dflash2_from(DRAFT, tmp_path / "trained", 0.05))
     try:
         assert fresh.info["methods"] == ["none", "ngram", "dflash2"] and fresh.info["drafter_generation"] == 2
-        assert base.info["drafter_generation"] == 1 and fresh.draft_vocab is None
+        assert base.info["drafter_generation"] == 1 and fresh.draft_vocab is None   # its ranking unused
+        assert (tmp_path / "fresh" / "draft_vocab.json").is_file()
         assert (fresh.choice["method"], fresh.choice["n_max"]) == ("dflash2", 7)
         assert "llama.cpp's DFlash2 with 7 drafts per step" in fresh.choice["reason"]
         kept = {"base": 0, "trained": 0}
@@ -393,6 +394,13 @@ def test_a_dflash2_drafter_converts_drafts_and_gives_plain_decodings_tokens(tmp_
                 kept["base"] += theirs.stats.accepted
                 kept["trained"] += other.stats.accepted
         assert kept["base"] > 0 and kept["trained"] > 0 and kept["trained"] != kept["base"]
+        # where plain decoding measured fastest, an answer asking for a block size drafts with the drafter, and
+        # its stats name DFlash2, not the engine's choice (plain) nor DFlash
+        monkeypatch.setattr(calibrate, "measure", stub_measure({"none": (500.0, 1.0)}))
+        trained.calibrate(calibrate.choose(trained, force=True))
+        assert trained.choice["method"] == "none"
+        run = Generation(trained, ids, GenerationSettings(max_new_tokens=16, block_size=4, plain_fallback=False)).run()
+        assert run.stats.speculation == "dflash2" and run.stats.drafted > 0
     finally:
         for pair in (fresh, base, trained):
             pair.close()

@@ -198,4 +198,7 @@ def dflash2_from(draft_dir, folder, scale: float, seed: int = 0):
             if "kernel_projection" in name or "candidate_selector" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * scale)
     drafter.save_pretrained(folder, dtype=torch.float32)
+    ranking = Path(draft_dir) / "draft_vocab.json"
+    if ranking.is_file():                      # kept beside it, as a user's folder would keep it
+        (Path(folder) / ranking.name).write_bytes(ranking.read_bytes())
     return Path(folder)

@@ -28,8 +28,8 @@ class LocalPairDialog(QDialog):
         self.setWindowTitle("Open a model from disk")
         intro = QLabel("A target model and, optionally, its drafter. A target can be a GGUF file (run by "
                        "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash (z-lab's, or "
-                       "vLLM speculators', imported once), DSpark or EAGLE-3 GGUF or folder, or a Gemma 4 assistant "
-                       "(all but DFlash run in llama.cpp), converted for llama.cpp when needed. Without one, the model still speculates with n-gram lookup where that measures "
+                       "vLLM speculators', imported once) or DFlash2, DSpark or EAGLE-3 GGUF or folder, or a Gemma 4 "
+                       "assistant (the last three run in llama.cpp only), converted for llama.cpp when needed. Without one, the model still speculates with n-gram lookup where that measures "
                        "faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)
         self.target = self._path_field("Target model file or folder", "for example ~/models/Qwen3-4B-Q4_K_M.gguf")

@@ -232,7 +232,7 @@ class ModelPicker(QDialog):
         self.server_button.clicked.connect(self.add_server)
         self.local_button = QPushButton("Open from disk…")
         self.local_button.setToolTip("Load a model you already have: a GGUF file or a model folder, with its drafter "
-                                     "(DFlash, DSpark, EAGLE-3 or a Gemma 4 assistant) if it has one")
+                                     "(DFlash, DFlash2, DSpark, EAGLE-3 or a Gemma 4 assistant) if it has one")
         self.local_button.clicked.connect(self.open_local)
         buttons = QHBoxLayout()
         buttons.addWidget(self.local_button)

@@ -207,6 +207,7 @@ class Chunk:
     accepted: int = 0
     plain: bool | None = None           # the step drafted nothing (None: the stream's mode says)
     stop: str | None = None             # the engine can go no further (context_full)
+    method: str | None = None           # the method drafting this answer, where the engine picks it per answer
 
 
 class StreamingPair(Protocol):

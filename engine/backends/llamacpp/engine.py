@@ -125,7 +125,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
         draft_dir = sidecar_drafter(target_file, tmeta)
         beside = draft_dir is not None
         if beside:
-            report("drafter", f"Found the DFlash drafter {draft_dir.name} beside {target_file.name}")
+            report("drafter", f"Found the drafter {draft_dir.name} beside {target_file.name}")
     if draft_dir is not None:
         report("drafter", f"Preparing the drafter {Path(draft_dir).name} for llama.cpp")
         draft_file = find_draft(Path(draft_dir), target, dtype, cancelled)
@@ -198,7 +198,7 @@ def _start(launch: Launch, draft_file, subset: tuple[int, ...] | None, block: in
         if draft_file is not None:
             report("drafter", "Starting llama-server with the drafter")
             if not pair.start_drafting(arch, optional=beside):
-                report("drafter", f"llama.cpp's DFlash cannot draft for this {arch!r} model")
+                report("drafter", f"llama.cpp cannot draft for this {arch!r} model with the drafter beside it")
         names = " and ".join(METHODS[m] for m in pair.methods if m != "none")
         report("tuning", f"Measuring {names} against plain decoding on this computer")
         pair.calibrate(calibrate.choose(pair, cancelled))
@@ -299,7 +299,7 @@ class LlamaCppPair:
                 self.draft = self.drafter = None
                 self.block_size = NGRAM_BLOCK
                 self.info.update(block_size=self.block_size, has_drafter=False, draft_gguf=None,
-                                 methods=list(self.methods))
+                                 methods=list(self.methods), drafter_generation=None)
                 self.server_for("none")
                 return False
             raise CheckpointError(
@@ -407,6 +407,7 @@ class LlamaCppPair:
             steps = self._steps(server, body, fallback, earlier)
             try:
                 for chunk, last in steps:
+                    chunk.method = method if n_max else None   # what drafts, named in the answer's stats
                     yield chunk
                     received += chunk.tokens
                     accepted += sum(chunk.drafted or ())
