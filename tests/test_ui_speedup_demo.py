@@ -201,7 +201,9 @@ def test_any_two_of_the_pairs_methods_race_each_measured_alone(qtbot, qapp, tmp_
         assert all(kw["mode"] == "dflash" for kw in sent)
         assert demo.plain_pane.title.text() == "DFlash" and demo.dflash_pane.title.text() == "n-gram lookup"
         assert demo.identical, "greedy n-gram lookup and DFlash both give plain decoding's tokens"
-        assert "n-gram lookup" in demo.speedup_detail.text() and "vs DFlash" in demo.speedup_detail.text()
+        detail = demo.speedup_detail.text()      # one figure, or the rounds' range when a busy machine spread them
+        assert detail.startswith("n-gram lookup") if demo.headline else "measured n-gram lookup at" in detail
+        assert ("vs DFlash" if demo.headline else "of DFlash's speed") in detail
         assert demo.dflash.stats["drafted"] > 0 and demo.plain.stats["drafted"] > 0
         assert baselines == []
     finally:
