@@ -1,8 +1,9 @@
 """The DFlash draft checkpoint's config.json, read the way the published z-lab files write it.
 
-This module alone decides a drafter's generation (config.json `architectures`): DFlash (gen 1) or
-DFlash2 (gen 2, grouped dynamic convolutions and a candidate selector). Loaders dispatch on
-DraftConfig.generation; an architecture we do not know is refused by name."""
+This module alone decides a drafter's generation (config.json `architectures`): DFlash (gen 1), DFlash2 (gen 2,
+grouped dynamic convolutions and a candidate selector) or DSpark (gen 3, DFlash's layers with a Markov head that
+biases each block slot's logits by the token drafted before it). Loaders dispatch on DraftConfig.generation; an
+architecture we do not know is refused by name."""
 from __future__ import annotations
 
 import json
@@ -15,9 +16,10 @@ from .errors import CheckpointError
 from .weights import config_int, real, whole
 
 # config.json `architectures` name -> drafter generation
-GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2}
+GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2, "DSparkDraftModel": 3, "Qwen3DSparkModel": 3}
 # drafter generation -> the speculation method it drafts for (engine.backends.METHODS)
-GENERATION_METHODS = {1: "dflash", 2: "dflash2"}
+GENERATION_METHODS = {1: "dflash", 2: "dflash2", 3: "dspark"}
+GENERATION_LABELS = {1: "DFlash", 2: "DFlash2", 3: "DSpark"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # dflash_config keys of a DFlash2 drafter. Any other nested key is refused: it may change what the
 # drafter computes, and a drafter silently run without it would propose worse tokens.
@@ -49,7 +51,7 @@ def generation_of(raw: dict[str, Any], source: str = "config.json") -> int:
                               "Re-download the drafter.")
     name = names[0]
     if name not in GENERATIONS:
-        known = " and ".join(f"{n} (DFlash{'' if g == 1 else g})" for n, g in GENERATIONS.items())
+        known = ", ".join(f"{n} ({GENERATION_LABELS[g]})" for n, g in GENERATIONS.items())
         raise CheckpointError(
             f"This drafter is a {name} ({source}, architectures), which DFlash Desktop cannot run: it runs "
             f"{known} drafters. Pick a drafter of one of those kinds, or update DFlash Desktop.",
@@ -103,6 +105,35 @@ class DFlash2Config:
             real(cap, "final_logit_softcapping", source, 0.0, 1e4))
 
 
+@dataclass(frozen=True)
+class DSparkConfig:
+    """What a DSpark drafter adds: a Markov head of this rank, and where its block's drafts start. DeepSpec's
+    layout (sample_from_anchor, the default) drafts from every slot, the first one (the last committed token's)
+    included; otherwise the first slot is passed over and the drafts follow it, as DFlash's do."""
+    markov_rank: int
+    sample_from_anchor: bool
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], vocab: int, source: str) -> "DSparkConfig":
+        kind = raw.get("markov_head_type", "vanilla")
+        if kind != "vanilla":
+            raise CheckpointError(f"{source}: markov_head_type {kind!r} is a DSpark head this version does not "
+                                  "compute (it computes 'vanilla'). Pick another drafter or update DFlash Desktop.",
+                                  code="unsupported_architecture")
+        draft_vocab = raw.get("draft_vocab_size")
+        if draft_vocab is not None and draft_vocab != vocab:
+            raise CheckpointError(f"{source}: this DSpark drafter proposes from {draft_vocab!r} of the target's "
+                                  f"{vocab} tokens (draft_vocab_size, a d2t map), which only the llama.cpp engine "
+                                  "runs. Load the pair with the llama.cpp engine.", code="unsupported_architecture")
+        anchor = raw.get("sample_from_anchor", True)
+        if not isinstance(anchor, bool):
+            raise CheckpointError(f"{source}: sample_from_anchor must be true or false, got {anchor!r}.")
+        if raw.get("markov_rank") is None:
+            raise CheckpointError(f"{source} is a DSpark drafter without markov_rank. The checkpoint is "
+                                  "incomplete: re-download the drafter.")
+        return cls(markov_rank=whole(raw["markov_rank"], "markov_rank", source, 1, 1 << 14), sample_from_anchor=anchor)
+
+
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """Layer choice when the config names none: the middle layer for one, else evenly spaced in [1, L-3]."""
     if num_draft_layers == 1:
@@ -131,9 +162,25 @@ class DraftConfig:
     causal: tuple[bool, ...]        # per layer: block rows see only earlier block rows
     max_position_embeddings: int
     input_embedding_scale: float    # multiplies the target's embedding of the block
-    generation: int                 # 1: DFlash, 2: DFlash2 (GENERATIONS)
+    generation: int                 # 1: DFlash, 2: DFlash2, 3: DSpark (GENERATIONS)
     dflash2: DFlash2Config | None   # generation 2 only
     raw: dict[str, Any] = field(repr=False, compare=False)
+    dspark: DSparkConfig | None = None   # generation 3 only
+
+    @property
+    def first_draft(self) -> int:
+        """The block slot whose output is the first draft: 0 for DSpark from the anchor, else 1 (slot 0 is the
+        last committed token, which the drafter reads but does not predict)."""
+        return 0 if self.dspark is not None and self.dspark.sample_from_anchor else 1
+
+    @property
+    def verify_width(self) -> int:
+        """The widest block the target verifies: the last token and the most drafts one drafter pass makes."""
+        return self.block_size + 1 - self.first_draft
+
+    def input_width(self, width: int) -> int:
+        """The drafter's block for a verify of `width` (the last token, then width - 1 drafts)."""
+        return width - 1 + self.first_draft
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> "DraftConfig":
@@ -217,7 +264,8 @@ class DraftConfig:
             layer_types=layer_types, sliding_window=window, causal=causal,
             max_position_embeddings=config_int(raw, "max_position_embeddings", source, 1, 1 << 24)
             if "max_position_embeddings" in raw else 32768, input_embedding_scale=scale,
-            generation=generation, dflash2=dflash2, raw=dict(raw))
+            generation=generation, dflash2=dflash2, raw=dict(raw),
+            dspark=DSparkConfig.from_dict(raw, num["vocab_size"], source) if generation == 3 else None)
 
     @classmethod
     def from_file(cls, path: Path) -> "DraftConfig":

@@ -1,5 +1,6 @@
-"""DFlash drafters saved by vLLM's speculators library (RedHatAI's `*-speculator.dflash` repositories), imported
-into z-lab's format once so that every engine and conversion reads one format.
+"""DFlash and DSpark drafters saved by vLLM's speculators library (RedHatAI's `*-speculator.dflash` and
+`*.dspark*` repositories), imported into z-lab's (DeepSpec's, for DSpark) format once so that every engine and
+conversion reads one format.
 
 The two formats hold the same drafter: the same layer names and shapes, the same attention rule. They differ in
 their config.json (speculators nests the layer settings in `transformer_layer_config`, numbers the target layers
@@ -8,7 +9,10 @@ whether the sliding layers see the whole block) and in what they save beside the
 embedding and of the target's LM head rows the drafter was trained to propose, with `d2t`, the map from those
 rows to target token ids. The engines take embedding and head from the target itself, so the import keeps the
 layers and turns `d2t` into the drafter's draft vocabulary (engine/draft_vocab.py): it drafts from the tokens it
-was trained on. Pure standard library; the weights are copied byte for byte, nothing from the folder runs."""
+was trained on. A DSpark drafter's Markov head scores the same subset (markov_w2 has a row per kept token): the
+import spreads those rows over the whole vocabulary, zeros elsewhere, as llama.cpp scatters them at run time
+(llama.cpp's own converter reads the speculators folder as it is). Pure standard library; the weights are copied
+byte for byte, nothing from the folder runs."""
 from __future__ import annotations
 
 import hashlib
@@ -29,23 +33,26 @@ NOT_LAYERS = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d", "verifier_l
               "verifier_norm.weight")
 # transformer_layer_config keys that describe the library's class, not the drafter
 _DROPPED = ("architectures", "auto_map", "_attn_implementation", "is_causal", "dflash_config", "block_size")
-# speculators_model_type values of DFlash drafters: imported (dflash) or refused by name (dflash2); other kinds
-# (EAGLE-3, DSpark) go to llama.cpp's converter as they are
-KINDS = ("dflash", "dflash2")
+# speculators_model_type values of DFlash drafters: imported (dflash, dspark) or refused by name (dflash2); other
+# kinds (EAGLE-3) go to llama.cpp's converter as they are
+KINDS = ("dflash", "dflash2", "dspark")
+MARKOV_W2 = "markov_head.markov_w2.weight"     # DSpark's bias per drafted token
 # transformers' Qwen3Config defaults, which speculators' loader falls back on for keys its config file omits (it
 # saves the layer settings as a diff against the class defaults)
 QWEN3_DEFAULTS = {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
                   "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6,
                   "max_position_embeddings": 32768, "hidden_act": "silu"}
 # bumped when an import would be written differently, so that older imports are made again
-FORMAT = 1
+FORMAT = 2
 STALE_S = 86400         # a temporary folder this old was left by an import that never finished
 CORPUS = "the tokens the drafter was trained to propose (speculators d2t)"
 
 
 def kind(raw: dict[str, Any]) -> str | None:
-    """`dflash` or `dflash2` for a speculators drafter's config.json, None for any other."""
+    """`dflash`, `dflash2` or `dspark` for a speculators drafter's config.json, None for any other."""
     value = raw.get("speculators_model_type")
+    if value is None and raw.get("architectures") == ["DSparkSpeculator"]:
+        return "dspark"
     return value if isinstance(value, str) else None
 
 
@@ -57,14 +64,14 @@ def translated(raw: dict[str, Any], source: str = "config.json") -> dict[str, An
             f"This DFlash2 drafter was saved by vLLM's speculators library ({source}), whose DFlash2 format DFlash "
             "Desktop does not read yet. Pick the model's DFlash drafter (speculators or z-lab) or z-lab's DFlash2 "
             "drafter.", code="unsupported_architecture")
-    if name != "dflash":
+    if name not in ("dflash", "dspark"):
         raise CheckpointError(f"{source}: speculators_model_type {name!r} is not a DFlash drafter. Pick a DFlash "
                               "drafter for this model.", code="unsupported_architecture")
     layer = raw.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise CheckpointError(f"{source} has no transformer_layer_config, so the drafter's layers cannot be built. "
                               "Re-download the drafter.")
-    if raw.get("sample_from_anchor"):
+    if name == "dflash" and raw.get("sample_from_anchor"):
         raise CheckpointError(
             f"{source}: this drafter predicts from its anchor slot (sample_from_anchor), a DSpark-style variant "
             "whose drafts DFlash Desktop's engines do not compute. Pick the model's DFlash drafter instead.",
@@ -94,14 +101,18 @@ def translated(raw: dict[str, Any], source: str = "config.json") -> dict[str, An
                               "Pick a drafter of the target's width.", code="unsupported_architecture")
     out.update(architectures=["DFlashDraftModel"], block_size=raw["block_size"],
                dflash_config={"mask_token_id": raw["mask_token_id"], "target_layer_ids": [i - 1 for i in aux]})
+    if name == "dspark":     # speculators' layout drafts after the last token unless it says otherwise
+        out.update(architectures=["DSparkDraftModel"], sample_from_anchor=raw.get("sample_from_anchor", False),
+                   markov_head_type=raw.get("markov_head_type", "vanilla"), markov_rank=raw.get("markov_rank"))
     if raw.get("sliding_window_non_causal"):
         out["is_causal"] = False    # every layer sees the whole block; by default the sliding layers are causal
     return out
 
 
-def imported(draft_dir: Path, progress: Callable[[str, str], None] | None = None) -> Path:
-    """The drafter folder every engine reads: the folder itself unless it is a speculators one, then its z-lab
-    import in the app's cache, made once (checked, written beside its final place and renamed when complete)."""
+def imported(draft_dir: Path, progress: Callable[[str, str], None] | None = None, engine: str | None = None) -> Path:
+    """The drafter folder the engine reads: the folder itself unless it is a speculators one, then its z-lab
+    import in the app's cache, made once (checked, written beside its final place and renamed when complete).
+    llama.cpp's converter reads a speculators DSpark drafter as it is, reduced vocabulary (d2t) included."""
     draft_dir = Path(draft_dir)
     config = draft_dir / "config.json"
     try:
@@ -109,7 +120,7 @@ def imported(draft_dir: Path, progress: Callable[[str, str], None] | None = None
         raw = json.loads(text)
     except (OSError, ValueError):
         return draft_dir        # the engine's own reader says what is wrong with it
-    if not isinstance(raw, dict) or kind(raw) not in KINDS:
+    if not isinstance(raw, dict) or kind(raw) not in KINDS or (engine == "llamacpp" and kind(raw) == "dspark"):
         return draft_dir
     translated_config = translated(raw, str(config))       # refused before anything is written
     files = sorted(draft_dir.glob("*.safetensors"))
@@ -166,14 +177,18 @@ def _write(draft_dir: Path, files: list[Path], config: dict, out: Path) -> None:
         raise CheckpointError(f"{source} describes a drafter of width {config.get('hidden_size')} over {vocab_size} "
                               f"tokens, but its embed_tokens.weight is {list(embed[1].shape)}: the files disagree. "
                               "Re-download the drafter.")
-    layers = sorted(n for n in tensors if n not in NOT_LAYERS)
-    weights.copy_tensors(draft_dir, layers, out / "model.safetensors")
+    ids = None
     if "d2t" in tensors:
         offsets = weights.read_ints(tensors["d2t"][0], "d2t", most=vocab_size)
         ids = [i + d for i, d in enumerate(offsets)]
         if not all(0 <= t < vocab_size for t in ids) or len(set(ids)) != len(ids):
             raise CheckpointError(f"{tensors['d2t'][0]}: d2t maps the drafter's tokens outside the target's "
                                   f"vocabulary of {vocab_size} or twice onto one token. Re-download the drafter.")
-        if len(ids) < vocab_size:
-            DraftVocab(tuple(ids), vocab_size, CORPUS, trained=True).save(out, 0)
+    spread = MARKOV_W2 if MARKOV_W2 in tensors and ids is not None and len(ids) < vocab_size else None
+    layers = sorted(n for n in tensors if n not in NOT_LAYERS and n != spread)
+    weights.copy_tensors(draft_dir, layers, out / "model.safetensors")
+    if spread:
+        weights.spread_rows(tensors[spread][0], spread, ids, vocab_size, out / "markov.safetensors")
+    if ids is not None and len(ids) < vocab_size:
+        DraftVocab(tuple(ids), vocab_size, CORPUS, trained=True).save(out, 0)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")   # last: complete

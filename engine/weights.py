@@ -77,6 +77,31 @@ def read_ints(path: Path, name: str, most: int) -> list[int]:
         return list(struct.unpack(f"<{tensor.numel}{codes[tensor.dtype]}", f.read(end - begin)))
 
 
+def spread_rows(path: Path, name: str, rows: list[int], total: int, out: Path) -> None:
+    """A safetensors file holding tensor `name` of `path`, whose row i is written at row rows[i] of `total` rows,
+    zeros elsewhere: a drafter's table over a subset of its target's vocabulary made whole."""
+    header, start = _raw_header(path)
+    tensor = _tensors(path, header).get(name)
+    if tensor is None or not tensor.shape or tensor.shape[0] != len(rows) or tensor.dtype not in DTYPE_BYTES:
+        raise CheckpointError(f"{path}: {name} must have a row for each of the drafter's {len(rows)} tokens, found "
+                              f"{'nothing' if tensor is None else f'{tensor.dtype} {list(tensor.shape)}'}. "
+                              "Re-download the drafter.")
+    begin, end = _span(path, header, start, name)
+    width = tensor.numel // len(rows) * DTYPE_BYTES[tensor.dtype]
+    if end - begin != width * len(rows):
+        raise CheckpointError(f"Weights file {path} is corrupt ({name} has the wrong byte count). Download it again.")
+    with open(path, "rb") as f:
+        f.seek(begin)
+        data = f.read(end - begin)
+    whole = bytearray(width * total)
+    for i, row in enumerate(rows):
+        whole[row * width:(row + 1) * width] = data[i * width:(i + 1) * width]
+    entry = {name: {"dtype": tensor.dtype, "shape": [total, *tensor.shape[1:]], "data_offsets": [0, len(whole)]}}
+    blob = json.dumps(entry, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    Path(out).write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(whole))
+
+
 def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 20) -> None:
     """A safetensors file holding the named tensors of a folder's files, their bytes copied as they are."""
     sources = {}

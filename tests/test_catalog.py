@@ -89,7 +89,7 @@ def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
     from dataclasses import replace
     data = raw()
     data["pairs"][2]["drafter"]["generation"] = 2
-    data["pairs"][3]["drafter"]["generation"] = 3
+    data["pairs"][3]["drafter"]["generation"] = 4
     data["pairs"][3].pop("drafters")
     c = parse_catalog(data)
     q4 = c.get("qwen3-4b")

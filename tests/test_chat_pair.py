@@ -78,6 +78,27 @@ def test_greedy_dflash_is_plain_decoding_in_torch_and_accepts_above_the_floor(to
     assert tau >= TAU_FLOOR, f"tau {tau:.2f} on held-out chat prompts"
 
 
+def test_dspark_runs_on_smollm2_in_torch_and_a_flat_markov_head_drafts_as_the_chat_drafter(smollm2_gguf, draft_dir,
+                                                                                            torch_pair, tmp_path):
+    """The chat pair's drafter made a DSpark one (tests/tiny_torch.py dspark_from) on a real model: with a Markov
+    head that adds nothing, drafting after the last token, it keeps what the DFlash drafter keeps, position for
+    position (both over every token); in DeepSpec's layout with a random head, greedy output is still SmolLM2's."""
+    from engine.backends import load_pair
+    from tests.tiny_torch import dspark_from
+    flat = load_pair("torch", smollm2_gguf, dspark_from(draft_dir, tmp_path / "flat", scale=0.0,
+                                                        sample_from_anchor=False), device="cpu")
+    anchored = load_pair("torch", smollm2_gguf, dspark_from(draft_dir, tmp_path / "anchor"), device="cpu")
+    assert anchored.block_size == 17 and flat.info["methods"] == ["none", "ngram", "dspark"]
+    settings = GenerationSettings(max_new_tokens=40, draft_vocab=0, plain_fallback=False)
+    for chat in held_out(2):
+        ids = torch_pair.tokenizer.encode_chat(chat)
+        plain = Generation(torch_pair, ids, GenerationSettings(max_new_tokens=40), baseline=True).run()
+        runs = [Generation(pair, ids, settings).run() for pair in (torch_pair, flat, anchored)]
+        assert all(run.tokens == plain.tokens for run in runs)
+        assert runs[1].stats.speculation == runs[2].stats.speculation == "dspark"
+        assert runs[0].stats.position_accepts == runs[1].stats.position_accepts and runs[0].stats.accepted > 0
+
+
 def test_greedy_dflash_is_plain_decoding_in_mlx_on_its_cpu(smollm2, draft_dir):
     pytest.importorskip("mlx_lm")
     from engine.backends import load_pair

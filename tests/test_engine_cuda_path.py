@@ -1,6 +1,6 @@
 """The CUDA path's step logic (engine/backends/torch/cuda.py: static caches, fixed-shape padded steps,
 explicit positions, device verification) run on the CPU without graphs: greedy tokens identical to the
-eager TorchPair and to plain decoding, on tiny random pairs (DFlash and DFlash2 drafters, Qwen3, Llama and
+eager TorchPair and to plain decoding, on tiny random pairs (DFlash, DFlash2 and DSpark drafters, Qwen3, Llama and
 Qwen3.5 hybrid targets, whose DeltaNet state rolls back in fixed buffers: cuda_hybrid.py), through full,
 partial and no acceptance. What only a GPU can check (CUDA graph capture
 and replay, greedy tokens in bfloat16) is in the cuda-only tests at the end, which CI never runs (they
@@ -36,7 +36,8 @@ def run(pair, prompt, n=24, block=None, baseline=False):
     return Generation(pair, prompt, settings, baseline=baseline).run()
 
 
-@pytest.fixture(scope="module", params=[("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2)])
+@pytest.fixture(scope="module", params=[("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2),
+                                        ("qwen3", 3)])
 def pairs(request):
     """Both drafters in float32: drafts compared token for token need one rounding (on a CPU with native
     bfloat16 TorchPair would draft in bfloat16, where the padded static shapes round differently)."""
@@ -53,7 +54,7 @@ def test_static_steps_give_the_eager_engines_greedy_tokens(pairs, prompt_len):
     prompt = prompt_of(prompt_len, seed=prompt_len)
     plain = run(eager, prompt, baseline=True)
     assert run(static, prompt, baseline=True).tokens == plain.tokens
-    for block in (2, 5, 16):                       # 16: the fixed shape; others: the eager-shaped draft
+    for block in (2, 5, static.block_size):        # the fixed shape (16, DSpark's 17); others: the eager-shaped draft
         ours, theirs = run(static, prompt, block=block), run(eager, prompt, block=block)
         assert ours.tokens == theirs.tokens == plain.tokens, f"block {block}"
         assert ours.stats.accepted == theirs.stats.accepted

@@ -444,10 +444,11 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     assert auto_engine(target, "cpu", draft) == "llamacpp"
 
 
-@pytest.mark.parametrize("architecture", ["LlamaForCausalLMEagle3", "DSparkDraftModel"])
-def test_auto_engine_gives_eagle3_and_dspark_drafters_to_llamacpp(tmp_path, architecture):
-    """Only llama.cpp runs EAGLE-3 and DSpark drafters: "auto" sends such a folder there on any device, where torch
-    would refuse it as a drafter it cannot run; the same target with a DFlash drafter on a GPU stays with torch."""
+@pytest.mark.parametrize("architecture", ["LlamaForCausalLMEagle3", "DSparkDraftModel", "Lfm2DSparkDraftModel"])
+def test_auto_engine_gives_drafters_only_llamacpp_runs_to_llamacpp(tmp_path, architecture):
+    """Only llama.cpp runs EAGLE-3 drafters and DSpark ones the torch engine does not compute (another backbone,
+    a config it cannot read): "auto" sends such a folder there on any device, where torch would refuse it; the
+    same target with a DFlash drafter, or a complete DSpark one in DeepSpec's layout, on a GPU stays with torch."""
     from engine.backends.choice import auto_engine
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir(), draft.mkdir()
@@ -456,6 +457,10 @@ def test_auto_engine_gives_eagle3_and_dspark_drafters_to_llamacpp(tmp_path, arch
     assert auto_engine(target, "cpu", draft) == auto_engine(target, "cuda", draft) == "llamacpp"
     (draft / "config.json").write_text((DRAFT / "config.json").read_text())
     assert auto_engine(target, "cuda", draft) == "torch"
+    dspark = {**json.loads((DRAFT / "config.json").read_text()), "architectures": ["DSparkDraftModel"],
+              "markov_rank": 16}
+    (draft / "config.json").write_text(json.dumps(dspark))
+    assert auto_engine(target, "cuda", draft) == "torch" and auto_engine(target, "cpu", draft) == "llamacpp"
 
 
 def test_a_pair_of_gguf_files_from_disk_loads_in_a_worker(pair, tmp_path):

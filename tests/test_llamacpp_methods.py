@@ -26,7 +26,7 @@ from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 # the module's fresh app folder (autouse) and the comparison that allows float-rounding ties
 from tests.test_llamacpp_engine import app_home, assert_same_up_to_rounding  # noqa: E402,F401
-from tests.tiny_torch import dflash2_from  # noqa: E402
+from tests.tiny_torch import dflash2_from, dspark_from  # noqa: E402
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 # code the demo target continues by repeating itself (a 5.8M model loops): n-gram lookup's best case
@@ -51,10 +51,11 @@ def target_alone(app_home):
 
 def test_the_engines_declare_the_methods_they_run():
     assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash", "dflash2")
-    assert ENGINES["torch"].methods == ("none", "ngram", "dflash", "dflash2")
+    assert ENGINES["torch"].methods == ("none", "ngram", "dspark", "dflash", "dflash2")
     assert ENGINES["mlx"].methods == ("none", "ngram", "dflash", "dflash2")
-    for info in ENGINES.values():   # an engine that decodes DFlash2 drafters says so among its methods
+    for info in ENGINES.values():   # an engine that decodes DFlash2 or DSpark drafters says so among its methods
         assert ("dflash2" in info.methods) == (2 in info.drafter_generations)
+        assert ("dspark" in info.methods) == (3 in info.drafter_generations)
 
 
 def test_ngram_lookup_gives_plain_decodings_tokens_on_the_demo_pair(app_home):
@@ -288,38 +289,6 @@ def test_an_eagle3_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_h
         load_pair(TARGET, wrong)
 
 
-def random_dspark(folder, layers=(1, 2, 3), speculators: bool = False, rank: int = 16, seed: int = 0):
-    """A DSpark drafter for the demo target: the demo's DFlash drafter with a random Markov head (markov_w1: the
-    previous token -> rank, markov_w2: rank -> a bias on each block position's logits) and confidence head, in
-    DeepSpec's DFlash-lineage config (it drafts from the block's first position, the last token), or in vLLM
-    speculators' (the backbone's config nested, target layers counted from the embeddings, drafts after the
-    last token as DFlash does)."""
-    import json
-
-    import torch
-    from safetensors.torch import load_file, save_file
-    weights = load_file(DRAFT / "model.safetensors")
-    cfg = json.loads((DRAFT / "config.json").read_text(encoding="utf-8"))
-    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
-    g = torch.Generator().manual_seed(seed)
-    weights.update({"markov_head.markov_w1.weight": torch.randn(vocab, rank, generator=g) * 0.05,
-                    "markov_head.markov_w2.weight": torch.randn(vocab, rank, generator=g) * 0.05,
-                    "confidence_head.proj.weight": torch.randn(1, h + rank, generator=g) * 0.05,
-                    "confidence_head.proj.bias": torch.zeros(1)})
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    if speculators:
-        backbone = {k: v for k, v in cfg.items() if k not in ("architectures", "dflash_config", "block_size")}
-        cfg = {"architectures": ["DSparkSpeculator"], "transformer_layer_config": backbone, "block_size": 16,
-               "mask_token_id": cfg["dflash_config"]["mask_token_id"],
-               "aux_hidden_state_layer_ids": [i + 1 for i in layers], "markov_rank": rank}
-    else:
-        cfg = {**cfg, "architectures": ["DSparkDraftModel"], "markov_rank": rank, "markov_head_type": "vanilla",
-               "dflash_config": {**cfg["dflash_config"], "target_layer_ids": list(layers)}}
-    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
-    return folder
-
-
 def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_home, tmp_path):
     """A DSpark drafter (DeepSpec's layout) converts with llama.cpp's converter, is told from a DFlash one by its
     Markov head, drafts its whole block from the last token as draft-dspark, and keeps plain decoding's greedy
@@ -330,7 +299,7 @@ def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_ho
     from engine.backends.llamacpp.engine import drafter_block
     from engine.errors import PairMismatchError
     reference = torch_pair(TARGET)
-    pair = load_pair(TARGET, random_dspark(tmp_path / "dspark"))
+    pair = load_pair(TARGET, dspark_from(DRAFT, tmp_path / "dspark"))
     try:
         assert pair.info["methods"] == ["none", "ngram", "dspark"] and pair.info["has_drafter"]
         assert set(pair.choice["by_method"]) == {"none", "ngram", "dspark"}
@@ -350,12 +319,12 @@ def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_ho
         assert drafted > 0 and accepted > 0
     finally:
         pair.close()
-    meta = metadata.read_metadata(convert.draft_gguf(random_dspark(tmp_path / "speculators", speculators=True),
+    meta = metadata.read_metadata(convert.draft_gguf(dspark_from(DRAFT, tmp_path / "speculators", speculators=True),
                                                      TARGET), tensors=True)
     assert metadata.drafter_method(meta) == "dspark" and meta["dflash.target_layers"] == [2, 3, 4]
     assert meta["dflash.sample_from_anchor"] is False and drafter_block(meta) == 16
     with pytest.raises(PairMismatchError, match="reads target layers"):
-        load_pair(TARGET, random_dspark(tmp_path / "wrong", layers=(1, 2, 9)))
+        load_pair(TARGET, dspark_from(DRAFT, tmp_path / "wrong", layers=(1, 2, 9)))
 
 
 def test_a_dflash2_drafter_converts_drafts_and_gives_plain_decodings_tokens(tmp_path, monkeypatch):

@@ -117,6 +117,7 @@ def test_every_figure_has_a_tooltip_that_says_what_it_is(qtbot, home, chat_worke
     ({"drafted": 40, "draft_ms": None, "draft_vocab": None}, "The drafter drafts over every token."),
     ({"drafted": 0, "draft_ms": None, "draft_vocab": 8192}, ""),                   # decoded plainly
     ({"drafted": 9, "draft_ms": 0.2, "speculation": "ngram"}, ""),                 # n-gram lookup has no drafter
+    ({"drafted": 9, "draft_ms": 1.25, "speculation": "dspark"}, "Draft pass: 1.2 ms a step, over every token."),
 ])
 def test_the_draft_pass_in_words(stats, words):
     text = draft_pass(stats)

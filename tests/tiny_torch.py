@@ -7,6 +7,7 @@ import torch
 from engine.config import DraftConfig
 from engine.backends.torch.drafter import DFlashDrafter
 from engine.backends.torch.drafter2 import DFlash2Drafter
+from engine.backends.torch.dspark import DSparkDrafter
 from engine.backends.torch.target import TargetModel
 
 
@@ -113,10 +114,24 @@ def draft2_config_dict(target: TargetModel, layers: int = 1, block_size: int = 1
     return raw
 
 
+def dspark_config_dict(target: TargetModel, rank: int = 8, sample_from_anchor: bool | None = None, **kwargs) -> dict:
+    """A DSpark config in DeepSpec's layout: DFlash's, with the Markov head's rank (and where drafts start, when
+    named: the layout's own default is from the anchor)."""
+    raw = draft_config_dict(target, **kwargs)
+    raw.update(architectures=["DSparkDraftModel"], markov_rank=rank, markov_head_type="vanilla")
+    if sample_from_anchor is not None:
+        raw["sample_from_anchor"] = sample_from_anchor
+    return raw
+
+
+CONFIG_DICTS = {1: draft_config_dict, 2: draft2_config_dict, 3: dspark_config_dict}
+DRAFTER_CLASSES = {1: DFlashDrafter, 2: DFlash2Drafter, 3: DSparkDrafter}
+
+
 def random_drafter(target: TargetModel, seed: int = 1, generation: int = 1, **kwargs) -> DFlashDrafter:
     torch.manual_seed(seed)
-    raw = (draft_config_dict if generation == 1 else draft2_config_dict)(target, **kwargs)
-    drafter = (DFlashDrafter if generation == 1 else DFlash2Drafter)(DraftConfig.from_dict(raw))
+    raw = CONFIG_DICTS[generation](target, **kwargs)
+    drafter = DRAFTER_CLASSES[generation](DraftConfig.from_dict(raw))
     with torch.no_grad():  # random weights of a realistic scale so logits are not all ties
         for name, p in drafter.named_parameters():
             if p.dim() == 2:
@@ -177,6 +192,42 @@ def save_random_pair(root, arch: str = "qwen3", seed: int = 0, block_size: int =
                              mask_token_id=mask_id)
     drafter.save_pretrained(root / "draft")
     return root / "target", root / "draft"
+
+
+def dspark_from(draft_dir, folder, layers=None, speculators: bool = False, rank: int = 16, scale: float = 0.05,
+                seed: int = 0, sample_from_anchor: bool | None = None):
+    """A DFlash drafter folder made a DSpark one: its weights with a Markov head random at `scale` (markov_w1: the
+    previous token -> rank, markov_w2: rank -> a bias on every token; 0: no bias, so from slot 1 on it drafts what
+    its DFlash base drafts) and a confidence head, in DeepSpec's DFlash-lineage config (it drafts from the block's
+    first slot, the last token, unless sample_from_anchor says false), or in vLLM speculators' (the backbone's
+    config nested, target layers counted from the embeddings, drafts after the last token as DFlash does)."""
+    import json
+    from pathlib import Path
+    from safetensors.torch import load_file, save_file
+    weights = load_file(Path(draft_dir) / "model.safetensors")
+    cfg = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    layers = list(layers or cfg["dflash_config"]["target_layer_ids"])
+    g = torch.Generator().manual_seed(seed)
+    weights.update({"markov_head.markov_w1.weight": torch.randn(vocab, rank, generator=g) * scale,
+                    "markov_head.markov_w2.weight": torch.randn(vocab, rank, generator=g) * scale,
+                    "confidence_head.proj.weight": torch.randn(1, h + rank, generator=g) * 0.05,
+                    "confidence_head.proj.bias": torch.zeros(1)})
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    if speculators:
+        backbone = {k: v for k, v in cfg.items() if k not in ("architectures", "dflash_config", "block_size")}
+        cfg = {"architectures": ["DSparkSpeculator"], "transformer_layer_config": backbone, "block_size": 16,
+               "mask_token_id": cfg["dflash_config"]["mask_token_id"],
+               "aux_hidden_state_layer_ids": [i + 1 for i in layers], "markov_rank": rank}
+    else:
+        cfg = {**cfg, "architectures": ["DSparkDraftModel"], "markov_rank": rank, "markov_head_type": "vanilla",
+               "dflash_config": {**cfg["dflash_config"], "target_layer_ids": layers}}
+        if sample_from_anchor is not None:
+            cfg["sample_from_anchor"] = sample_from_anchor
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
 
 
 def dflash2_from(draft_dir, folder, scale: float, seed: int = 0):

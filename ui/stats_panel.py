@@ -212,7 +212,7 @@ TIPS = {
 def draft_pass(stats: dict) -> str:
     """The answer's draft pass in words ('' when nothing was drafted by a drafter)."""
     ms, size = stats.get("draft_ms"), stats.get("draft_vocab")
-    if (not stats.get("drafted") or stats.get("speculation", "dflash") not in ("dflash", "dflash2")
+    if (not stats.get("drafted") or stats.get("speculation", "dflash") not in ("dflash", "dflash2", "dspark")
             or stats.get("remote")):     # a server's own drafter: its pass and vocabulary are not reported
         return ""
     tokens = f"from the {size:,} tokens this model uses most" if size else "over every token"

@@ -128,7 +128,7 @@ def load_pair(engine: str, target_dir, draft_dir=None, device: str = "auto", dty
     from pathlib import Path
     if draft_dir is not None and Path(draft_dir).is_dir():
         from .. import speculators
-        draft_dir = speculators.imported(Path(draft_dir), progress)
+        draft_dir = speculators.imported(Path(draft_dir), progress, engine)
     if engine != "llamacpp" and Path(target_dir).suffix.lower() == ".gguf" and Path(target_dir).is_file():
         from .. import gguf_folder
         target_dir = gguf_folder.hf_folder(Path(target_dir), progress)

@@ -14,8 +14,9 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
     mlx engine on Apple Silicon where it is installed and runs the pair on Apple's GPU, else the torch
     engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
-    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; an EAGLE-3,
-    DSpark or Gemma 4 assistant drafter folder goes to llama.cpp, the one engine that runs them."""
+    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; an EAGLE-3
+    or Gemma 4 assistant drafter folder goes to llama.cpp, the one engine that runs them, and so does a DSpark one
+    the torch engine does not compute (another backbone, a reduced draft vocabulary)."""
     unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
     if unpacked is not None:
         model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
@@ -29,11 +30,17 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     generation = 1
     if draft_dir is not None:
         try:
-            from ..config import generation_of
+            from ..config import DraftConfig, generation_of
             from .llamacpp.convert import drafter_kind
             drafter = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
-            if drafter_kind(drafter) in ("eagle3", "dspark", "mtp"):
+            kind = drafter_kind(drafter)
+            if kind in ("eagle3", "mtp"):
                 return "llamacpp"            # only llama.cpp runs these drafters; its load says what else it needs
+            if kind == "dspark":
+                try:
+                    DraftConfig.from_dict(drafter)
+                except EngineError:
+                    return "llamacpp"        # a DSpark drafter only llama.cpp computes
             generation = generation_of(drafter)
         except (OSError, ValueError, TypeError, AttributeError, EngineError):
             return "torch"                   # the torch engine's load explains what is wrong

@@ -197,7 +197,7 @@ def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancel
     """A z-lab DFlash drafter, a DSpark, an EAGLE-3 one or a Gemma 4 assistant, for a target whose config and
     tokenizer are in target_dir; a quantized target keeps a float16 drafter (DFlash's acceptance suffers from a
     quantized drafter, and drafters are small)."""
-    draft_dir = speculators.imported(draft_dir)    # a speculators DFlash drafter converts as its z-lab import
+    draft_dir = speculators.imported(draft_dir, engine="llamacpp")   # a speculators DFlash drafter converts as its z-lab import
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
     kind = drafter_kind(cfg)
     if kind == "dflash":

@@ -114,7 +114,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
     target = Path(target_dir)
     dtype = dtype or "float32"
     if draft_dir is not None and Path(draft_dir).is_dir():    # a speculators drafter: its import, vocabulary and all
-        draft_dir = speculators.imported(Path(draft_dir), report)
+        draft_dir = speculators.imported(Path(draft_dir), report, "llamacpp")
     report("convert", f"Preparing {target.name} for llama.cpp")
     target_file = find_target(target, dtype, cancelled)
     tmeta = metadata.read_metadata(target_file)

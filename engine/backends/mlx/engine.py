@@ -12,7 +12,7 @@ from typing import Callable
 import mlx.core as mx
 
 from ... import draft_vocab
-from ...config import GENERATION_METHODS, DraftConfig
+from ...config import GENERATION_LABELS, GENERATION_METHODS, DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import GenerationSettings
 from ...lookup import NGRAM_BLOCK, Lookup
@@ -21,7 +21,7 @@ from ...pairing import check_pair
 from ...penalties import History
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DTYPES, NAME, VARIANT_DTYPES
+from . import ARCHITECTURES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
 from .drafter import MlxDrafter
 from .drafter2 import DRAFTERS
 from .loading import load_target
@@ -126,6 +126,10 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     mlx_dtype = MLX_DTYPES[dtype or DTYPES[device_class(dev)]]
     family, config = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
+    if cfg is not None and cfg.generation not in DRAFTER_GENERATIONS:
+        raise CheckpointError(f"{draft_dir} is a {GENERATION_LABELS[cfg.generation]} drafter, which the MLX engine "
+                              "does not run yet: load the pair with the torch or llama.cpp engine.",
+                              code="unsupported_architecture")
     bits = draft_bits if draft_bits is not None else draft_bits_from_env()
     report("weights", f"Reading the target's weights from {target_dir.name}")
     with mx.stream(dev):

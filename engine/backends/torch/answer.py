@@ -109,15 +109,17 @@ def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions
          vocab: DraftVocab | None = None) -> None:
     """What both engines keep of a loaded pair: its parts, the contract's fields, one answer's state; on a CPU
     the target tuned for it (the static engine runs there only in the tests). A DFlash drafter's frequency
-    ranking (engine/draft_vocab.py) is kept for its runner; DFlash2's candidate selector scores every token."""
+    ranking (engine/draft_vocab.py) is kept for its runner; DFlash2's candidate selector and DSpark's Markov head
+    score every token, so a DSpark drafter takes only the subset it was trained on (a speculators import's)."""
     pair.target, pair.drafter, pair.tokenizer, pair.name = target, drafter, tokenizer, name
-    pair.vocab = vocab if drafter is not None and drafter.generation == 1 else None
+    takes = {1: True, 2: False, 3: vocab is not None and vocab.trained}
+    pair.vocab = vocab if drafter is not None and takes[drafter.generation] else None
     pair.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
     pair.device = target.device
     if pair.device.type == "cpu":
         cpu.tune_target(target.model)
     pair.eos_ids = tokenizer.eos_ids if tokenizer else ()
-    pair.block_size = drafter.config.block_size if drafter else 1
+    pair.block_size = drafter.config.verify_width if drafter else 1
     pair.max_positions = max_positions
     pair.info = pair_info(target, drafter, tokenizer, name, family, max_positions)
     pair.info["draft_vocab"] = len(pair.vocab.ranked) if pair.vocab else None   # tokens ranked
@@ -145,7 +147,7 @@ def pair_info(target, drafter, tokenizer, name: str, family: str, max_positions:
     return {"engine": NAME, "device": str(target.device),
             "dtype": target.quantization or str(target.embedding.weight.dtype).removeprefix("torch."),
             "architecture": family or getattr(target.model.config, "model_type", ""),
-            "name": name, "block_size": drafter.config.block_size if drafter else 1,
+            "name": name, "block_size": drafter.config.verify_width if drafter else 1,
             "has_drafter": drafter is not None, "drafter_generation": drafter.generation if drafter else None,
             # every pair can run n-gram lookup, in blocks of its own; the drafter's method is the default, and a
             # target alone speculates with n-gram lookup (a step without a match is a plain step, and the plain

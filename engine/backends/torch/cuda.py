@@ -27,6 +27,7 @@ import torch
 
 from ...limits import DEFAULT_CONTEXT, GenerationSettings
 from .draft2_runner import Draft2Runner
+from .dspark import DSparkRunner
 from .draft_runner import DraftRunner, _rms, block_attention
 from .dense_decoder import DenseDecoder, fits
 from .drafter import rope
@@ -160,6 +161,14 @@ class StaticDraft2(StaticDraftMixin, Draft2Runner):
     pass
 
 
+class StaticDSpark(StaticDraftMixin, DSparkRunner):
+    pass
+
+
+# drafter generation (engine/config.py) -> its runner with static buffers
+STATIC_RUNNERS = {1: StaticDraft, 2: StaticDraft2, 3: StaticDSpark}
+
+
 class Graphed:
     """fn() (no arguments: it reads static buffers) captured once as a CUDA graph and replayed after;
     eager when graphs are off. A capture that fails turns graphs off for this fn and says why.
@@ -242,10 +251,10 @@ class CudaPair:
         self._taped = False       # the last verify left DeltaNet tapes for commit()
         self._graphed_verify: Graphed | None = None     # the last verify's step, when it replayed a graph
         if drafter is not None:
-            runner_class = StaticDraft if drafter.generation == 1 else StaticDraft2
-            self.runner = runner_class(drafter, target.head.weight, runner_dtype(self.device), self.vocab)
+            self.runner = STATIC_RUNNERS[drafter.generation](drafter, target.head.weight, runner_dtype(self.device),
+                                                             self.vocab)
             self.runner.make_static(size + B, self.kernels)
-            self._embeds = torch.zeros(B, target.hidden_size, dtype=self.runner.dtype, device=self.device)
+            self._embeds = torch.zeros(drafter.config.input_width(B), target.hidden_size, dtype=self.runner.dtype, device=self.device)
             self._ctx = torch.zeros(B, drafter.fc.in_features, dtype=self.runner.dtype, device=self.device)
             self._draft_step = Graphed(lambda: self.runner.hidden(self._embeds, self._ctx), graphs)
         self._drafted_at = 0      # context positions the drafter has cached (host)
@@ -312,7 +321,7 @@ class CudaPair:
             return a.look_up(width)
         context = a.unread_context()
         cfg, B, c = self.runner.config, self.block_size, context.shape[0]
-        embeds = block_embeddings(self.target, cfg, last, width)
+        embeds = block_embeddings(self.target, cfg, last, cfg.input_width(width))
         self.runner.start.fill_(self._drafted_at)
         self.runner.count.fill_(c)
         if width == B and c <= B:           # the one fixed shape: replayed as a graph
@@ -325,6 +334,9 @@ class CudaPair:
         if cfg.generation == 2:
             drafts, q, rows = self.runner.propose_from(hidden[1:], last, a.settings, a.gen)
             confidence = (None, rows)
+        elif cfg.generation == 3:
+            drafts, q, logits = self.runner.propose_from(hidden[cfg.first_draft:], last, a.settings, a.gen)
+            confidence = (logits, q)
         else:
             logits = self.runner.head(hidden[1:]).float()
             drafts, q = propose(logits, a.settings, a.gen, self.runner.ids)

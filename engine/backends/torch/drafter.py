@@ -89,6 +89,7 @@ class DraftLayer(nn.Module):
 class DFlashDrafter(nn.Module):
     generation = 1        # engine/config.py GENERATIONS
     layer_class = DraftLayer
+    unread: tuple[str, ...] = ()    # name prefixes of tensors a checkpoint may carry that decoding does not read
 
     def __init__(self, cfg: DraftConfig):
         super().__init__()
@@ -127,7 +128,7 @@ class DFlashDrafter(nn.Module):
         if cfg.generation != cls.generation:
             raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
                                   "not load; load the pair with load_pair, which picks the drafter class.")
-        header = folder_tensors(path)
+        header = {k: v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
         if layer_count(header) != cfg.num_hidden_layers:
             raise CheckpointError(
                 f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "

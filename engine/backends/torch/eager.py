@@ -16,11 +16,12 @@ from .draft2_runner import Draft2Runner
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
 from .drafter2 import DFlash2Drafter
+from .dspark import DSparkDrafter, DSparkRunner
 from .sampling import propose, verify
 from .target import TargetModel
 
 # drafter generation (engine/config.py) -> the module that loads it and the runner that decodes with it
-DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner)}
+DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner), 3: (DSparkDrafter, DSparkRunner)}
 
 
 class TorchPair:
@@ -57,10 +58,13 @@ class TorchPair:
             return self.answer.look_up(width)
         a, cfg = self.answer, self.runner.config
         context = a.unread_context()
-        embeds = block_embeddings(self.target, cfg, last, width)
+        embeds = block_embeddings(self.target, cfg, last, cfg.input_width(width))
         if cfg.generation == 2:   # one path picked by the candidate selector; the cutoff reads its distributions
             drafts, q, rows = self.runner.propose(embeds, context, last, a.settings, a.gen)
             confidence = (None, rows)
+        elif cfg.generation == 3:  # left to right through the Markov head; the cutoff reads the biased logits
+            drafts, q, logits = self.runner.propose(embeds, context, last, a.settings, a.gen)
+            confidence = (logits, q)
         else:
             logits = self.runner.logits(embeds, context)
             drafts, q = propose(logits, a.settings, a.gen, self.runner.ids)

@@ -1,0 +1,113 @@
+"""Our own DSpark drafter: the DFlash drafter (drafter.py) with a Markov head. Each draft slot's logits get a
+bias from the token drafted just before it, markov_w2 @ markov_w1[previous], so the block is proposed
+left to right (the first slot's "previous" is the last committed token) while the layers still run once.
+
+Weights load by their public names (DeepSpec's `markov_head.markov_w1/w2`); the optional confidence head is
+not read: the draft cutoff reads the drafter's own probabilities, as it does for DFlash. A drafter trained on a
+subset of the vocabulary (a speculators import, engine/speculators.py) drafts from that subset: its head rows
+and markov_w2's rows of those tokens. Nothing from the checkpoint is executed."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...config import DraftConfig
+from ...limits import GenerationSettings
+from .draft_runner import DraftRunner
+from .drafter import DFlashDrafter
+from .packed import product_by
+from .sampling import Candidates, draw, probabilities
+
+
+class MarkovHead(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        rank = cfg.dspark.markov_rank
+        self.markov_w1 = nn.Linear(rank, cfg.vocab_size, bias=False)   # weight [V, rank]: a row per previous token
+        self.markov_w2 = nn.Linear(rank, cfg.vocab_size, bias=False)   # weight [V, rank]: rank -> a bias per token
+
+
+class DSparkDrafter(DFlashDrafter):
+    generation = 3
+    unread = ("confidence_head.",)     # a head some exports carry for llama.cpp's draft cutoff
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__(cfg)
+        self.markov_head = MarkovHead(cfg)
+
+
+def markov_drafts(logits: torch.Tensor, anchor: int, w1: torch.Tensor,
+                  w2: Callable[[torch.Tensor], torch.Tensor], settings: GenerationSettings,
+                  gen: torch.Generator | None, ids: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | Candidates | None, torch.Tensor]:
+    """Drafts for the slots whose logits [m, C] the drafter's head gave, one after the other: slot j's logits
+    plus w2(w1[the token before it]), then argmax (greedy) or a draw from their distribution under the answer's
+    sampling rule, which is what slot j's proposal q_j is: each draft is drawn from q_j given the drafts
+    before it, so the residual rule stays exact. Column c stands for token ids[c] (None: token c); w1 has a row
+    per token, w2 a column per logit column. Returns the drafts [m] (token ids), q (None when greedy; over a
+    subset, Candidates) and the biased logits [m, C] (the draft cutoff reads them)."""
+    previous = torch.tensor([anchor], device=logits.device)
+    drafts, biased, qs = [], [], []
+    for row in logits.float():
+        row = row + w2(w1[previous]).float()[0]
+        if settings.greedy:
+            column = row.argmax().view(1)
+        else:
+            q = probabilities(row[None], settings)
+            column = draw(q, gen)
+            qs.append(q[0])
+        previous = column if ids is None else ids[column]
+        drafts.append(previous)
+        biased.append(row)
+    q = torch.stack(qs) if qs else None
+    if q is not None and ids is not None:
+        q = Candidates(ids.expand(q.shape[0], -1), q)
+    return torch.cat(drafts), q, torch.stack(biased)
+
+
+def module_drafts(drafter: DSparkDrafter, hidden: torch.Tensor, head_weight: torch.Tensor, anchor: int,
+                  settings: GenerationSettings, gen=None):
+    """markov_drafts for the module's final hidden states of the draft slots (the reference the runner is
+    tested against)."""
+    head = drafter.markov_head
+    return markov_drafts(F.linear(hidden, head_weight).float(), anchor, head.markov_w1.weight,
+                         lambda x: F.linear(x, head.markov_w2.weight), settings, gen)
+
+
+class DSparkRunner(DraftRunner):
+    """One generation's DSpark drafter state: reset() for a new prompt, then propose() once per step."""
+
+    def __init__(self, drafter: DSparkDrafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None,
+                 vocab=None):
+        super().__init__(drafter, head_weight, dtype, vocab)
+        self.first = drafter.config.first_draft
+        # one row of w1 is read per draft, so it stays as loaded; w2 is a product per draft, over the draft
+        # vocabulary's rows when there is one (the last size asked kept packed, as the head's)
+        self.w1 = drafter.markov_head.markov_w1.weight.detach().to(self.dtype)
+        self._w2_weight = drafter.markov_head.markov_w2.weight.detach()
+        self._w2_whole = self.w2 = product_by(self._w2_weight.to(self.dtype))
+        self._w2_subset: tuple[int, object] | None = None
+
+    def use_vocabulary(self, setting: int | None, on_cpu: bool) -> int | None:
+        size = super().use_vocabulary(setting, on_cpu)
+        if size is None:
+            self.w2 = self._w2_whole
+        else:
+            if self._w2_subset is None or self._w2_subset[0] != size:
+                self._w2_subset = (size, product_by(self._w2_weight[self.ids].to(self.dtype)))
+            self.w2 = self._w2_subset[1]
+        return size
+
+    def propose(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor, anchor: int,
+                settings: GenerationSettings, gen: torch.Generator | None):
+        """Drafts for the block's draft slots (from slot 0 in DeepSpec's layout), their proposal distribution
+        (None when greedy) and their biased logits."""
+        return self.propose_from(self.hidden(block_embeds, ctx_features)[self.first:], anchor, settings, gen)
+
+    def propose_from(self, hidden: torch.Tensor, anchor: int, settings: GenerationSettings,
+                     gen: torch.Generator | None):
+        """propose() from the drafter's final hidden states of the draft slots (cuda.py computes them)."""
+        return markov_drafts(self.head(hidden).float(), anchor, self.w1, self.w2, settings, gen, self.ids)
