@@ -1,4 +1,5 @@
-"""DSpark drafters in the torch engine: a checkpoint in DeepSpec's layout (the demo's DFlash drafter with a Markov
+"""DSpark drafters in the torch engine (and a speculators DSpark import in MLX too: tests/test_mlx_dspark.py holds
+the rest of MLX's): a checkpoint in DeepSpec's layout (the demo's DFlash drafter with a Markov
 head, tests/tiny_torch.py dspark_from) loads by name, its Markov head chains each draft on the one before, the
 packed runner computes what the module does, greedy output is plain decoding's in both block layouts (from the
 anchor slot, or after it as DFlash), a head that adds nothing after the anchor drafts exactly what the DFlash
@@ -147,18 +148,18 @@ def test_config_errors_name_the_key(tmp_path, change, words):
         DraftConfig.from_dict({k: v for k, v in raw.items() if v is not None}, "config.json")
 
 
-def test_a_missing_markov_tensor_is_named_and_mlx_refuses_dspark_naming_the_engines_that_run_it(tmp_path):
+def test_a_missing_markov_tensor_is_named_and_a_saved_drafter_reloads_as_dspark(tmp_path):
     folder = dspark_from(DRAFT, tmp_path / "d")
+    drafter = DSparkDrafter.from_pretrained(folder)
+    drafter.save_pretrained(tmp_path / "again", dtype=torch.float32)
+    again = DSparkDrafter.from_pretrained(tmp_path / "again")
+    assert again.config.dspark == drafter.config.dspark
+    torch.testing.assert_close(again.markov_head.markov_w2.weight, drafter.markov_head.markov_w2.weight)
     from safetensors.torch import load_file, save_file
     weights = load_file(folder / "model.safetensors")
     save_file({k: v for k, v in weights.items() if k != "markov_head.markov_w2.weight"}, folder / "model.safetensors")
     with pytest.raises(CheckpointError, match="markov_head.markov_w2.weight"):
         DSparkDrafter.from_pretrained(folder)
-    pytest.importorskip("mlx.core")
-    with pytest.raises(CheckpointError, match="DSpark drafter, which the MLX engine does not run yet: load the "
-                                              "pair with the torch or llama.cpp engine") as err:
-        any_engine("mlx", TARGET, folder, device="cpu")
-    assert err.value.code == "unsupported_architecture"
 
 
 # ---- a DSpark drafter saved by vLLM's speculators library: imported once, drafting from its trained tokens -----
@@ -203,13 +204,17 @@ def test_a_speculators_dspark_drafter_imports_with_its_markov_rows_spread_over_t
     assert draft_vocab.load(out, 4096).trained and speculators.imported(folder, engine="llamacpp") == folder
 
 
-def test_a_speculators_dspark_drafter_drafts_from_its_tokens_and_without_a_bias_as_its_dflash_twin(tmp_path, home):
-    """Greedy: plain decoding's tokens, every draft among the trained tokens; a zero Markov head drafts step for
-    step what the same drafter saved as a speculators DFlash one drafts (the same trained tokens)."""
+@pytest.mark.parametrize("engine", ["torch", "mlx"])
+def test_a_speculators_dspark_drafter_drafts_from_its_tokens_and_without_a_bias_as_its_dflash_twin(tmp_path, home,
+                                                                                                  engine):
+    """Greedy, in torch and MLX (its CPU device): plain decoding's tokens, every draft among the trained tokens; a
+    zero Markov head drafts step for step what the same drafter saved as a speculators DFlash one drafts."""
+    if engine == "mlx":
+        pytest.importorskip("mlx.core", reason="the mlx engine needs mlx")
     from tests.test_speculators import KEPT, subset, write_speculators
-    twin = any_engine("torch", TARGET, write_speculators(tmp_path / "Demo.dflash"), device="cpu")
-    flat = any_engine("torch", TARGET, speculators_dspark(tmp_path / "flat.dspark", scale=0.0), device="cpu")
-    biased = any_engine("torch", TARGET, speculators_dspark(tmp_path / "biased.dspark", scale=0.3), device="cpu")
+    twin = any_engine(engine, TARGET, write_speculators(tmp_path / "Demo.dflash"), device="cpu")
+    flat = any_engine(engine, TARGET, speculators_dspark(tmp_path / "flat.dspark", scale=0.0), device="cpu")
+    biased = any_engine(engine, TARGET, speculators_dspark(tmp_path / "biased.dspark", scale=0.3), device="cpu")
     assert flat.info["method"] == "dspark" and flat.info["draft_vocab"] == KEPT
     kept, drafted = set(subset()), []
     draft = biased.draft

@@ -16,7 +16,7 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
     there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; an EAGLE-3
     or Gemma 4 assistant drafter folder goes to llama.cpp, the one engine that runs them, and so does a DSpark one
-    the torch engine does not compute (another backbone, a reduced draft vocabulary)."""
+    the torch and MLX engines do not compute (another backbone, a head type of its own)."""
     unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
     if unpacked is not None:
         model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
@@ -40,7 +40,7 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
                 try:
                     DraftConfig.from_dict(drafter)
                 except EngineError:
-                    return "llamacpp"        # a DSpark drafter only llama.cpp computes
+                    return "llamacpp"        # a DSpark drafter only llama.cpp computes (DraftConfig says why)
             generation = generation_of(drafter)
         except (OSError, ValueError, TypeError, AttributeError, EngineError):
             return "torch"                   # the torch engine's load explains what is wrong

@@ -91,6 +91,7 @@ class MlxDrafter(nn.Module):
     """The drafter's weights (z-lab names) and one generation's context cache."""
     generation = 1
     layer_class = DraftLayer
+    unread: tuple[str, ...] = ()    # name prefixes of tensors a checkpoint may carry that decoding does not read
 
     def __init__(self, cfg: DraftConfig):
         super().__init__()
@@ -150,7 +151,7 @@ class MlxDrafter(nn.Module):
         if cfg.generation != cls.generation:     # drafter2.DRAFTERS: the class of each generation
             raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
                                   "not load.", code="unsupported_architecture")
-        header = folder_tensors(path)
+        header = {k: v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
         if layer_count(header) != cfg.num_hidden_layers:
             raise CheckpointError(
                 f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "
@@ -179,7 +180,8 @@ class MlxDrafter(nn.Module):
             except (RuntimeError, ValueError, OSError) as exc:
                 raise CheckpointError(f"Weights file {f} is truncated or corrupt ({exc}). "
                                       "Delete it and download it again.") from exc
-        model.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
+        model.load_weights([(k, v.astype(dtype)) for k, v in weights.items() if not k.startswith(cls.unread)],
+                           strict=True)
         if bits:
             quantize(model, bits)
         mx.eval(model.parameters())

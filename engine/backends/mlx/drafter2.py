@@ -12,6 +12,7 @@ from ...config import DFlash2Config, DraftConfig
 from ...limits import GenerationSettings
 from ...selector import greedy_path, sampled_path
 from .drafter import DraftLayer, MlxDrafter
+from .dspark import MlxDSpark
 
 
 def grouped_causal_conv(x: mx.array, base: mx.array, taps: mx.array, group: int) -> mx.array:
@@ -125,4 +126,4 @@ def lattice(unary: mx.array, candidates: mx.array, anchor: int, g: mx.array, pre
 
 
 # drafter generation (engine/config.py) -> the MLX class that loads it
-DRAFTERS = {1: MlxDrafter, 2: MlxDrafter2}
+DRAFTERS = {1: MlxDrafter, 2: MlxDrafter2, 3: MlxDSpark}

@@ -12,7 +12,7 @@ from typing import Callable
 import mlx.core as mx
 
 from ... import draft_vocab
-from ...config import GENERATION_LABELS, GENERATION_METHODS, DraftConfig
+from ...config import GENERATION_METHODS, DraftConfig
 from ...errors import Cancelled, CheckpointError, EngineError
 from ...limits import GenerationSettings
 from ...lookup import NGRAM_BLOCK, Lookup
@@ -21,7 +21,7 @@ from ...pairing import check_pair
 from ...penalties import History
 from ...tokenizer import ChatTokenizer
 from .. import architecture
-from . import ARCHITECTURES, DRAFTER_GENERATIONS, DTYPES, NAME, VARIANT_DTYPES
+from . import ARCHITECTURES, DTYPES, NAME, VARIANT_DTYPES
 from .drafter import MlxDrafter
 from .drafter2 import DRAFTERS
 from .loading import load_target
@@ -126,10 +126,6 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     mlx_dtype = MLX_DTYPES[dtype or DTYPES[device_class(dev)]]
     family, config = check_architecture(target_dir, dev)
     cfg = DraftConfig.from_file(Path(draft_dir) / "config.json") if draft_dir else None
-    if cfg is not None and cfg.generation not in DRAFTER_GENERATIONS:
-        raise CheckpointError(f"{draft_dir} is a {GENERATION_LABELS[cfg.generation]} drafter, which the MLX engine "
-                              "does not run yet: load the pair with the torch or llama.cpp engine.",
-                              code="unsupported_architecture")
     bits = draft_bits if draft_bits is not None else draft_bits_from_env()
     report("weights", f"Reading the target's weights from {target_dir.name}")
     with mx.stream(dev):
@@ -157,13 +153,15 @@ class MlxPair:
     def __init__(self, target: MlxTarget, drafter: MlxDrafter | None, tokenizer: ChatTokenizer | None,
                  name: str = "", family: str = "", vocab: draft_vocab.DraftVocab | None = None):
         self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
-        # the drafter's frequency ranking (draft_vocab.py); DFlash2's candidate selector scores every token
-        self.vocab = vocab if drafter is not None and drafter.generation == 1 else None
+        # the drafter's frequency ranking (draft_vocab.py); DFlash2's candidate selector and DSpark's Markov head
+        # score every token, so a DSpark drafter takes only the subset it was trained on (a speculators import's)
+        takes = {1: True, 2: False, 3: vocab is not None and vocab.trained}
+        self.vocab = vocab if drafter is not None and takes[drafter.generation] else None
         self.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
         self._subset: tuple[mx.array, mx.array] | None = None   # (ids, the head's rows for them): the last size
         self.device = target.device
         self.eos_ids: tuple[int, ...] = tokenizer.eos_ids if tokenizer else ()
-        self.block_size = drafter.config.block_size if drafter else 1
+        self.block_size = drafter.config.verify_width if drafter else 1
         self.max_positions = target.max_positions
         dtype = str(target.dtype).removeprefix("mlx.core.")
         quantized = [n for n, m in (("target", target.model), ("drafter", drafter)) if m is not None and _quantized(m)]
@@ -219,10 +217,10 @@ class MlxPair:
             context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
             self._context = []
             cfg = self.drafter.config
-            block = self.target.embed(mx.array([last] + [cfg.mask_token_id] * (width - 1)))
+            block = self.target.embed(mx.array([last] + [cfg.mask_token_id] * (cfg.input_width(width) - 1)))
             if cfg.input_embedding_scale != 1.0:
                 block = block * cfg.input_embedding_scale
-            hidden = self.drafter.hidden(block, context)[1:]
+            hidden = self.drafter.hidden(block, context)[cfg.first_draft:]
             if self.drafter.generation == 2:
                 return self._draft_path(hidden, last)
             if self._subset is None:
@@ -230,7 +228,11 @@ class MlxPair:
             else:
                 ids, rows = self._subset
                 logits = (hidden @ rows.T).astype(mx.float32)
-            drafts, q = propose(logits, self._settings, self._keys, ids, self.target.vocab_rows)
+            if self.drafter.generation == 3:    # DSpark: left to right through the Markov head
+                drafts, q, logits = self.drafter.propose(logits, last, self._settings, self._keys, ids,
+                                                         self.target.vocab_rows)
+            else:
+                drafts, q = propose(logits, self._settings, self._keys, ids, self.target.vocab_rows)
             if self._cutoff > 0:
                 keep = confident_prefix(logits, q, self._cutoff)
                 drafts, q = drafts[:keep], (q[:keep] if q is not None else None)

@@ -170,7 +170,7 @@ class DFlashDrafter(nn.Module):
                  for k, v in self.state_dict().items() if not k.startswith("rotary.")}
         save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
         raw = dict(self.config.raw)
-        raw["architectures"] = [name for name, gen in GENERATIONS.items() if gen == self.generation]
+        raw["architectures"] = [next(name for name, gen in GENERATIONS.items() if gen == self.generation)]
         raw.setdefault("model_type", "qwen3")
         raw["torch_dtype"] = str(dtype).removeprefix("torch.")
         (path / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,66 @@
+"""The DSpark drafter in MLX: the DFlash drafter (drafter.py) with a Markov head that biases each draft slot's
+logits by the token drafted before it, markov_w2 @ markov_w1[previous]. The same maths as the torch engine's
+dspark.py (tests/test_mlx_dspark.py holds them together); weights load by DeepSpec's names, the optional
+confidence head is not read, nothing from the checkpoint is executed."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ...config import DraftConfig
+from ...limits import GenerationSettings
+from .drafter import MlxDrafter
+from .sampling import Keys, draw, probabilities
+
+
+class Table(nn.Module):
+    """A weight read by rows or multiplied as it is (not an nn.Linear, so drafter quantization leaves it)."""
+
+    def __init__(self, rows: int, cols: int):
+        super().__init__()
+        self.weight = mx.zeros((rows, cols))
+
+
+class MarkovHead(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        self.markov_w1 = Table(cfg.vocab_size, cfg.dspark.markov_rank)   # a row per previous token
+        self.markov_w2 = Table(cfg.vocab_size, cfg.dspark.markov_rank)   # rank -> a bias per token
+
+
+class MlxDSpark(MlxDrafter):
+    generation = 3
+    unread = ("confidence_head.",)
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__(cfg)
+        self.markov_head = MarkovHead(cfg)
+
+    def propose(self, logits: mx.array, anchor: int, settings: GenerationSettings, keys: Keys,
+                ids: mx.array | None = None, vocab: int = 0) -> tuple[mx.array, mx.array | None, mx.array]:
+        """From the head's logits for the draft slots [m, C] (column c stands for ids[c], or token c): each slot's
+        logits plus w2 @ w1[the token drafted before it], then argmax or a draw, left to right. Returns the drafts
+        (token ids), their proposal q spread over the `vocab` tokens (None when greedy) and the biased logits."""
+        w1 = self.markov_head.markov_w1.weight
+        w2 = self.markov_head.markov_w2.weight if ids is None else self.markov_head.markov_w2.weight[ids]
+        previous = anchor
+        drafts, biased, qs = [], [], []
+        for j in range(logits.shape[0]):
+            row = logits[j].astype(mx.float32) + (w2 @ w1[previous]).astype(mx.float32)
+            if settings.greedy:
+                column = int(row.argmax())
+            else:
+                q = probabilities(row[None], settings)
+                column = int(draw(q, keys)[0])
+                qs.append(q[0])
+            previous = column if ids is None else int(ids[column])
+            drafts.append(previous)
+            biased.append(row)
+        q = None
+        if qs:
+            q = mx.stack(qs)
+            if ids is not None:
+                whole = mx.zeros((q.shape[0], vocab), dtype=q.dtype)
+                whole[:, ids] = q
+                q = whole
+        return mx.array(drafts), q, mx.stack(biased)
