@@ -179,6 +179,7 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
     tau = float(stats.get("tau") or 0.0)
     rate = float(stats.get("acceptance_rate") or 0.0)
     ratio = speedup(stats, baseline)
+    name = METHODS.get(stats.get("speculation") or "dflash", "DFlash")   # the method that drafted
     reasons: list[str] = []
     if tau and tau < LOW_TAU:
         reasons.append(f"Low acceptance: the target kept {rate:.0%} of the drafted tokens, {tau:.2f} tokens per "
@@ -199,10 +200,10 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
         steps, decode_s = int(stats.get("steps") or 0), float(stats.get("decode_s") or 0.0)
         if not reasons and steps and decode_s > 0 and baseline and baseline.tok_s > 0:
             step_ms, plain_ms = 1000 * decode_s / steps, 1000 / baseline.tok_s
-            reasons.append(f"A step too costly here: each DFlash step (draft + verify) took {step_ms:.1f} ms, "
+            reasons.append(f"A step too costly here: each {name} step (draft + verify) took {step_ms:.1f} ms, "
                            f"{step_ms / plain_ms:.1f}× a plain step ({plain_ms:.1f} ms), but committed only "
                            f"{tau:.2f} tokens. A smaller block size or a GPU lowers the cost of a step.")
-        head = f"DFlash ran slower than plain decoding ({ratio:.2f}×). Why, from this answer's measurements:"
+        head = f"{name} ran slower than plain decoding ({ratio:.2f}×). Why, from this answer's measurements:"
         return " ".join([head, *reasons]) if reasons else head
     if ratio is not None and ratio >= 1.0:
         share = repetition_share(context.get("token_ids"), context.get("text") or "")

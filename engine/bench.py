@@ -203,3 +203,40 @@ def format_table(summary: dict) -> str:
     for n, c in enumerate(hist, 1):
         lines.append(f"  {n:>2} {'#' * round(30 * c / peak):<30} {c}")
     return "\n".join(lines)
+
+
+def twin_drafters(pairs: dict, prompts: list[list[int]], widths: tuple[int, ...], max_new_tokens: int,
+                  **settings) -> dict:
+    """Two drafters that draft the same tokens (`pairs`: method label -> (pair, method setting)), each answer run
+    once with each at every block width, alternating which goes first, after plain decoding of the same answer on
+    the first pair; the first prompt runs once more before them, unmeasured (a warm-up). Sums per (label, width):
+    tokens after the first, decoding seconds, verify steps, draft-pass seconds and passes (step engines time them;
+    llama.cpp's server does not); whether both kept the same
+    tokens, drafts and acceptances. Returns {"sums", "plain": [tokens, s], "same", "total"}."""
+    labels = list(pairs)
+    first = pairs[labels[0]][0]
+    sums = {(label, w): [0, 0.0, 0, 0.0, 0] for label in labels for w in widths}
+    plain, same, total = [0, 0.0], 0, 0
+    for i, ids in enumerate([prompts[0]] + prompts):
+        base = dict(max_new_tokens=max_new_tokens, plain_fallback=False, **settings)
+        ref = Generation(first, ids, GenerationSettings(**base), baseline=True).run()
+        if i:
+            plain[0] += ref.stats.generated_tokens - 1
+            plain[1] += ref.stats.decode_s
+        for w in widths:
+            runs = {}
+            for label in (labels if (i + w) % 2 else labels[::-1]):
+                pair, method = pairs[label]
+                runs[label] = r = Generation(pair, ids, GenerationSettings(**base, method=method, block_size=w)).run()
+                if i:
+                    s = sums[label, w]
+                    s[0] += r.stats.generated_tokens - 1
+                    s[1] += r.stats.decode_s
+                    s[2] += r.stats.generated_tokens - r.stats.accepted
+                    s[3] += r.stats.draft_s
+                    s[4] += r.stats.draft_passes
+            if i:
+                a, b = (runs[label] for label in labels)
+                total += 1
+                same += (a.tokens, a.stats.drafted, a.stats.accepted) == (b.tokens, b.stats.drafted, b.stats.accepted)
+    return {"sums": sums, "plain": plain, "same": same, "total": total}

@@ -80,8 +80,10 @@ class Shooter:
         print(f"{path}  {path.stat().st_size // 1024} KB", flush=True)
 
 
-def shoot_picker_on(app, window, shots: Shooter, probe: dict, pair_id: str, name: str) -> None:
-    """The model picker on a recorded computer (a HardwareProbe's fields), one pair selected."""
+def shoot_picker_on(app, window, shots: Shooter, probe: dict, pair_id: str, name: str, method: str | None = None
+                    ) -> None:
+    """The model picker on a recorded computer (a HardwareProbe's fields), one pair selected (with one of its ways
+    to speculate, when named)."""
     from dflash_desktop.catalog import bundled_path, load_file
     from dflash_desktop.hardware import HardwareProbe, detect
     from ui.model_picker import ModelPicker
@@ -93,6 +95,10 @@ def shoot_picker_on(app, window, shots: Shooter, probe: dict, pair_id: str, name
     wait_until(app, lambda: bool(ready), 60, "the model picker to scan")
     row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == pair_id)
     picker.list.setCurrentIndex(picker.model.index(row))
+    if method:
+        picker.method_box.activated.emit(next(i for i in range(picker.method_box.count())
+                                              if picker.method_box.itemData(i) == method))
+        settle(app, 0.3)
     shots.shoot(name, picker)
     picker.reject()
 
@@ -131,6 +137,13 @@ def shoot_picker_dflash2_in_llamacpp(app, window, shots: Shooter) -> None:
     layers on the GPU."""
     shoot_picker_on(app, window, shots, fixture("amd_rx7800xt_vulkan"), "qwen3.8-27b",
                     "31-model-picker-dflash2-llamacpp")
+
+
+def shoot_picker_dspark_in_torch(app, window, shots: Shooter) -> None:
+    """33: the model picker on a recorded 24 GB NVIDIA card, Qwen3 4B with DeepSeek's DSpark drafter chosen: MLX,
+    llama.cpp and PyTorch all run DSpark drafters now, and PyTorch runs the pair on the card."""
+    shoot_picker_on(app, window, shots, fixture("nvidia_rtx4090_nvml"), "qwen3-4b", "33-model-picker-dspark-torch",
+                    method="dspark")
 
 
 def shoot_picker_choices(app, window, shots: Shooter) -> None:
@@ -282,6 +295,17 @@ def shoot_chat_pair(app, window, shots: Shooter) -> None:
     # draft pass cost and that the drafter drafted from the tokens SmolLM2 uses most
     answer_and_shoot(app, window, shots, "30-chat-pair-torch-draft-pass", "Explain the water cycle like I'm five.",
                      pair.with_plan(engine="torch", dtype=None))
+    # 32: SmolLM2 opened from disk with the chat drafter saved as a DSpark one (a Markov head of zeros, drafting
+    # after the last token: it drafts what the DFlash drafter drafts) on the torch engine; the panel names DSpark
+    sys.path.insert(0, str(ROOT))
+    from engine import chat_pair as smollm2
+    from tests.tiny_torch import dspark_from
+    dspark = dspark_from(smollm2.DRAFT_DIR, Path(tempfile.mkdtemp(prefix="dspark-")) / "SmolLM2-DSpark", scale=0.0,
+                         sample_from_anchor=False)
+    answer_and_shoot(app, window, shots, "32-chat-pair-dspark-torch", "Explain the water cycle like I'm five.",
+                     {"id": f"local:{smollm2.gguf_path()}", "name": "SmolLM2-135M-Instruct + DSpark",
+                      "target_dir": str(smollm2.gguf_path()), "draft_dir": str(dspark),
+                      "plan": {"engine": "torch", "device": "cpu", "dtype": None}})
     window.show_stats(False)
 
 
@@ -289,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
-    parser.add_argument("--only-real", action="store_true", help="only 18-21, 26-27 and 30, the real chat model")
-    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28, 29 and 31, the pickers on recorded GPUs")
+    parser.add_argument("--only-real", action="store_true", help="only 18-21, 26-27, 30 and 32, the real chat model")
+    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28, 29, 31 and 33, the pickers on recorded GPUs")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -321,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             shoot_picker_on_a_vulkan_gpu(app, window, shots)
             shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
             shoot_picker_dflash2_in_llamacpp(app, window, shots)
+            shoot_picker_dspark_in_torch(app, window, shots)
             return 0
         if args.only_real:
             wait_until(app, lambda: window.session.ready, 240, "the model to load")
@@ -401,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot_picker_on_a_vulkan_gpu(app, window, shots)
         shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
         shoot_picker_dflash2_in_llamacpp(app, window, shots)
+        shoot_picker_dspark_in_torch(app, window, shots)
 
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused in a dialog, with the way out,
         # while the model loaded before stays

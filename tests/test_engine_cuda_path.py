@@ -13,7 +13,7 @@ import torch
 from engine.backends.torch import cpu
 from engine.backends.torch.cuda import CudaPair, PendingDrafts, static_mask, supported
 from engine.backends.torch.draft_runner import block_mask
-from tests.tiny_torch import random_drafter, random_pair, random_target
+from tests.tiny_torch import lockstep, random_drafter, random_pair, random_target
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from tests.oracle import OraclePair
@@ -62,23 +62,7 @@ def test_static_steps_give_the_eager_engines_greedy_tokens(pairs, prompt_len):
 
 def test_static_drafts_equal_the_eager_drafters_step_by_step(pairs):
     """The same drafts (not only the same output): the static drafter computes what DraftRunner does."""
-    eager, static = pairs
-    prompt = prompt_of(40, seed=9)
-    greedy = GenerationSettings(max_new_tokens=30, draft_cutoff=0.0)
-    for pair in (eager, static):
-        pair.log = []
-    first = [p.prefill(prompt, greedy, True) for p in (eager, static)]
-    assert first[0] == first[1]
-    last, pos = first[0], len(prompt)
-    for _ in range(6):
-        drafts = [p.draft(last, pos, p.block_size) for p in (eager, static)]
-        assert drafts[0] == drafts[1]
-        outcomes = [p.verify(last, pos, drafts[0]) for p in (eager, static)]
-        assert outcomes[0] == outcomes[1]
-        n, last = outcomes[0]
-        pos += n + 1
-        for p in (eager, static):
-            p.commit(pos)
+    lockstep(pairs, prompt_of(40, seed=9), GenerationSettings(max_new_tokens=30, draft_cutoff=0.0))
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])

@@ -14,7 +14,7 @@ from engine.bench import DEMO_DIR  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 from tests.test_mlx_dflash2 import save_target  # noqa: E402
-from tests.tiny_torch import dspark_from, random_drafter  # noqa: E402
+from tests.tiny_torch import dspark_from, lockstep, random_drafter  # noqa: E402
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
@@ -33,22 +33,10 @@ def pairs(request, tmp_path_factory):
 def test_mlx_drafts_what_torch_drafts_step_by_step(pairs):
     tp, mp = pairs
     assert mp.info["method"] == "dspark" and mp.info["drafter_generation"] == 3 and mp.block_size == tp.block_size
-    prompt = tp.tokenizer.encode_prompt(PROMPT, raw=True)
-    greedy = GenerationSettings(max_new_tokens=30, draft_cutoff=0.0)
-    first = [p.prefill(prompt, greedy, True) for p in (tp, mp)]
-    assert first[0] == first[1]
-    last, pos, drafted = first[0], len(prompt), set()
-    for _ in range(6):
-        drafts = [p.draft(last, pos, p.block_size) for p in (tp, mp)]
-        assert drafts[0] == drafts[1] and len(drafts[0]) == tp.block_size - 1
-        drafted.update(drafts[0])
-        outcomes = [p.verify(last, pos, drafts[0]) for p in (tp, mp)]
-        assert outcomes[0] == outcomes[1]
-        n, last = outcomes[0]
-        pos += n + 1
-        for p in (tp, mp):
-            p.commit(pos)
-    assert len(drafted) > 3, "the Markov head should make the drafts vary"
+    steps = lockstep((tp, mp), tp.tokenizer.encode_prompt(PROMPT, raw=True),
+                     GenerationSettings(max_new_tokens=30, draft_cutoff=0.0))
+    assert all(len(drafts) == tp.block_size - 1 for drafts in steps)
+    assert len({t for drafts in steps for t in drafts}) > 3, "the Markov head should make the drafts vary"
 
 
 def test_greedy_dspark_keeps_plain_decodings_tokens_at_every_width(pairs):

@@ -47,6 +47,8 @@ def test_slower_than_plain_is_explained_by_the_step_cost_from_measurements():
     # 3.3 s / 33 steps = 100 ms a step, against 25 ms a plain token: 4.0x
     assert "took 100.0 ms, 4.0× a plain step (25.0 ms)" in text and "3.00 tokens" in text
     assert "busy" not in text and "Low acceptance" not in text
+    dspark = diagnose({**SLOW, "speculation": "dspark"}, BaselineRecord(40.0, 64, NOW, "cpu"))
+    assert dspark.startswith("DSpark ran slower than plain decoding (0.75×)") and "each DSpark step" in dspark
 
 
 def test_slower_than_plain_on_a_busy_machine_says_how_busy():

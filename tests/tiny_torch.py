@@ -142,6 +142,25 @@ def random_drafter(target: TargetModel, seed: int = 1, generation: int = 1, **kw
     return drafter.float().eval()
 
 
+def lockstep(pairs, prompt: list[int], settings, steps: int = 6) -> list[list[int]]:
+    """Two pairs through the same prefill, drafts and verifies, asserting each step's drafts and outcome equal
+    (the same drafts, not only the same output). Returns the drafts of every step."""
+    first = [p.prefill(prompt, settings, True) for p in pairs]
+    assert first[0] == first[1]
+    last, pos, steps_drafted = first[0], len(prompt), []
+    for _ in range(steps):
+        drafts = [p.draft(last, pos, p.block_size) for p in pairs]
+        assert drafts[0] == drafts[1]
+        steps_drafted.append(drafts[0])
+        outcomes = [p.verify(last, pos, drafts[0]) for p in pairs]
+        assert outcomes[0] == outcomes[1]
+        n, last = outcomes[0]
+        pos += n + 1
+        for p in pairs:
+            p.commit(pos)
+    return steps_drafted
+
+
 def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: int = 1, block_size: int = 16,
                 head_scale: float = 1.0, generation: int = 1, draft_vocab=None, **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.

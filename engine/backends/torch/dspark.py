@@ -18,7 +18,6 @@ from ...config import DraftConfig
 from ...limits import GenerationSettings
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
-from .packed import product_by
 from .sampling import Candidates, draw, probabilities
 
 
@@ -84,21 +83,27 @@ class DSparkRunner(DraftRunner):
                  vocab=None):
         super().__init__(drafter, head_weight, dtype, vocab)
         self.first = drafter.config.first_draft
-        # one row of w1 is read per draft, so it stays as loaded; w2 is a product per draft, over the draft
-        # vocabulary's rows when there is one (the last size asked kept packed, as the head's)
-        self.w1 = drafter.markov_head.markov_w1.weight.detach().to(self.dtype)
-        self._w2_weight = drafter.markov_head.markov_w2.weight.detach()
-        self._w2_whole = self.w2 = product_by(self._w2_weight.to(self.dtype))
-        self._w2_subset: tuple[int, object] | None = None
+        # one row of w1 is read per draft and multiplies w2 transposed (rank x tokens, read along the tokens: on
+        # a CPU in float32 this measured fastest, docs/BENCHMARKS.md), over the draft vocabulary's columns when
+        # there is one (the last size asked kept, as the head's rows are)
+        chain = torch.float32 if self.device.type == "cpu" else self.dtype
+        head = drafter.markov_head
+        self.w1 = head.markov_w1.weight.detach().to(chain)
+        self._w2t = head.markov_w2.weight.detach().to(chain).T.contiguous()
+        self.w2t = self._w2t
+        self._w2t_subset: torch.Tensor | None = None
+
+    def w2(self, u: torch.Tensor) -> torch.Tensor:
+        return u @ self.w2t
 
     def use_vocabulary(self, setting: int | None, on_cpu: bool) -> int | None:
         size = super().use_vocabulary(setting, on_cpu)
         if size is None:
-            self.w2 = self._w2_whole
+            self.w2t = self._w2t
         else:
-            if self._w2_subset is None or self._w2_subset[0] != size:
-                self._w2_subset = (size, product_by(self._w2_weight[self.ids].to(self.dtype)))
-            self.w2 = self._w2_subset[1]
+            if self._w2t_subset is None or self._w2t_subset.shape[1] != size:
+                self._w2t_subset = self._w2t[:, self.ids].contiguous()
+            self.w2t = self._w2t_subset
         return size
 
     def propose(self, block_embeds: torch.Tensor, ctx_features: torch.Tensor, anchor: int,
