@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from . import speculators
+from .dspark_config import DSparkConfig
 from .errors import CheckpointError
-from .weights import config_int, real, whole
+from .weights import config_int, draft_value, real, whole
 
 # config.json `architectures` name -> drafter generation
 GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2, "DSparkDraftModel": 3, "Qwen3DSparkModel": 3}
@@ -59,12 +60,6 @@ def generation_of(raw: dict[str, Any], source: str = "config.json") -> int:
     return GENERATIONS[name]
 
 
-def draft_value(raw: dict[str, Any], name: str, default: Any = None) -> Any:
-    """A DFlash setting as the reference reads it: dflash_config first, then the top level."""
-    nested = raw.get("dflash_config") or {}
-    return nested[name] if name in nested else raw.get(name, default)
-
-
 @dataclass(frozen=True)
 class DFlash2Config:
     """What a DFlash2 drafter adds: the convolution around each sublayer and the candidate selector."""
@@ -103,35 +98,6 @@ class DFlash2Config:
             # the reference caps only when the value is above 0
             final_logit_softcapping=None if cap is None or (type(cap) in (int, float) and cap == 0) else
             real(cap, "final_logit_softcapping", source, 0.0, 1e4))
-
-
-@dataclass(frozen=True)
-class DSparkConfig:
-    """What a DSpark drafter adds: a Markov head of this rank, and where its block's drafts start. DeepSpec's
-    layout (sample_from_anchor, the default) drafts from every slot, the first one (the last committed token's)
-    included; otherwise the first slot is passed over and the drafts follow it, as DFlash's do."""
-    markov_rank: int
-    sample_from_anchor: bool
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any], vocab: int, source: str) -> "DSparkConfig":
-        kind = raw.get("markov_head_type", "vanilla")
-        if kind != "vanilla":
-            raise CheckpointError(f"{source}: markov_head_type {kind!r} is a DSpark head this version does not "
-                                  "compute (it computes 'vanilla'). Pick another drafter or update DFlash Desktop.",
-                                  code="unsupported_architecture")
-        draft_vocab = raw.get("draft_vocab_size")
-        if draft_vocab is not None and draft_vocab != vocab:
-            raise CheckpointError(f"{source}: this DSpark drafter proposes from {draft_vocab!r} of the target's "
-                                  f"{vocab} tokens (draft_vocab_size, a d2t map), which only the llama.cpp engine "
-                                  "runs. Load the pair with the llama.cpp engine.", code="unsupported_architecture")
-        anchor = raw.get("sample_from_anchor", True)
-        if not isinstance(anchor, bool):
-            raise CheckpointError(f"{source}: sample_from_anchor must be true or false, got {anchor!r}.")
-        if raw.get("markov_rank") is None:
-            raise CheckpointError(f"{source} is a DSpark drafter without markov_rank. The checkpoint is "
-                                  "incomplete: re-download the drafter.")
-        return cls(markov_rank=whole(raw["markov_rank"], "markov_rank", source, 1, 1 << 14), sample_from_anchor=anchor)
 
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:

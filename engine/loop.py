@@ -138,7 +138,7 @@ class Generation:
             raise PromptTooLongError(
                 f"The prompt has {len(self.prompt)} tokens but {held} {limit}. "
                 "Shorten the prompt or start a new conversation.")
-        methods = pair.info.get("methods") or ("none", "dflash", "dflash2")   # a step engine runs its drafter
+        methods = pair.info.get("methods") or ("none", "dspark", "dflash", "dflash2")   # a step engine runs its drafter
         if settings.method is not None and settings.method not in methods:
             raise SettingsError(f"This model runs {', '.join(METHODS[m] for m in methods if m in METHODS)}, not "
                                 f"{METHODS[settings.method]}: choose one of those, or let the engine choose.")

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from . import weights
 from .cache_dir import app_cache
 from .draft_vocab import DraftVocab
+from .dspark_config import DSparkConfig
 from .errors import CheckpointError
 
 # saved beside the layers; the engines read the target's own embedding and head instead
@@ -104,6 +105,7 @@ def translated(raw: dict[str, Any], source: str = "config.json") -> dict[str, An
     if name == "dspark":     # speculators' layout drafts after the last token unless it says otherwise
         out.update(architectures=["DSparkDraftModel"], sample_from_anchor=raw.get("sample_from_anchor", False),
                    markov_head_type=raw.get("markov_head_type", "vanilla"), markov_rank=raw.get("markov_rank"))
+        DSparkConfig.from_dict(out, out.get("vocab_size"), source)   # a head no engine of ours computes: refused
     if raw.get("sliding_window_non_causal"):
         out["is_causal"] = False    # every layer sees the whole block; by default the sliding layers are causal
     return out

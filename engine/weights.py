@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
+from typing import Any
 
 from .errors import CheckpointError
 
@@ -254,3 +255,9 @@ def packed_bits(cfg: dict, module: str, source: str) -> int:
     quant = cfg.get("quantization") if isinstance(cfg.get("quantization"), dict) else {}
     entry = quant.get(module) if isinstance(quant.get(module), dict) else quant
     return whole(entry.get("bits"), "quantization.bits", source, 1, 16)
+
+
+def draft_value(raw: dict[str, Any], name: str, default: Any = None) -> Any:
+    """A DFlash setting as the reference reads it: dflash_config first, then the top level."""
+    nested = raw.get("dflash_config") or {}
+    return nested[name] if name in nested else raw.get(name, default)

@@ -84,11 +84,13 @@ def test_dspark_runs_on_smollm2_in_torch_and_a_flat_markov_head_drafts_as_the_ch
     head that adds nothing, drafting after the last token, it keeps what the DFlash drafter keeps, position for
     position (both over every token); in DeepSpec's layout with a random head, greedy output is still SmolLM2's."""
     from engine.backends import load_pair
-    from tests.tiny_torch import dspark_from
+    from tests.tiny_torch import dspark_from, lockstep
     flat = load_pair("torch", smollm2_gguf, dspark_from(draft_dir, tmp_path / "flat", scale=0.0,
                                                         sample_from_anchor=False), device="cpu")
     anchored = load_pair("torch", smollm2_gguf, dspark_from(draft_dir, tmp_path / "anchor"), device="cpu")
     assert anchored.block_size == 17 and flat.info["methods"] == ["none", "ngram", "dspark"]
+    first = torch_pair.tokenizer.encode_chat(held_out(1)[0])
+    lockstep((torch_pair, flat), first, GenerationSettings(max_new_tokens=40, draft_vocab=0, draft_cutoff=0.0))
     settings = GenerationSettings(max_new_tokens=40, draft_vocab=0, plain_fallback=False)
     for chat in held_out(2):
         ids = torch_pair.tokenizer.encode_chat(chat)

@@ -37,14 +37,15 @@ def run(pair, prompt, n=24, block=None, baseline=False):
 
 
 @pytest.fixture(scope="module", params=[("qwen3", 1), ("llama", 1), ("qwen3", 2), ("qwen3_5", 1), ("qwen3_5", 2),
-                                        ("qwen3", 3)])
+                                        ("qwen3", 3), ("qwen3", 3, False)])   # DSpark from its anchor slot, after it
 def pairs(request):
     """Both drafters in float32: drafts compared token for token need one rounding (on a CPU with native
     bfloat16 TorchPair would draft in bfloat16, where the padded static shapes round differently)."""
-    arch, generation = request.param
+    arch, generation, *anchor = request.param
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cpu, "draft_dtype", lambda: None)
-        eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0, **SIZES)
+        eager = random_pair(arch, seed=3, generation=generation, head_scale=4.0,
+                            draft_options={"sample_from_anchor": anchor[0]} if anchor else None, **SIZES)
         return eager, static_of(eager, use_kernels=False)
 
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from engine.backends import load_pair as any_engine
 from engine.backends.torch.dspark import DSparkDrafter, DSparkRunner, markov_drafts, module_drafts
@@ -19,7 +20,7 @@ from engine.errors import CheckpointError
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from tests.test_engine_sampling import assert_follows_the_target
-from tests.tiny_torch import dspark_from, random_drafter, random_target
+from tests.tiny_torch import dspark_from, lockstep, random_drafter, random_target
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 CODE = ["def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "import os\nimport sys\n\n\ndef main():\n"]
@@ -31,12 +32,18 @@ def test_a_deepspec_checkpoint_loads_by_name_and_says_where_its_drafts_start(tmp
     cfg = drafter.config
     assert (cfg.generation, cfg.dspark.markov_rank, cfg.dspark.sample_from_anchor) == (3, 12, True)
     assert (cfg.first_draft, cfg.verify_width, cfg.input_width(5)) == (0, 17, 4)   # 16 drafts from 16 slots
-    from safetensors.torch import load_file
     saved = load_file(folder / "model.safetensors")
     torch.testing.assert_close(drafter.markov_head.markov_w1.weight, saved["markov_head.markov_w1.weight"])
     assert not any(k.startswith("confidence_head") for k in drafter.state_dict())   # carried, not read
     after = DraftConfig.from_file(dspark_from(DRAFT, tmp_path / "after", sample_from_anchor=False) / "config.json")
     assert (after.first_draft, after.verify_width, after.input_width(5)) == (1, 16, 5)
+    raw = json.loads((folder / "config.json").read_text())      # target layers numbered as speculators number them:
+    assert not DraftConfig.from_dict({**raw, "aux_hidden_state_layer_ids": [2, 3, 4]}).dspark.sample_from_anchor
+    # copies of the target's embedding and head beside the layers (llama.cpp's converter drops them too) load
+    from safetensors.torch import save_file
+    target = load_file(TARGET / "model.safetensors")["model.embed_tokens.weight"]
+    save_file({"embed_tokens.weight": target, "lm_head.weight": target.clone()}, folder / "copies.safetensors")
+    assert DSparkDrafter.from_pretrained(folder).config.generation == 3
 
 
 def test_the_markov_head_chains_each_draft_on_the_one_before():
@@ -107,6 +114,8 @@ def test_a_head_that_adds_nothing_after_the_anchor_drafts_what_its_dflash_base_d
     same = load_pair(TARGET, dspark_from(DRAFT, tmp_path / "zero", scale=0.0, sample_from_anchor=False), device="cpu")
     anchor = load_pair(TARGET, dspark_from(DRAFT, tmp_path / "anchor"), device="cpu")
     assert same.info["method"] == anchor.info["method"] == "dspark"
+    greedy = GenerationSettings(max_new_tokens=40, draft_cutoff=0.0, draft_vocab=0)
+    assert sum(map(len, lockstep((dflash, same), dflash.tokenizer.encode_prompt(CODE[0], raw=True), greedy))) > 0
     for text in CODE:
         ids = dflash.tokenizer.encode_prompt(text, raw=True)
         plain = Generation(dflash, ids, GenerationSettings(max_new_tokens=40), baseline=True).run()
@@ -119,9 +128,11 @@ def test_a_head_that_adds_nothing_after_the_anchor_drafts_what_its_dflash_base_d
             runs[2].stats.position_accepts
 
 
-def test_dspark_samples_follow_the_target_distribution(anchor=True, temperature=0.8, top_k=0, cutoff=0.3):
+def test_dspark_samples_follow_the_target_distribution():
     """Each slot's draft is drawn from its logits biased by the draft before it; the residual rule then keeps
-    the target's distribution, with a cutoff too (it reads those distributions, never the draws)."""
+    the target's distribution, with a cutoff too (it reads those distributions, never the draws). DeepSpec's
+    layout here; speculators' in tests/test_mlx_dspark.py (the chain is the same code, the first slot differs)."""
+    anchor, temperature, top_k, cutoff = True, 0.8, 0, 0.3
     target = random_target("qwen3", seed=11, vocab=6, hidden=32, layers=2, heads=2, kv_heads=1)
     with torch.no_grad():
         target.head.weight.mul_(6.0)
@@ -140,10 +151,12 @@ def test_dspark_samples_follow_the_target_distribution(anchor=True, temperature=
     ({"markov_rank": None}, "without markov_rank"),
     ({"markov_rank": 0}, "markov_rank must be a whole number"),
     ({"sample_from_anchor": "yes"}, "sample_from_anchor must be true or false"),
+    ({"dflash_config": {"markov_head_type": "gated"}}, "markov_head_type 'gated'"),    # read nested first
 ])
 def test_config_errors_name_the_key(tmp_path, change, words):
     raw = json.loads((dspark_from(DRAFT, tmp_path / "d") / "config.json").read_text())
-    raw.update(change)
+    raw.update({k: v for k, v in change.items() if k != "dflash_config"})
+    raw["dflash_config"].update(change.get("dflash_config", {}))
     with pytest.raises(CheckpointError, match=words):
         DraftConfig.from_dict({k: v for k, v in raw.items() if v is not None}, "config.json")
 
@@ -155,7 +168,7 @@ def test_a_missing_markov_tensor_is_named_and_a_saved_drafter_reloads_as_dspark(
     again = DSparkDrafter.from_pretrained(tmp_path / "again")
     assert again.config.dspark == drafter.config.dspark
     torch.testing.assert_close(again.markov_head.markov_w2.weight, drafter.markov_head.markov_w2.weight)
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
     weights = load_file(folder / "model.safetensors")
     save_file({k: v for k, v in weights.items() if k != "markov_head.markov_w2.weight"}, folder / "model.safetensors")
     with pytest.raises(CheckpointError, match="markov_head.markov_w2.weight"):
@@ -186,7 +199,6 @@ def home(tmp_path, monkeypatch):
 
 
 def test_a_speculators_dspark_drafter_imports_with_its_markov_rows_spread_over_the_vocabulary(tmp_path, home):
-    from safetensors.torch import load_file
     from engine import draft_vocab, speculators
     from tests.test_speculators import subset
     folder = speculators_dspark(tmp_path / "Demo.dspark", scale=0.1)
@@ -228,3 +240,36 @@ def test_a_speculators_dspark_drafter_drafts_from_its_tokens_and_without_a_bias_
         assert runs[0].stats.position_accepts == runs[1].stats.position_accepts and runs[0].stats.accepted > 0
         assert {run.stats.draft_vocab for run in runs} == {KEPT}
     assert drafted and set(drafted) <= kept
+
+
+@pytest.mark.parametrize("engine", ["torch", "mlx"])
+def test_the_spread_markov_rows_bias_the_tokens_they_belong_to(tmp_path, home, engine):
+    """markov_w2's row for the kept token k made to dominate (markov_w1's rows all ones): every draft is token k
+    itself, in torch and MLX, so the import put each row at its token's place and the engines read them there."""
+    if engine == "mlx":
+        pytest.importorskip("mlx.core", reason="the mlx engine needs mlx")
+    from safetensors.torch import save_file
+    from tests.test_speculators import KEPT, subset
+    folder = speculators_dspark(tmp_path / "Demo.dspark", scale=0.0)
+    w2 = torch.zeros(KEPT, 16)
+    w2[700] = 50.0
+    save_file({"markov_head.markov_w1.weight": torch.ones(4096, 16), "markov_head.markov_w2.weight": w2},
+              folder / "model-markov.safetensors")
+    pair = any_engine(engine, TARGET, folder, device="cpu")
+    run = Generation(pair, pair.tokenizer.encode_prompt(CODE[0], raw=True),
+                     GenerationSettings(max_new_tokens=16, block_size=6, draft_cutoff=0.0, plain_fallback=False))
+    drafted = []
+    draft = pair.draft
+    pair.draft = lambda *a: drafted.extend(out := draft(*a)) or out
+    run.run()
+    assert drafted and set(drafted) == {subset()[700]}
+
+
+def test_a_speculators_dspark_drafter_engines_cannot_run_is_refused_before_anything_is_written(tmp_path, home):
+    from engine import speculators
+    from tests.test_speculators import speculators_config, write_speculators
+    raw = speculators_config(speculators_model_type="dspark", architectures=["DSparkSpeculator"], markov_rank=16,
+                             markov_head_type="gated")
+    with pytest.raises(CheckpointError, match="markov_head_type 'gated'"):
+        speculators.imported(write_speculators(tmp_path / "bad.dspark", raw))
+    assert not (home / "cache" / "drafters").exists() or not list((home / "cache" / "drafters").iterdir())

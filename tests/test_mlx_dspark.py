@@ -36,7 +36,6 @@ def test_mlx_drafts_what_torch_drafts_step_by_step(pairs):
     steps = lockstep((tp, mp), tp.tokenizer.encode_prompt(PROMPT, raw=True),
                      GenerationSettings(max_new_tokens=30, draft_cutoff=0.0))
     assert all(len(drafts) == tp.block_size - 1 for drafts in steps)
-    assert len({t for drafts in steps for t in drafts}) > 3, "the Markov head should make the drafts vary"
 
 
 def test_greedy_dspark_keeps_plain_decodings_tokens_at_every_width(pairs):
@@ -82,10 +81,12 @@ def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(pairs
 
 
 def test_dspark_samples_follow_the_target_distribution(tmp_path):
+    """In speculators' layout (drafts after the last token; DeepSpec's is tests/test_engine_dspark.py's)."""
     from tests.test_mlx_sampling import assert_follows_the_target
     sizes = dict(vocab=6, hidden=32, layers=2, heads=2, kv_heads=1)
     target = save_target(tmp_path / "target", seed=11, head_scale=6.0, **sizes)
-    drafter = random_drafter(target, seed=12, generation=3, layers=1, block_size=3, rank=4, heads=2, kv_heads=1)
+    drafter = random_drafter(target, seed=12, generation=3, layers=1, block_size=4, rank=4, heads=2, kv_heads=1,
+                             sample_from_anchor=False)
     with torch.no_grad():
         drafter.markov_head.markov_w2.weight.mul_(20.0)
     drafter.save_pretrained(tmp_path / "draft", dtype=torch.float32)

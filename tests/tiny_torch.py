@@ -162,14 +162,16 @@ def lockstep(pairs, prompt: list[int], settings, steps: int = 6) -> list[list[in
 
 
 def random_pair(arch: str = "qwen3", seed: int = 0, eos_ids=(), draft_layers: int = 1, block_size: int = 16,
-                head_scale: float = 1.0, generation: int = 1, draft_vocab=None, **sizes):
+                head_scale: float = 1.0, generation: int = 1, draft_vocab=None, draft_options: dict | None = None,
+                **sizes):
     """A loaded pair (as the engine hands it to the loop) of a random target and drafter, no tokenizer.
     head_scale > 1 sharpens the target's distributions (a random target is nearly uniform)."""
     from engine.backends.torch.eager import TorchPair
     target = random_target(arch, seed=seed, **sizes)
     with torch.no_grad():
         target.head.weight.mul_(head_scale)
-    drafter = random_drafter(target, seed=seed + 1, generation=generation, layers=draft_layers, block_size=block_size)
+    drafter = random_drafter(target, seed=seed + 1, generation=generation, layers=draft_layers, block_size=block_size,
+                             **(draft_options or {}))
     pair = TorchPair(target, drafter, None, name=f"random-{arch}", family=arch, vocab=draft_vocab)
     pair.eos_ids = tuple(eos_ids)
     return pair

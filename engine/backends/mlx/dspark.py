@@ -30,7 +30,7 @@ class MarkovHead(nn.Module):
 
 class MlxDSpark(MlxDrafter):
     generation = 3
-    unread = ("confidence_head.",)
+    unread = ("confidence_head.", "embed_tokens.", "lm_head.")   # read from the target, or not needed
 
     def __init__(self, cfg: DraftConfig):
         super().__init__(cfg)

@@ -3,7 +3,9 @@ bias from the token drafted just before it, markov_w2 @ markov_w1[previous], so 
 left to right (the first slot's "previous" is the last committed token) while the layers still run once.
 
 Weights load by their public names (DeepSpec's `markov_head.markov_w1/w2`); the optional confidence head is
-not read: the draft cutoff reads the drafter's own probabilities, as it does for DFlash. A drafter trained on a
+not read (the draft cutoff reads the drafter's own probabilities, as it does for DFlash), nor are copies of the
+target's embedding and LM head that an export may carry (every engine takes them from the target, as llama.cpp's
+converter does when they cover the whole vocabulary). A drafter trained on a
 subset of the vocabulary (a speculators import, engine/speculators.py) drafts from that subset: its head rows
 and markov_w2's rows of those tokens. Nothing from the checkpoint is executed."""
 from __future__ import annotations
@@ -31,7 +33,7 @@ class MarkovHead(nn.Module):
 
 class DSparkDrafter(DFlashDrafter):
     generation = 3
-    unread = ("confidence_head.",)     # a head some exports carry for llama.cpp's draft cutoff
+    unread = ("confidence_head.", "embed_tokens.", "lm_head.")   # read from the target, or not needed
 
     def __init__(self, cfg: DraftConfig):
         super().__init__(cfg)
@@ -85,11 +87,11 @@ class DSparkRunner(DraftRunner):
         self.first = drafter.config.first_draft
         # one row of w1 is read per draft and multiplies w2 transposed (rank x tokens, read along the tokens: on
         # a CPU in float32 this measured fastest, docs/BENCHMARKS.md), over the draft vocabulary's columns when
-        # there is one (the last size asked kept, as the head's rows are)
-        chain = torch.float32 if self.device.type == "cpu" else self.dtype
+        # there is one (the last size asked kept, as the head's rows are); float32 everywhere, as llama.cpp's
+        # graph adds the bias, so near-ties break alike on every device
         head = drafter.markov_head
-        self.w1 = head.markov_w1.weight.detach().to(chain)
-        self._w2t = head.markov_w2.weight.detach().to(chain).T.contiguous()
+        self.w1 = head.markov_w1.weight.detach().float()
+        self._w2t = head.markov_w2.weight.detach().float().T.contiguous()
         self.w2t = self._w2t
         self._w2t_subset: torch.Tensor | None = None
 

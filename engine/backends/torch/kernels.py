@@ -125,10 +125,11 @@ def verify_sampled_reference(p, q, drafts, u, u2) -> tuple[int, int]:
 
 # A few queries (a decoding step, a verify, a draft block) over a long cache: the cache is split across
 # programs, SPLIT_ROWS rows each (more per program past MAX_SPLITS, which bounds the partial results), and
-# their shares combined. More queries (a prefill chunk) keep the GPU busy without splitting.
+# their shares combined. More queries (a prefill chunk) keep the GPU busy without splitting. A verify holds up to
+# 17 queries (a DSpark drafter drafting from its anchor slot: 16 drafts and the last token).
 SPLIT_ROWS = 256
 MAX_SPLITS = 32
-SPLIT_MAX_QUERIES = 16
+SPLIT_MAX_QUERIES = 32
 
 
 @triton.jit
