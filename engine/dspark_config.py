@@ -9,6 +9,10 @@ from typing import Any
 from .errors import CheckpointError
 from .weights import draft_value, whole
 
+# tensors a DSpark export may carry that no engine of ours reads: the confidence head (llama.cpp's draft cutoff)
+# and copies of the target's embedding and LM head (every engine takes them from the target)
+UNREAD = ("confidence_head.", "embed_tokens.", "lm_head.")
+
 
 @dataclass(frozen=True)
 class DSparkConfig:

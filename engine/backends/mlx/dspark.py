@@ -8,6 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ...config import DraftConfig
+from ...dspark_config import UNREAD
 from ...limits import GenerationSettings
 from .drafter import MlxDrafter
 from .sampling import Keys, draw, probabilities
@@ -30,7 +31,7 @@ class MarkovHead(nn.Module):
 
 class MlxDSpark(MlxDrafter):
     generation = 3
-    unread = ("confidence_head.", "embed_tokens.", "lm_head.")   # read from the target, or not needed
+    unread = UNREAD
 
     def __init__(self, cfg: DraftConfig):
         super().__init__(cfg)

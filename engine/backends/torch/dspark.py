@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...config import DraftConfig
+from ...dspark_config import UNREAD
 from ...limits import GenerationSettings
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
@@ -33,7 +34,7 @@ class MarkovHead(nn.Module):
 
 class DSparkDrafter(DFlashDrafter):
     generation = 3
-    unread = ("confidence_head.", "embed_tokens.", "lm_head.")   # read from the target, or not needed
+    unread = UNREAD
 
     def __init__(self, cfg: DraftConfig):
         super().__init__(cfg)
