@@ -93,6 +93,14 @@ def load(draft_dir: Path, vocab_size: int) -> DraftVocab | None:
     return vocab
 
 
+def for_generation(vocab: DraftVocab | None, generation: int) -> DraftVocab | None:
+    """The ranking a drafter of this generation (engine/config.py) drafts from: a DFlash drafter any ranking beside
+    it; DFlash2's candidate selector and DSpark's Markov head score every token, so a DSpark drafter only the
+    subset it was trained on (a speculators import's) and a DFlash2 drafter none."""
+    takes = {1: True, 2: False, 3: vocab is not None and vocab.trained}
+    return vocab if takes[generation] else None
+
+
 def check(vocab: DraftVocab, where: str) -> None:
     ids = vocab.ranked
     if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab.vocab_size for t in ids):

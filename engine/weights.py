@@ -98,9 +98,14 @@ def spread_rows(path: Path, name: str, rows: list[int], total: int, out: Path) -
     for i, row in enumerate(rows):
         whole[row * width:(row + 1) * width] = data[i * width:(i + 1) * width]
     entry = {name: {"dtype": tensor.dtype, "shape": [total, *tensor.shape[1:]], "data_offsets": [0, len(whole)]}}
-    blob = json.dumps(entry, separators=(",", ":")).encode()
+    Path(out).write_bytes(_header_bytes(entry) + bytes(whole))
+
+
+def _header_bytes(entries: dict) -> bytes:
+    """A safetensors file's start: the header's length, then its JSON padded to a multiple of 8 bytes."""
+    blob = json.dumps(entries, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
-    Path(out).write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(whole))
+    return struct.pack("<Q", len(blob)) + blob
 
 
 def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 20) -> None:
@@ -123,10 +128,8 @@ def copy_tensors(folder: Path, names: list[str], out: Path, chunk: int = 64 << 2
                          "data_offsets": [offset, offset + end - begin]}
         spans.append((path, begin, end))
         offset += end - begin
-    blob = json.dumps(entries, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)
     with open(out, "wb") as dst:
-        dst.write(struct.pack("<Q", len(blob)) + blob)
+        dst.write(_header_bytes(entries))
         for path, begin, end in spans:
             with open(path, "rb") as src:
                 src.seek(begin)

@@ -153,10 +153,8 @@ class MlxPair:
     def __init__(self, target: MlxTarget, drafter: MlxDrafter | None, tokenizer: ChatTokenizer | None,
                  name: str = "", family: str = "", vocab: draft_vocab.DraftVocab | None = None):
         self.target, self.drafter, self.tokenizer, self.name = target, drafter, tokenizer, name
-        # the drafter's frequency ranking (draft_vocab.py); DFlash2's candidate selector and DSpark's Markov head
-        # score every token, so a DSpark drafter takes only the subset it was trained on (a speculators import's)
-        takes = {1: True, 2: False, 3: vocab is not None and vocab.trained}
-        self.vocab = vocab if drafter is not None and takes[drafter.generation] else None
+        # the drafter's frequency ranking (draft_vocab.py), where its generation drafts from one
+        self.vocab = draft_vocab.for_generation(vocab, drafter.generation) if drafter is not None else None
         self.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
         self._subset: tuple[mx.array, mx.array] | None = None   # (ids, the head's rows for them): the last size
         self.device = target.device

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...config import GENERATION_METHODS
-from ...draft_vocab import DraftVocab
+from ...draft_vocab import DraftVocab, for_generation
 from ...limits import GenerationSettings
 from ...penalties import History
 from ...stats import process_peak_bytes
@@ -109,11 +109,9 @@ def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions
          vocab: DraftVocab | None = None) -> None:
     """What both engines keep of a loaded pair: its parts, the contract's fields, one answer's state; on a CPU
     the target tuned for it (the static engine runs there only in the tests). A DFlash drafter's frequency
-    ranking (engine/draft_vocab.py) is kept for its runner; DFlash2's candidate selector and DSpark's Markov head
-    score every token, so a DSpark drafter takes only the subset it was trained on (a speculators import's)."""
+    ranking (engine/draft_vocab.py) is kept for its runner where its generation drafts from one."""
     pair.target, pair.drafter, pair.tokenizer, pair.name = target, drafter, tokenizer, name
-    takes = {1: True, 2: False, 3: vocab is not None and vocab.trained}
-    pair.vocab = vocab if drafter is not None and takes[drafter.generation] else None
+    pair.vocab = for_generation(vocab, drafter.generation) if drafter is not None else None
     pair.draft_vocab = None       # the answer's draft vocabulary size (None: every token), for its stats
     pair.device = target.device
     if pair.device.type == "cpu":

@@ -254,7 +254,8 @@ class CudaPair:
             self.runner = STATIC_RUNNERS[drafter.generation](drafter, target.head.weight, runner_dtype(self.device),
                                                              self.vocab)
             self.runner.make_static(size + B, self.kernels)
-            self._embeds = torch.zeros(drafter.config.input_width(B), target.hidden_size, dtype=self.runner.dtype, device=self.device)
+            self._embeds = torch.zeros(drafter.config.input_width(B), target.hidden_size, dtype=self.runner.dtype,
+                                       device=self.device)
             self._ctx = torch.zeros(B, drafter.fc.in_features, dtype=self.runner.dtype, device=self.device)
             self._draft_step = Graphed(lambda: self.runner.hidden(self._embeds, self._ctx), graphs)
         self._drafted_at = 0      # context positions the drafter has cached (host)
