@@ -26,7 +26,8 @@ A pair speculates in one of several ways (engine.backends.METHODS), each a ``Spe
 of other kinds listed for the same target (each with its ``method``: dflash, dflash2, eagle3, dspark, or mtp for
 an MTP assistant such as Gemma 4's), the target's own MTP heads where it declares ``mtp_layers``, and n-gram
 lookup, which needs nothing more. Each runs on the pair's engines that declare
-the method; ``Pair.choosing(key)`` is the pair with that one, so the downloader fetches only its drafter. A
+the method (and, where a drafter lists ``engines``, read its layout: speculators' EAGLE-3 drafters load in
+llama.cpp only); ``Pair.choosing(key)`` is the pair with that one, so the downloader fetches only its drafter. A
 speculation's key is its method, or ``method:repo`` for a second drafter of the same kind (RedHatAI's DFlash
 drafter beside z-lab's). ``refresh_catalog(url)`` fetches a newer copy
 and keeps it in the app cache only if it validates; any failure leaves the bundled (or last good)
@@ -327,6 +328,9 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
         gen = d.get("generation", 1)
         _need(isinstance(gen, int) and not isinstance(gen, bool) and gen >= 1, where,
               f"'generation' must be a whole number from 1 (got {gen!r})")
+        only = d.get("engines")
+        _need(only is None or (isinstance(only, list) and only and all(isinstance(e, str) for e in only)), where,
+              f"'engines' (the engines that read this drafter's layout) must list engine names (got {only!r})")
     return ModelSpec(role=role, repo_id=d.get("repo_id"), revision=str(d.get("revision") or "main"),
                      path=d.get("path"), params=int(d["params"]), raw=d)
 
@@ -370,7 +374,8 @@ def _speculations(p: dict, kind: str, target: ModelSpec, drafter: ModelSpec, eng
     options = [*drafters, *((("mtp", None),) if target.get("mtp_layers") else ()), ("ngram", None)]
     out = []
     for method, spec in options:
-        runs = {name: devices for name, devices in engines.items() if method in ENGINES[name].methods}
+        runs = {name: devices for name, devices in engines.items() if method in ENGINES[name].methods
+                and (spec is None or name in spec.get("engines", (name,)))}
         key = method if method not in (s.method for s in out) else f"{method}:{spec and (spec.repo_id or spec.path)}"
         if runs and key not in (s.key for s in out):
             out.append(Speculation(method, spec, runs, key))

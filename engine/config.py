@@ -1,9 +1,10 @@
 """The DFlash draft checkpoint's config.json, read the way the published z-lab files write it.
 
 This module alone decides a drafter's generation (config.json `architectures`): DFlash (gen 1), DFlash2 (gen 2,
-grouped dynamic convolutions and a candidate selector) or DSpark (gen 3, DFlash's layers with a Markov head that
-biases each block slot's logits by the token drafted before it). Loaders dispatch on DraftConfig.generation; an
-architecture we do not know is refused by name."""
+grouped dynamic convolutions and a candidate selector), DSpark (gen 3, DFlash's layers with a Markov head that
+biases each block slot's logits by the token drafted before it) or EAGLE-3 (gen 4, SpecForge's layout: one layer
+that drafts a token per pass from the target's features and its own last output). Loaders dispatch on
+DraftConfig.generation; an architecture we do not know is refused by name."""
 from __future__ import annotations
 
 import json
@@ -13,14 +14,16 @@ from typing import Any
 
 from . import speculators
 from .dspark_config import DSparkConfig
+from .eagle3_config import CHAIN, Eagle3Config
 from .errors import CheckpointError
 from .weights import config_int, draft_value, real, whole
 
 # config.json `architectures` name -> drafter generation
-GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2, "DSparkDraftModel": 3, "Qwen3DSparkModel": 3}
+GENERATIONS = {"DFlashDraftModel": 1, "DFlash2DraftModel": 2, "DSparkDraftModel": 3, "Qwen3DSparkModel": 3,
+               "LlamaForCausalLMEagle3": 4, "Eagle3LlamaForCausalLM": 4}
 # drafter generation -> the speculation method it drafts for (engine.backends.METHODS)
-GENERATION_METHODS = {1: "dflash", 2: "dflash2", 3: "dspark"}
-GENERATION_LABELS = {1: "DFlash", 2: "DFlash2", 3: "DSpark"}
+GENERATION_METHODS = {1: "dflash", 2: "dflash2", 3: "dspark", 4: "eagle3"}
+GENERATION_LABELS = {1: "DFlash", 2: "DFlash2", 3: "DSpark", 4: "EAGLE-3"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 # dflash_config keys of a DFlash2 drafter. Any other nested key is refused: it may change what the
 # drafter computes, and a drafter silently run without it would propose worse tokens.
@@ -128,10 +131,16 @@ class DraftConfig:
     causal: tuple[bool, ...]        # per layer: block rows see only earlier block rows
     max_position_embeddings: int
     input_embedding_scale: float    # multiplies the target's embedding of the block
-    generation: int                 # 1: DFlash, 2: DFlash2, 3: DSpark (GENERATIONS)
+    generation: int                 # 1: DFlash, 2: DFlash2, 3: DSpark, 4: EAGLE-3 (GENERATIONS)
     dflash2: DFlash2Config | None   # generation 2 only
     raw: dict[str, Any] = field(repr=False, compare=False)
     dspark: DSparkConfig | None = None   # generation 3 only
+    eagle3: Eagle3Config | None = None   # generation 4 only
+
+    def capture_layers(self, target_layers: int) -> tuple[int, ...]:
+        """The target layers whose outputs the drafter reads, for a target of this depth (EAGLE-3's default
+        depends on it)."""
+        return self.eagle3.capture_layers(target_layers) if self.eagle3 is not None else self.target_layer_ids
 
     @property
     def first_draft(self) -> int:
@@ -156,8 +165,9 @@ class DraftConfig:
         missing = [k for k in REQUIRED_KEYS if k not in raw]
         if not isinstance(raw.get("dflash_config") or {}, dict):
             raise CheckpointError(f"{source}: dflash_config must be a JSON object. Re-download the drafter.")
-        block_size = draft_value(raw, "block_size")
-        mask_id = draft_value(raw, "mask_token_id")
+        # an EAGLE-3 drafter drafts a token per pass: its "block" is the chain a step proposes, and it has no mask
+        block_size = CHAIN + 1 if generation == 4 else draft_value(raw, "block_size")
+        mask_id = 0 if generation == 4 else draft_value(raw, "mask_token_id")
         if block_size is None:
             missing.append("block_size (top level or dflash_config.block_size)")
         if mask_id is None:
@@ -176,7 +186,10 @@ class DraftConfig:
         if num_target_layers is not None:
             num_target_layers = config_int(raw, "num_target_layers", source, 1, 1024)
         layer_ids = draft_value(raw, "target_layer_ids")
-        if layer_ids is None:
+        eagle3 = Eagle3Config.from_dict(raw, num["vocab_size"], source) if generation == 4 else None
+        if eagle3 is not None:   # three layers; without ids, which ones depends on the target (capture_layers)
+            layer_ids = [i - 1 for i in eagle3.aux_layer_ids] if eagle3.aux_layer_ids else [0, 0, 0]
+        elif layer_ids is None:
             if generation == 2:   # the DFlash2 reference has no fallback either
                 raise CheckpointError(f"{source} is a DFlash2 drafter without dflash_config.target_layer_ids. "
                                       "The checkpoint is incomplete: re-download the drafter.")
@@ -231,7 +244,8 @@ class DraftConfig:
             max_position_embeddings=config_int(raw, "max_position_embeddings", source, 1, 1 << 24)
             if "max_position_embeddings" in raw else 32768, input_embedding_scale=scale,
             generation=generation, dflash2=dflash2, raw=dict(raw),
-            dspark=DSparkConfig.from_dict(raw, num["vocab_size"], source) if generation == 3 else None)
+            dspark=DSparkConfig.from_dict(raw, num["vocab_size"], source) if generation == 3 else None,
+            eagle3=eagle3)
 
     @classmethod
     def from_file(cls, path: Path) -> "DraftConfig":

@@ -96,8 +96,9 @@ def load(draft_dir: Path, vocab_size: int) -> DraftVocab | None:
 def for_generation(vocab: DraftVocab | None, generation: int) -> DraftVocab | None:
     """The ranking a drafter of this generation (engine/config.py) drafts from: a DFlash drafter any ranking beside
     it; DFlash2's candidate selector and DSpark's Markov head score every token, so a DSpark drafter only the
-    subset it was trained on (a speculators import's) and a DFlash2 drafter none."""
-    takes = {1: True, 2: False, 3: vocab is not None and vocab.trained}
+    subset it was trained on (a speculators import's) and a DFlash2 drafter none; an EAGLE-3 drafter's head is its
+    own subset already (d2t)."""
+    takes = {1: True, 2: False, 3: vocab is not None and vocab.trained, 4: False}
     return vocab if takes[generation] else None
 
 

@@ -25,3 +25,9 @@ def check_pair(target, cfg: DraftConfig) -> None:
         raise PairMismatchError(
             f"The drafter's mask token id {cfg.mask_token_id} lies outside the target's embedding table "
             f"(0..{target.vocab_rows - 1}); the drafter does not belong to this target.")
+    deepest = max(cfg.eagle3.aux_layer_ids or (0,)) if cfg.eagle3 is not None else 0
+    if deepest > target.num_layers:
+        raise PairMismatchError(
+            f"The drafter reads target layers eagle_aux_hidden_state_layer_ids {list(cfg.eagle3.aux_layer_ids)}, but "
+            f"the target has only {target.num_layers} layers: this drafter belongs to a deeper model. Pick the "
+            "drafter made for this target.")

@@ -89,7 +89,7 @@ def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
     from dataclasses import replace
     data = raw()
     data["pairs"][2]["drafter"]["generation"] = 2
-    data["pairs"][3]["drafter"]["generation"] = 4
+    data["pairs"][3]["drafter"]["generation"] = 5
     data["pairs"][3].pop("drafters")
     c = parse_catalog(data)
     q4 = c.get("qwen3-4b")
@@ -106,8 +106,8 @@ def test_drafter_generations_choose_the_engines_that_run_them(monkeypatch):
 
 def test_each_speculation_downloads_only_what_it_needs():
     """Qwen3 8B lists two DFlash drafters (z-lab's, RedHatAI's), EAGLE-3 and DSpark drafters and n-gram lookup:
-    choosing one keeps its drafter and the engines that run it, and the downloader fetches that drafter only
-    (nothing more for n-gram lookup); Qwen3.5's own MTP heads need no drafter either; the DFlash2 pair runs its
+    choosing one keeps its drafter and the engines that run it (a drafter's own `engines` narrow them), and the
+    downloader fetches that drafter only (nothing more for n-gram lookup); Qwen3.5's own MTP heads need no drafter either; the DFlash2 pair runs its
     drafter in every engine."""
     c = load_catalog()
     q8 = c.get("qwen3-8b")
@@ -124,7 +124,9 @@ def test_each_speculation_downloads_only_what_it_needs():
     per_weight = estimate_fit(q8, budget).breakdown["drafter_weights"] / q8.drafter.params
     assert estimate_fit(redhat, budget).breakdown["drafter_weights"] == 1015000000 * per_weight
     eagle = q8.choosing("eagle3")
-    assert eagle.engines == {"llamacpp": ("cpu", "vulkan")} and eagle.block_size == 7
+    assert eagle.engines == {"llamacpp": ("cpu", "vulkan"), "torch": ("cuda", "apple", "cpu")} and eagle.block_size == 7
+    # speculators' EAGLE-3 layout loads in llama.cpp only: its catalog entry says so (the drafter's `engines`)
+    assert c.get("gpt-oss-20b").choosing("eagle3").engines == {"llamacpp": c.get("gpt-oss-20b").engines["llamacpp"]}
     assert eagle.repos() == [("Qwen/Qwen3-8B", "main"), ("AngelSlim/Qwen3-8B_eagle3", "main")]
     gguf = eagle.variant("llamacpp")
     assert eagle.repos("llamacpp") == [(gguf.repo_id, "main", gguf.files), ("Qwen/Qwen3-8B", "main", cat.CONFIG_FILES),

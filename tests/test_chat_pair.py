@@ -101,6 +101,22 @@ def test_dspark_runs_on_smollm2_in_torch_and_a_flat_markov_head_drafts_as_the_ch
         assert runs[0].stats.position_accepts == runs[1].stats.position_accepts and runs[0].stats.accepted > 0
 
 
+def test_an_eagle3_drafter_runs_on_smollm2_in_torch_and_keeps_its_greedy_tokens(torch_pair, smollm2_gguf, tmp_path):
+    """A random EAGLE-3 drafter in SpecForge's layout for a real model, its head over a sixth of SmolLM2's tokens
+    (a d2t map) and reading layers named by EAGLE-3's default for 30 layers: SmolLM2's greedy answers, drafted."""
+    from engine.backends import load_pair
+    from tests.tiny_torch import random_eagle3
+    folder = random_eagle3(tmp_path / "eagle3", torch_pair.target.model.config.to_dict(), None, draft_vocab=8192)
+    pair = load_pair("torch", smollm2_gguf, folder, device="cpu")
+    assert pair.info["methods"] == ["none", "ngram", "eagle3"] and pair.target.capture_ids == [1, 14, 26]
+    for chat in held_out(2):
+        ids = torch_pair.tokenizer.encode_chat(chat)
+        plain = Generation(torch_pair, ids, GenerationSettings(max_new_tokens=40), baseline=True).run()
+        fast = Generation(pair, ids, GenerationSettings(max_new_tokens=40, draft_cutoff=0.0,
+                                                        plain_fallback=False)).run()
+        assert fast.tokens == plain.tokens and fast.stats.speculation == "eagle3" and fast.stats.drafted > 0
+
+
 def test_greedy_dflash_is_plain_decoding_in_mlx_on_its_cpu(smollm2, draft_dir):
     pytest.importorskip("mlx_lm")
     from engine.backends import load_pair

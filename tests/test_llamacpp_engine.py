@@ -446,9 +446,10 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
 
 @pytest.mark.parametrize("architecture", ["LlamaForCausalLMEagle3", "DSparkDraftModel", "Lfm2DSparkDraftModel"])
 def test_auto_engine_gives_drafters_only_llamacpp_runs_to_llamacpp(tmp_path, architecture):
-    """Only llama.cpp runs EAGLE-3 drafters and DSpark ones the torch engine does not compute (another backbone,
-    a config it cannot read): "auto" sends such a folder there on any device, where torch would refuse it; the
-    same target with a DFlash drafter, or a complete DSpark one in DeepSpec's layout, on a GPU stays with torch."""
+    """Only llama.cpp runs EAGLE-3 and DSpark drafters the torch engine does not compute (another backbone or
+    layout, a config it cannot read): "auto" sends such a folder there on any device, where torch would refuse it;
+    the same target with a DFlash drafter, or a complete DSpark one in DeepSpec's layout, on a GPU stays with torch
+    (a complete EAGLE-3 one in SpecForge's: tests/test_engine_eagle3.py)."""
     from engine.backends.choice import auto_engine
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir(), draft.mkdir()

@@ -26,7 +26,7 @@ from engine.limits import GenerationSettings  # noqa: E402
 from engine.loop import Generation  # noqa: E402
 # the module's fresh app folder (autouse) and the comparison that allows float-rounding ties
 from tests.test_llamacpp_engine import app_home, assert_same_up_to_rounding  # noqa: E402,F401
-from tests.tiny_torch import dflash2_from, dspark_from  # noqa: E402
+from tests.tiny_torch import dflash2_from, dspark_from, random_eagle3  # noqa: E402
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 # code the demo target continues by repeating itself (a 5.8M model loops): n-gram lookup's best case
@@ -51,11 +51,12 @@ def target_alone(app_home):
 
 def test_the_engines_declare_the_methods_they_run():
     assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash", "dflash2")
-    assert ENGINES["torch"].methods == ("none", "ngram", "dspark", "dflash", "dflash2")
+    assert ENGINES["torch"].methods == ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")
     assert ENGINES["mlx"].methods == ("none", "ngram", "dspark", "dflash", "dflash2")
-    for info in ENGINES.values():   # an engine that decodes DFlash2 or DSpark drafters says so among its methods
+    for info in ENGINES.values():   # an engine that decodes DFlash2, DSpark or EAGLE-3 drafters says so
         assert ("dflash2" in info.methods) == (2 in info.drafter_generations)
         assert ("dspark" in info.methods) == (3 in info.drafter_generations)
+        assert ("eagle3" in info.methods) == (4 in info.drafter_generations)
 
 
 def test_ngram_lookup_gives_plain_decodings_tokens_on_the_demo_pair(app_home):
@@ -219,41 +220,6 @@ def mtp_against_plain(pair, reference, draft, what: str) -> tuple[int, int]:
             same(fast.tokens, plain.tokens, prompt, reference, f"{what} with {n} drafts against plain llama.cpp")
             drafted, accepted = drafted + fast.stats.drafted, accepted + fast.stats.accepted
     return drafted, accepted
-
-
-def random_eagle3(folder, target_cfg: dict, layers: list[int], seed: int = 0):
-    """A random EAGLE-3 drafter for a target, in SpecForge's layout (LlamaForCausalLMEagle3: one decoder layer
-    over [embedding, fused target features], fc from three target layers, its own head over the full vocabulary)."""
-    import json
-
-    import torch
-    from safetensors.torch import save_file
-    h, heads, kv = target_cfg["hidden_size"], target_cfg["num_attention_heads"], target_cfg["num_key_value_heads"]
-    hd, ff, vocab = target_cfg.get("head_dim") or h // heads, target_cfg["intermediate_size"], target_cfg["vocab_size"]
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=g) * 0.05
-    weights = {"fc.weight": rand(h, 3 * h), "norm.weight": torch.ones(h), "lm_head.weight": rand(vocab, h),
-               "midlayer.input_layernorm.weight": torch.ones(h), "midlayer.hidden_norm.weight": torch.ones(h),
-               "midlayer.post_attention_layernorm.weight": torch.ones(h),
-               "midlayer.self_attn.q_proj.weight": rand(heads * hd, 2 * h),
-               "midlayer.self_attn.k_proj.weight": rand(kv * hd, 2 * h),
-               "midlayer.self_attn.v_proj.weight": rand(kv * hd, 2 * h),
-               "midlayer.self_attn.o_proj.weight": rand(h, heads * hd),
-               "midlayer.mlp.gate_proj.weight": rand(ff, h), "midlayer.mlp.up_proj.weight": rand(ff, h),
-               "midlayer.mlp.down_proj.weight": rand(h, ff)}
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
-              "intermediate_size": ff, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
-              "num_hidden_layers": 1, "vocab_size": vocab, "draft_vocab_size": vocab, "hidden_act": "silu",
-              "rms_norm_eps": target_cfg.get("rms_norm_eps", 1e-6), "tie_word_embeddings": False,
-              "max_position_embeddings": target_cfg["max_position_embeddings"], "rope_theta": 10000.0,
-              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-              "eagle_aux_hidden_state_layer_ids": layers}
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return folder
 
 
 def test_an_eagle3_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_home, tmp_path):

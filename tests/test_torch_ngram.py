@@ -79,7 +79,7 @@ def test_lookup_proposes_what_followed_the_latest_occurrence_of_the_longest_matc
 
 
 def test_the_torch_engine_runs_ngram_lookup_on_every_pair(demo_target, demo_pair):
-    assert ENGINES["torch"].methods == ("none", "ngram", "dspark", "dflash", "dflash2")
+    assert ENGINES["torch"].methods == ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")
     assert demo_target.info["methods"] == ["none", "ngram"] and demo_target.block_size == 1
     assert demo_pair.info["methods"] == ["none", "ngram", "dflash"] and demo_pair.block_size == 16
     assert demo_target.info["ngram_block"] == demo_pair.info["ngram_block"] == NGRAM_BLOCK

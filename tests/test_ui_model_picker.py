@@ -301,8 +301,8 @@ def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker, monkeypatch, tm
 
 def test_choosing_a_speculation_changes_what_downloads_and_loads(qtbot, picker, hub, monkeypatch):
     """Qwen3 4B offers its DFlash, EAGLE-3 and DSpark drafters and n-gram lookup: the speculation box lists
-    each with what it adds to the download and the engines that run it; choosing EAGLE-3 plans llama.cpp on the
-    CPU; choosing n-gram lookup shows the target's size alone, downloads only the target from the fake hub, and
+    each with what it adds to the download and the engines that run it; choosing EAGLE-3 plans PyTorch on this
+    computer's NVIDIA GPU (it runs SpecForge's layout; before, only llama.cpp on the CPU did); choosing n-gram lookup shows the target's size alone, downloads only the target from the fake hub, and
     loads without a drafter."""
     from huggingface_hub import constants
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -314,12 +314,12 @@ def test_choosing_a_speculation_changes_what_downloads_and_loads(qtbot, picker, 
     items = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
     assert [picker.method_box.itemData(i) for i in range(len(items))] == ["dflash", "eagle3", "dspark", "ngram"]
     assert items[0].startswith("DFlash drafter (org) · 1.1 GB more · ") and "PyTorch" in items[0]
-    assert items[1] == "EAGLE-3 drafter (AngelSlim) · 440 MB more · llama.cpp"
+    assert items[1] == "EAGLE-3 drafter (AngelSlim) · 440 MB more · llama.cpp or PyTorch"
     assert items[3] == "n-gram lookup · nothing more to download · MLX, llama.cpp or PyTorch"
     with_drafter = idx.data(Roles.SizeBytes)
     picker.method_box.activated.emit(1)
     idx = select(picker, "qwen3-4b")
-    assert idx.data(Roles.Plan)["engine"] == "llamacpp" and "llama.cpp on the CPU" in picker.facts.text()
+    assert idx.data(Roles.Plan)["engine"] == "torch" and "PyTorch on the NVIDIA GPU (CUDA)" in picker.facts.text()
     assert picker.method_box.currentData() == "eagle3" and "Drafter block size 7" in picker.facts.text()
     picker.method_box.activated.emit(3)
     idx = select(picker, "qwen3-4b")

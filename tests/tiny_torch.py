@@ -274,3 +274,49 @@ def dflash2_from(draft_dir, folder, scale: float, seed: int = 0):
     if ranking.is_file():                      # kept beside it, as a user's folder would keep it
         (Path(folder) / ranking.name).write_bytes(ranking.read_bytes())
     return Path(folder)
+
+
+def random_eagle3(folder, target_cfg: dict, layers: list[int] | None, seed: int = 0, draft_vocab: int | None = None,
+                  scale: float = 0.05, **config):
+    """A random EAGLE-3 drafter for a target, in SpecForge's layout (LlamaForCausalLMEagle3: one decoder layer over
+    [embedding, hidden state], fc from three target layers, its own head). draft_vocab: a head over that many of the
+    target's tokens (every other one from token 1, a d2t map of offsets and its inverse t2d), else all of them;
+    layers None leaves the target layers to EAGLE-3's default; config adds or replaces config.json keys."""
+    import json
+
+    from safetensors.torch import save_file
+    h, heads, kv = target_cfg["hidden_size"], target_cfg["num_attention_heads"], target_cfg["num_key_value_heads"]
+    hd, ff, vocab = target_cfg.get("head_dim") or h // heads, target_cfg["intermediate_size"], target_cfg["vocab_size"]
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g) * scale
+    rows = draft_vocab or vocab
+    weights = {"fc.weight": rand(h, 3 * h), "norm.weight": torch.ones(h), "lm_head.weight": rand(rows, h),
+               "midlayer.input_layernorm.weight": torch.ones(h), "midlayer.hidden_norm.weight": torch.ones(h),
+               "midlayer.post_attention_layernorm.weight": torch.ones(h),
+               "midlayer.self_attn.q_proj.weight": rand(heads * hd, 2 * h),
+               "midlayer.self_attn.k_proj.weight": rand(kv * hd, 2 * h),
+               "midlayer.self_attn.v_proj.weight": rand(kv * hd, 2 * h),
+               "midlayer.self_attn.o_proj.weight": rand(h, heads * hd),
+               "midlayer.mlp.gate_proj.weight": rand(ff, h), "midlayer.mlp.up_proj.weight": rand(ff, h),
+               "midlayer.mlp.down_proj.weight": rand(h, ff)}
+    if config.get("norm_before_fc"):
+        weights["input_norm.weight"] = 1.0 + rand(3 * h)
+    if draft_vocab:
+        ids = torch.arange(draft_vocab) * 2 + 1
+        weights["d2t"] = ids - torch.arange(draft_vocab)
+        weights["t2d"] = torch.zeros(vocab, dtype=torch.bool).index_fill(0, ids, True)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    raw = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
+           "intermediate_size": ff, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+           "num_hidden_layers": 1, "vocab_size": vocab, "draft_vocab_size": rows, "hidden_act": "silu",
+           "rms_norm_eps": target_cfg.get("rms_norm_eps", 1e-6), "tie_word_embeddings": False,
+           "max_position_embeddings": target_cfg["max_position_embeddings"], "rope_theta": 10000.0,
+           "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    if layers is not None:
+        raw["eagle_aux_hidden_state_layer_ids"] = layers
+    raw.update(config)
+    (folder / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    return folder

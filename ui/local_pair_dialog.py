@@ -28,9 +28,9 @@ class LocalPairDialog(QDialog):
         self.setWindowTitle("Open a model from disk")
         intro = QLabel("A target model and, optionally, its drafter. A target can be a GGUF file (run by "
                        "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash, DFlash2 or DSpark "
-                       "GGUF or folder (z-lab's, DeepSpec's, or vLLM speculators', imported once), or an EAGLE-3 "
-                       "drafter or a Gemma 4 assistant (these two run in llama.cpp only), converted for llama.cpp "
-                       "when needed. Without one, the model still speculates with n-gram lookup where that measures "
+                       "GGUF or folder (z-lab's, DeepSpec's, or vLLM speculators', imported once), an EAGLE-3 "
+                       "drafter (SpecForge's run everywhere but MLX, others in llama.cpp) or a Gemma 4 assistant "
+                       "(llama.cpp only), converted for llama.cpp when needed. Without one, the model still speculates with n-gram lookup where that measures "
                        "faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)
         self.target = self._path_field("Target model file or folder", "for example ~/models/Qwen3-4B-Q4_K_M.gguf")

@@ -14,9 +14,9 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     """The engine for a load that names "auto" (the app's first start, before the hardware is probed): the
     mlx engine on Apple Silicon where it is installed and runs the pair on Apple's GPU, else the torch
     engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
-    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; an EAGLE-3
-    or Gemma 4 assistant drafter folder goes to llama.cpp, the one engine that runs them, and so does a DSpark one
-    the torch and MLX engines do not compute (another backbone, a head type of its own)."""
+    there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; a Gemma 4
+    assistant drafter folder goes to llama.cpp, the one engine that runs them, and so do a DSpark or EAGLE-3 one the
+    torch engine does not compute (another backbone or layout, a head type of its own)."""
     unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
     if unpacked is not None:
         model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
@@ -34,13 +34,13 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
             from .llamacpp.convert import drafter_kind
             drafter = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
             kind = drafter_kind(drafter)
-            if kind in ("eagle3", "mtp"):
-                return "llamacpp"            # only llama.cpp runs these drafters; its load says what else it needs
-            if kind == "dspark":
+            if kind == "mtp":
+                return "llamacpp"            # only llama.cpp runs Gemma 4's assistants; its load says what else it needs
+            if kind in ("dspark", "eagle3"):
                 try:
                     DraftConfig.from_dict(drafter)
                 except EngineError:
-                    return "llamacpp"        # a DSpark drafter only llama.cpp computes (DraftConfig says why)
+                    return "llamacpp"        # a drafter only llama.cpp computes (DraftConfig says why)
             generation = generation_of(drafter)
         except (OSError, ValueError, TypeError, AttributeError, EngineError):
             return "torch"                   # the torch engine's load explains what is wrong
@@ -91,7 +91,8 @@ def _exports_drafter_layers(target_dir, draft_dir) -> bool:
     from ..config import DraftConfig
     try:
         layers = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
-        return max(DraftConfig.from_file(Path(draft_dir) / "config.json").target_layer_ids) < int(layers) - 1
+        cfg = DraftConfig.from_file(Path(draft_dir) / "config.json")
+        return cfg.eagle3 is not None or max(cfg.target_layer_ids) < int(layers) - 1   # EAGLE-3's it hands over
     except (OSError, ValueError, TypeError, KeyError, EngineError):
         return False
 

@@ -23,10 +23,10 @@ ARCHITECTURES = {arch: ("cpu", "vulkan") for arch in ("qwen3", "llama", "qwen3_m
 # multi-token-prediction head or a Gemma 4 assistant beside a Gemma 4 target, EAGLE-3, DSpark, DFlash and DFlash2
 # their drafters; a pair's calibration (calibrate.py) measures those its files allow and keeps the fastest
 METHODS = ("none", "ngram", "mtp", "eagle3", "dspark", "dflash", "dflash2")
-# DFlash drafter generations (engine/config.py) its converter and graph take: DFlash2's convolutions and candidate
+# Drafter generations (engine/config.py) its converter and graph take: DFlash2's convolutions and candidate
 # selector are in the pinned llama.cpp (src/models/dflash.cpp), drafted as draft-dflash; DSpark's Markov head too,
-# drafted as draft-dspark
-DRAFTER_GENERATIONS = (1, 2, 3)
+# drafted as draft-dspark; EAGLE-3 as draft-eagle3 (every layout its converter reads, not only the torch engine's)
+DRAFTER_GENERATIONS = (1, 2, 3, 4)
 # GGUF file types (llama.cpp's llama_ftype, general.file_type) by their usual names
 GGUF_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0", 9: "q5_1", 10: "q2_k", 11: "q3_k_s",
               12: "q3_k_m", 13: "q3_k_l", 14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",

@@ -26,8 +26,9 @@ QUANTIZED = {"int8": 1.0, "nf4": 0.5625}
 # bitsandbytes' quantizations where bitsandbytes runs (not Apple's GPU)
 FORMATS = {"float32": _ALL, "bfloat16": _ALL, "float16": _ALL, "int8": ("cuda", "cpu"), "nf4": ("cuda", "cpu")}
 
-# Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py), DFlash2 (drafter2.py), DSpark (dspark.py)
-DRAFTER_GENERATIONS = (1, 2, 3)
+# Drafter generations (engine/config.py GENERATIONS): DFlash (drafter.py), DFlash2 (drafter2.py), DSpark (dspark.py),
+# EAGLE-3 in SpecForge's layout (eagle3.py; the eager engine on every device, cuda.py's static one has no graphs)
+DRAFTER_GENERATIONS = (1, 2, 3, 4)
 # Speculation methods (engine.backends.METHODS): plain decoding, n-gram lookup (lookup.py, with or without a
 # drafter) and the drafters above
-METHODS = ("none", "ngram", "dspark", "dflash", "dflash2")
+METHODS = ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")

@@ -25,6 +25,7 @@ class Answer:
         self.drafting = False
         self.cutoff = 0.0
         self.context: list[torch.Tensor] = []     # committed positions' features the drafter has not read
+        self.tokens: list[int] = []               # and their tokens (EAGLE-3 reads them beside the features)
         self.verified: tuple[int, torch.Tensor | None] = (0, None)   # (position, features) of the last verify
         self.q: torch.Tensor | Candidates | None = None   # the last draft's proposal distribution (sampling)
         self.history = History()                  # the tokens the repeat penalty reads
@@ -41,6 +42,7 @@ class Answer:
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(settings.seed) if settings.seed is not None else self.gen.seed()
         self.context, self.verified, self.q = [], (0, None), None
+        self.tokens = list(prompt) if self.drafting else []
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
 
@@ -55,11 +57,11 @@ class Answer:
             self.lookup.extend([token])
         return token
 
-    def unread_context(self) -> torch.Tensor:
-        """The features committed since the drafter last ran, handed to it once."""
+    def unread_context(self) -> tuple[torch.Tensor, list[int]]:
+        """The features committed since the drafter last ran, and those positions' tokens, handed to it once."""
         context = torch.cat(self.context) if len(self.context) > 1 else self.context[0]
-        self.context = []
-        return context
+        tokens, self.context, self.tokens = self.tokens, [], []
+        return context, tokens
 
     def keep_drafts(self, drafts, q, confidence):
         """The drafts up to the cutoff's confident prefix; their proposal distribution waits for verify."""
@@ -88,6 +90,8 @@ class Answer:
         """A verify kept `last`, its first n drafts and the target's own token: the repeat penalty and n-gram
         lookup read them from now on. Returns (n, own), the verify's answer."""
         self.history.advance(last, drafts, n)
+        if self.drafting:
+            self.tokens += [last, *drafts[:n]]
         if self.lookup is not None:
             self.lookup.extend([*drafts[:n], own])
         return n, own
@@ -102,7 +106,7 @@ class Answer:
         self.verified = (0, None)
 
     def stop_drafting(self) -> None:
-        self.drafting, self.context, self.lookup = False, [], None
+        self.drafting, self.context, self.tokens, self.lookup = False, [], [], None
 
 
 def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions: int,

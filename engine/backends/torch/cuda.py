@@ -320,7 +320,7 @@ class CudaPair:
         a = self.answer
         if a.lookup is not None:
             return a.look_up(width)
-        context = a.unread_context()
+        context, _ = a.unread_context()
         cfg, B, c = self.runner.config, self.block_size, context.shape[0]
         embeds = block_embeddings(self.target, cfg, last, cfg.input_width(width))
         self.runner.start.fill_(self._drafted_at)

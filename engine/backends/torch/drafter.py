@@ -13,7 +13,7 @@ from torch import nn
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as RMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotate_half
 
-from ...config import GENERATIONS, DraftConfig
+from ...config import GENERATION_LABELS, GENERATIONS, DraftConfig
 from ...errors import CheckpointError
 from ...weights import bytes_as, check_fits, folder_tensors, layer_count
 
@@ -129,19 +129,20 @@ class DFlashDrafter(nn.Module):
             raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
                                   "not load; load the pair with load_pair, which picks the drafter class.")
         header = {k: v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
-        if layer_count(header) != cfg.num_hidden_layers:
+        if cls.layers_in(header) != cfg.num_hidden_layers:
             raise CheckpointError(
                 f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "
-                f"{layer_count(header)} layers: config and weights do not belong together. Re-download the drafter.")
+                f"{cls.layers_in(header)} layers: config and weights do not belong together. Re-download the drafter.")
         check_fits(bytes_as(header, dtype.itemsize), available_bytes, "The drafter")
         with torch.device("meta"):   # shapes only: nothing is allocated until the names and shapes agree
-            shapes = {k: tuple(v.shape) for k, v in cls(cfg).state_dict().items() if not k.startswith("rotary.")}
+            shapes = {k: tuple(v.shape) for k, v in cls.shaped(cfg, header).state_dict().items()
+                      if not k.startswith("rotary.")}
         missing = sorted(shapes.keys() - header.keys())
         unexpected = sorted(header.keys() - shapes.keys())
         if missing:
             raise CheckpointError(
                 f"Drafter weights in {path} lack {len(missing)} tensors (first: {', '.join(missing[:3])}). "
-                "The checkpoint is incomplete or not a DFlash drafter: re-download it.")
+                f"The checkpoint is incomplete or not a {GENERATION_LABELS[cls.generation]} drafter: re-download it.")
         if unexpected:
             raise CheckpointError(
                 f"Drafter weights in {path} hold {len(unexpected)} unknown tensors (first: "
@@ -151,9 +152,19 @@ class DFlashDrafter(nn.Module):
                 raise CheckpointError(
                     f"Drafter tensor {name} in {path / tensor.file} has shape {tensor.shape} but config.json "
                     f"implies {shapes[name]}: config and weights do not belong together.")
-        model = cls(cfg)
-        model.load_state_dict(load_safetensors_dir(path), strict=False)
+        model = cls.shaped(cfg, header)
+        model.load_state_dict({k: v for k, v in load_safetensors_dir(path).items() if k in shapes}, strict=False)
         return model.placed(device, dtype).eval()
+
+    @classmethod
+    def shaped(cls, cfg: DraftConfig, header: dict) -> "DFlashDrafter":
+        """The module a checkpoint with these tensors loads into (a drafter whose parts are optional decides here)."""
+        return cls(cfg)
+
+    @staticmethod
+    def layers_in(header: dict) -> int:
+        """How many decoder layers the tensors hold."""
+        return layer_count(header)
 
     def placed(self, device, dtype: torch.dtype) -> "DFlashDrafter":
         """The weights in dtype on device, the rotary frequencies kept in float32: Module.to would round
@@ -166,7 +177,7 @@ class DFlashDrafter(nn.Module):
         from safetensors.torch import save_file
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().to(dtype).contiguous().cpu()
+        state = {k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous().cpu()
                  for k, v in self.state_dict().items() if not k.startswith("rotary.")}
         save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
         raw = dict(self.config.raw)

@@ -21,7 +21,7 @@ from ...dspark_config import UNREAD
 from ...limits import GenerationSettings
 from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
-from .sampling import Candidates, draw, probabilities
+from .sampling import Candidates, chain
 
 
 class MarkovHead(nn.Module):
@@ -45,29 +45,12 @@ def markov_drafts(logits: torch.Tensor, anchor: int, w1: torch.Tensor,
                   w2: Callable[[torch.Tensor], torch.Tensor], settings: GenerationSettings,
                   gen: torch.Generator | None, ids: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor | Candidates | None, torch.Tensor]:
-    """Drafts for the slots whose logits [m, C] the drafter's head gave, one after the other: slot j's logits
-    plus w2(w1[the token before it]), then argmax (greedy) or a draw from their distribution under the answer's
-    sampling rule, which is what slot j's proposal q_j is: each draft is drawn from q_j given the drafts
-    before it, so the residual rule stays exact. Column c stands for token ids[c] (None: token c); w1 has a row
-    per token, w2 a column per logit column. Returns the drafts [m] (token ids), q (None when greedy; over a
-    subset, Candidates) and the biased logits [m, C] (the draft cutoff reads them)."""
-    previous = torch.tensor([anchor], device=logits.device)
-    drafts, biased, qs = [], [], []
-    for row in logits.float():
-        row = row + w2(w1[previous]).float()[0]
-        if settings.greedy:
-            column = row.argmax().view(1)
-        else:
-            q = probabilities(row[None], settings)
-            column = draw(q, gen)
-            qs.append(q[0])
-        previous = column if ids is None else ids[column]
-        drafts.append(previous)
-        biased.append(row)
-    q = torch.stack(qs) if qs else None
-    if q is not None and ids is not None:
-        q = Candidates(ids.expand(q.shape[0], -1), q)
-    return torch.cat(drafts), q, torch.stack(biased)
+    """Drafts for the slots whose logits [m, C] the drafter's head gave, one after the other (sampling.chain):
+    slot j's logits plus w2(w1[the token before it]). Column c stands for token ids[c] (None: token c); w1 has a
+    row per token, w2 a column per logit column. Returns the drafts [m] (token ids), q and the biased logits."""
+    rows = iter(logits.float())
+    return chain(logits.shape[0], lambda previous: next(rows) + w2(w1[previous]).float()[0],
+                 torch.tensor([anchor], device=logits.device), settings, gen, ids)
 
 
 def module_drafts(drafter: DSparkDrafter, hidden: torch.Tensor, head_weight: torch.Tensor, anchor: int,

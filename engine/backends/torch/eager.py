@@ -17,11 +17,13 @@ from .draft_runner import DraftRunner
 from .drafter import DFlashDrafter
 from .drafter2 import DFlash2Drafter
 from .dspark import DSparkDrafter, DSparkRunner
+from .eagle3 import Eagle3Drafter, Eagle3Runner
 from .sampling import propose, verify
 from .target import TargetModel
 
 # drafter generation (engine/config.py) -> the module that loads it and the runner that decodes with it
-DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner), 3: (DSparkDrafter, DSparkRunner)}
+DRAFTERS = {1: (DFlashDrafter, DraftRunner), 2: (DFlash2Drafter, Draft2Runner), 3: (DSparkDrafter, DSparkRunner),
+            4: (Eagle3Drafter, Eagle3Runner)}
 
 
 class TorchPair:
@@ -57,7 +59,11 @@ class TorchPair:
         if self.answer.lookup is not None:
             return self.answer.look_up(width)
         a, cfg = self.answer, self.runner.config
-        context = a.unread_context()
+        context, tokens = a.unread_context()
+        if cfg.generation == 4:    # a token per pass, each after the one before; the cutoff reads their logits
+            drafts, q, logits = self.runner.propose(context, [*tokens[1:], last], self.target.embed, width - 1,
+                                                    a.settings, a.gen)
+            return a.keep_drafts(drafts, q, (logits, q)).tolist()
         embeds = block_embeddings(self.target, cfg, last, cfg.input_width(width))
         if cfg.generation == 2:   # one path picked by the candidate selector; the cutoff reads its distributions
             drafts, q, rows = self.runner.propose(embeds, context, last, a.settings, a.gen)

@@ -135,7 +135,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     drafter = vocab = None
     if cfg is not None:
         check_pair(target, cfg)
-        target.capture(cfg.target_layer_ids)
+        target.capture(cfg.capture_layers(target.num_layers))
         report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
         drafter_class, _ = DRAFTERS[cfg.generation]
         drafter = drafter_class.from_pretrained(draft_dir, dtype=torch_dtype, device=dev,
@@ -146,7 +146,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
     report("tuning", "Preparing the model for this device")
     if dev.type == "cuda":   # static caches and CUDA graphs where the architecture allows (cuda.py)
         from . import cuda
-        if cuda.supported(family):
+        if cuda.supported(family) and (drafter is None or drafter.generation in cuda.STATIC_RUNNERS):
             pair = cuda.CudaPair(target, drafter, tokenizer, target_dir.name, family, vocab=vocab)
             report("tuning", "Compiling and capturing the GPU's steps (once per load)")
             pair.warm_up()

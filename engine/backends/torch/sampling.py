@@ -8,6 +8,7 @@ That holds for any q a draft was really drawn from, also one that is zero outsid
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -81,6 +82,32 @@ def propose(logits: torch.Tensor, s: GenerationSettings, gen, ids: torch.Tensor 
     if ids is None:
         return drawn, q
     return ids[drawn], Candidates(ids.expand(q.shape[0], -1), q)
+
+
+def chain(count: int, row_after: Callable[[torch.Tensor | None], torch.Tensor], first: torch.Tensor | None,
+          s: GenerationSettings, gen, ids: torch.Tensor | None = None):
+    """count drafts picked one after another, for drafters whose next logits depend on the draft before (DSpark's
+    Markov head, EAGLE-3's layer): row_after(previous draft, as a [1] token tensor; `first` for the first) gives
+    the next logits [C]; each pick is argmax (greedy) or a draw from that row's distribution under the answer's
+    rule, which is its proposal q given the drafts before, so the residual rule stays exact. Column c stands for
+    token ids[c] (None: token c). Returns the drafts [count], q (None when greedy; over a subset, Candidates) and
+    the rows [count, C] (the draft cutoff reads them)."""
+    previous, drafts, rows, qs = first, [], [], []
+    for _ in range(count):
+        row = row_after(previous).float()
+        if s.greedy:
+            column = row.argmax().view(1)
+        else:
+            q = probabilities(row[None], s)
+            column = draw(q, gen)
+            qs.append(q[0])
+        previous = column if ids is None else ids[column]
+        drafts.append(previous)
+        rows.append(row)
+    q = torch.stack(qs) if qs else None
+    if q is not None and ids is not None:
+        q = Candidates(ids.expand(q.shape[0], -1), q)
+    return torch.cat(drafts), q, torch.stack(rows)
 
 
 def verify(drafts: torch.Tensor, q: torch.Tensor | Candidates | None, target_logits: torch.Tensor,
