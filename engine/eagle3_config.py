@@ -1,7 +1,7 @@
 """What an EAGLE-3 drafter's config.json says beyond a DFlash one's (engine/config.py reads the shared keys): which
 target layers it reads, how wide its own head is, and where its norms sit. SpecForge's layout
-(LlamaForCausalLMEagle3: one Llama decoder layer named `midlayer`) is what the torch engine computes; speculators'
-Eagle3 drafters and others load in llama.cpp only.
+(LlamaForCausalLMEagle3: one Llama decoder layer named `midlayer`) is what the torch and MLX engines compute;
+speculators' Eagle3 drafters and others load in llama.cpp only.
 
 Target layers follow EAGLE-3's numbering, as llama.cpp and vLLM read it: id k is the input of the target's layer k
 (the output of layer k - 1), and without ids the drafter reads layers 2, L/2 and L-3 of an L-layer target. We store
@@ -34,16 +34,16 @@ class Eagle3Config:
     def from_dict(cls, raw: dict[str, Any], vocab: int, source: str) -> "Eagle3Config":
         for key, bad in REFUSED.items():
             if raw.get(key) == bad:
-                raise CheckpointError(f"{source}: {key} is {bad}, which the torch engine's EAGLE-3 drafter does "
-                                      "not compute. Load the pair with the llama.cpp engine.",
+                raise CheckpointError(f"{source}: {key} is {bad}, which the torch and MLX engines' EAGLE-3 "
+                                      "drafter does not compute. Load the pair with the llama.cpp engine.",
                                       code="unsupported_architecture")
         if raw.get("num_hidden_layers") != 1:
             raise CheckpointError(f"{source}: an EAGLE-3 drafter has one decoder layer, this one says "
                                   f"{raw.get('num_hidden_layers')!r}. Re-download the drafter.")
         if raw.get("target_hidden_size", raw.get("hidden_size")) != raw.get("hidden_size"):
             raise CheckpointError(f"{source}: target_hidden_size {raw.get('target_hidden_size')!r} differs from the "
-                                  "drafter's hidden_size, which the torch engine's EAGLE-3 drafter does not compute. "
-                                  "Load the pair with the llama.cpp engine.", code="unsupported_architecture")
+                                  "drafter's hidden_size, which the torch and MLX engines' EAGLE-3 drafter does not "
+                                  "compute. Load the pair with the llama.cpp engine.", code="unsupported_architecture")
         ids = raw.get("eagle_aux_hidden_state_layer_ids")
         if ids is not None:
             if not (isinstance(ids, list) and len(ids) == 3 and all(type(i) is int and 1 <= i < 1024 for i in ids)):

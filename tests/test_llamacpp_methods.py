@@ -52,7 +52,7 @@ def target_alone(app_home):
 def test_the_engines_declare_the_methods_they_run():
     assert ENGINES["llamacpp"].methods == ("none", "ngram", "mtp", "eagle3", "dspark", "dflash", "dflash2")
     assert ENGINES["torch"].methods == ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")
-    assert ENGINES["mlx"].methods == ("none", "ngram", "dspark", "dflash", "dflash2")
+    assert ENGINES["mlx"].methods == ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")
     for info in ENGINES.values():   # an engine that decodes DFlash2, DSpark or EAGLE-3 drafters says so
         assert ("dflash2" in info.methods) == (2 in info.drafter_generations)
         assert ("dspark" in info.methods) == (3 in info.drafter_generations)

@@ -52,9 +52,9 @@ def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(pairs
     """Both engines' categorical draws replaced by inverse-CDF draws of the same uniform numbers: the same drafts,
     and the same proposal rows (torch's [m, V], MLX's spread over the vocabulary)."""
     tp, mp = pairs
-    from engine.backends.mlx import dspark as mlx_dspark
+    from engine.backends.mlx import sampling as mlx_sampling
     from engine.backends.mlx.sampling import Keys
-    from engine.backends.torch import dspark as torch_dspark
+    from engine.backends.torch import sampling as torch_sampling
     u = iter(np.random.default_rng(5).random(64))
     draws = [next(u) for _ in range(64)]
     taken = {"torch": 0, "mlx": 0}
@@ -63,8 +63,8 @@ def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(pairs
         x = draws[taken[which]]
         taken[which] += 1
         return int(np.searchsorted(np.cumsum(np.asarray(probs, dtype=np.float64)[0]), x * float(np.sum(probs))))
-    monkeypatch.setattr(torch_dspark, "draw", lambda q, gen: torch.tensor([inverse(q.numpy(), "torch")]))
-    monkeypatch.setattr(mlx_dspark, "draw", lambda q, keys: mx.array([inverse(np.array(q), "mlx")]))
+    monkeypatch.setattr(torch_sampling, "draw", lambda q, gen: torch.tensor([inverse(q.numpy(), "torch")]))
+    monkeypatch.setattr(mlx_sampling, "draw", lambda q, keys: mx.array([inverse(np.array(q), "mlx")]))
     sampled = GenerationSettings(temperature=0.8)
     feats = np.random.default_rng(1).standard_normal((12, tp.drafter.fc.in_features)).astype(np.float32)
     cfg = tp.drafter.config

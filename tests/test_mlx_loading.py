@@ -135,10 +135,10 @@ def test_a_catalog_variants_dtype_loads_the_folders_own_quantization(tmp_path):
 
 
 def test_a_dflash2_config_over_dflash_weights_is_refused_by_name_before_loading(tmp_path):
-    """The MLX engine runs every generation but EAGLE-3's (DRAFTER_GENERATIONS); a DFlash2 config whose weights lack
+    """The MLX engine runs every generation (DRAFTER_GENERATIONS); a DFlash2 config whose weights lack
     DFlash2's layers names what is missing, never half-loads (a real DFlash2 drafter: tests/test_mlx_dflash2.py)."""
     from engine.backends import ENGINES
-    assert ENGINES["mlx"].drafter_generations == (1, 2, 3)
+    assert ENGINES["mlx"].drafter_generations == (1, 2, 3, 4)
     target, draft = save_pair(tmp_path)
     raw = json.loads((draft / "config.json").read_text())
     raw["architectures"] = ["DFlash2DraftModel"]

@@ -27,7 +27,7 @@ def demo_pair():
 
 
 def test_the_mlx_engine_runs_ngram_lookup_on_every_pair(demo_target, demo_pair):
-    assert ENGINES["mlx"].methods == ("none", "ngram", "dspark", "dflash", "dflash2")
+    assert ENGINES["mlx"].methods == ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")
     assert (demo_target.info["methods"], demo_target.info["method"]) == (["none", "ngram"], "none")
     assert (demo_pair.info["methods"], demo_pair.info["method"]) == (["none", "ngram", "dflash"], "dflash")
     assert demo_target.info["ngram_block"] == demo_pair.info["ngram_block"] == NGRAM_BLOCK

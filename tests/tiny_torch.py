@@ -280,7 +280,8 @@ def random_eagle3(folder, target_cfg: dict, layers: list[int] | None, seed: int 
                   scale: float = 0.05, **config):
     """A random EAGLE-3 drafter for a target, in SpecForge's layout (LlamaForCausalLMEagle3: one decoder layer over
     [embedding, hidden state], fc from three target layers, its own head). draft_vocab: a head over that many of the
-    target's tokens (every other one from token 1, a d2t map of offsets and its inverse t2d), else all of them;
+    target's tokens (every other one from token 1 where they fit, else the first ones; a d2t map of offsets and its
+    inverse t2d), else all of them;
     layers None leaves the target layers to EAGLE-3's default; config adds or replaces config.json keys."""
     import json
 
@@ -304,7 +305,8 @@ def random_eagle3(folder, target_cfg: dict, layers: list[int] | None, seed: int 
     if config.get("norm_before_fc"):
         weights["input_norm.weight"] = 1.0 + rand(3 * h)
     if draft_vocab:
-        ids = torch.arange(draft_vocab) * 2 + 1
+        step = 2 if 2 * draft_vocab <= vocab else 1
+        ids = torch.arange(draft_vocab) * step + step - 1
         weights["d2t"] = ids - torch.arange(draft_vocab)
         weights["t2d"] = torch.zeros(vocab, dtype=torch.bool).index_fill(0, ids, True)
     folder.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ class LocalPairDialog(QDialog):
         intro = QLabel("A target model and, optionally, its drafter. A target can be a GGUF file (run by "
                        "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash, DFlash2 or DSpark "
                        "GGUF or folder (z-lab's, DeepSpec's, or vLLM speculators', imported once), an EAGLE-3 "
-                       "drafter (SpecForge's run everywhere but MLX, others in llama.cpp) or a Gemma 4 assistant "
+                       "drafter (SpecForge's run in every engine, others in llama.cpp) or a Gemma 4 assistant "
                        "(llama.cpp only), converted for llama.cpp when needed. Without one, the model still speculates with n-gram lookup where that measures "
                        "faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)

@@ -18,11 +18,12 @@ ARCHITECTURES = {
     "qwen3_5": _BOTH, "qwen3_5_moe": _BOTH,    # hybrid: Gated DeltaNet layers, rolled back by hybrid.py
     "gpt_oss": _BOTH,                          # sliding-window layers, attention sinks, MoE
 }
-# Drafter generations (engine/config.py): DFlash (drafter.py), DFlash2 (drafter2.py), DSpark (dspark.py)
-DRAFTER_GENERATIONS = (1, 2, 3)
+# Drafter generations (engine/config.py): DFlash (drafter.py), DFlash2 (drafter2.py), DSpark (dspark.py), EAGLE-3
+# in SpecForge's layout (eagle3.py)
+DRAFTER_GENERATIONS = (1, 2, 3, 4)
 # Speculation methods (engine.backends.METHODS): plain decoding, n-gram lookup (engine/lookup.py, with or without
 # a drafter) and the drafters above
-METHODS = ("none", "ngram", "dspark", "dflash", "dflash2")
+METHODS = ("none", "ngram", "eagle3", "dspark", "dflash", "dflash2")
 # catalog dtype names of MLX target variants (assets/catalog.json) -> the dtype the unquantized parts
 # run in (None: the device's default); quantized layers keep the bits the folder's config.json names
 VARIANT_DTYPES = {"q4": None, "q8": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

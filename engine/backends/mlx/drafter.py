@@ -16,7 +16,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import initialize_rope
 
-from ...config import GENERATIONS, DraftConfig
+from ...config import GENERATION_LABELS, GENERATIONS, DraftConfig
 from ...errors import CheckpointError
 from ...weights import bytes_as, check_fits, folder_tensors, layer_count
 
@@ -87,6 +87,16 @@ def block_mask(end: int, n: int, window: int | None, causal: bool) -> mx.array |
     return visible
 
 
+def drafter_rope(cfg: DraftConfig):
+    """The drafter's rotary embedding, from its config's rope_theta and scaling (either spelling)."""
+    raw = cfg.raw
+    scaling = raw.get("rope_scaling") or (raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict)
+                                          and raw["rope_parameters"].get("rope_type", "default") != "default" else None)
+    theta = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta") or 10000.0
+    return initialize_rope(cfg.head_dim, base=float(theta), traditional=False, scaling_config=scaling,
+                           max_position_embeddings=cfg.max_position_embeddings)
+
+
 class MlxDrafter(nn.Module):
     """The drafter's weights (z-lab names) and one generation's context cache."""
     generation = 1
@@ -100,12 +110,7 @@ class MlxDrafter(nn.Module):
         self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.layers = [self.layer_class(cfg) for _ in range(cfg.num_hidden_layers)]
         self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-        raw = cfg.raw
-        scaling = raw.get("rope_scaling") or (raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict)
-                                              and raw["rope_parameters"].get("rope_type", "default") != "default" else None)
-        theta = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta") or 10000.0
-        self._rope = initialize_rope(cfg.head_dim, base=float(theta), traditional=False, scaling_config=scaling,
-                                     max_position_embeddings=cfg.max_position_embeddings)
+        self._rope = drafter_rope(cfg)
         # each layer's mask: its window (None: every position) and whether block rows see only earlier rows
         self._masks = [(cfg.sliding_window if t == "sliding_attention" else None, causal)
                        for t, causal in zip(cfg.layer_types, cfg.causal)]
@@ -140,6 +145,16 @@ class MlxDrafter(nn.Module):
     # ---- checkpoint I/O in the z-lab format -------------------------------------------------
 
     @classmethod
+    def shaped(cls, cfg: DraftConfig, header: dict) -> "MlxDrafter":
+        """The module a checkpoint with these tensors loads into (a drafter whose parts are optional decides here)."""
+        return cls(cfg)
+
+    @staticmethod
+    def layers_in(header: dict) -> int:
+        """How many decoder layers the tensors hold."""
+        return layer_count(header)
+
+    @classmethod
     def from_pretrained(cls, path: str | Path, dtype: mx.Dtype = mx.float32, available_bytes: int | None = None,
                         bits: int | None = None) -> "MlxDrafter":
         """Load by tensor name; bits (4 or 8) quantizes the linear layers after loading. The config is
@@ -152,18 +167,18 @@ class MlxDrafter(nn.Module):
             raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
                                   "not load.", code="unsupported_architecture")
         header = {k: v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
-        if layer_count(header) != cfg.num_hidden_layers:
+        if cls.layers_in(header) != cfg.num_hidden_layers:
             raise CheckpointError(
                 f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "
-                f"{layer_count(header)} layers: config and weights do not belong together. Re-download the drafter.")
+                f"{cls.layers_in(header)} layers: config and weights do not belong together. Re-download the drafter.")
         check_fits(bytes_as(header, dtype.size), available_bytes, "The drafter")
-        model = cls(cfg)
+        model = cls.shaped(cfg, header)
         shapes = {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
         missing, unexpected = sorted(shapes.keys() - header.keys()), sorted(header.keys() - shapes.keys())
         if missing:
             raise CheckpointError(
                 f"Drafter weights in {path} lack {len(missing)} tensors (first: {', '.join(missing[:3])}). "
-                "The checkpoint is incomplete or not a DFlash drafter: re-download it.")
+                f"The checkpoint is incomplete or not a {GENERATION_LABELS[cls.generation]} drafter: re-download it.")
         if unexpected:
             raise CheckpointError(
                 f"Drafter weights in {path} hold {len(unexpected)} unknown tensors (first: "
@@ -180,8 +195,8 @@ class MlxDrafter(nn.Module):
             except (RuntimeError, ValueError, OSError) as exc:
                 raise CheckpointError(f"Weights file {f} is truncated or corrupt ({exc}). "
                                       "Delete it and download it again.") from exc
-        model.load_weights([(k, v.astype(dtype)) for k, v in weights.items() if not k.startswith(cls.unread)],
-                           strict=True)
+        model.load_weights([(k, v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)
+                            for k, v in weights.items() if not k.startswith(cls.unread)], strict=True)
         if bits:
             quantize(model, bits)
         mx.eval(model.parameters())
@@ -204,7 +219,8 @@ def save_drafter(drafter: MlxDrafter, path: str | Path, dtype: mx.Dtype = mx.bfl
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(path / "model.safetensors"),
-                        {k: v.astype(dtype) for k, v in tree_flatten(drafter.parameters())}, metadata={"format": "mlx"})
+                        {k: v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v
+                         for k, v in tree_flatten(drafter.parameters())}, metadata={"format": "mlx"})
     raw = dict(drafter.config.raw)
     raw.setdefault("architectures", [next(n for n, g in GENERATIONS.items() if g == drafter.generation)])
     raw.setdefault("model_type", "qwen3")

@@ -13,6 +13,7 @@ from ...limits import GenerationSettings
 from ...selector import greedy_path, sampled_path
 from .drafter import DraftLayer, MlxDrafter
 from .dspark import MlxDSpark
+from .eagle3 import MlxEagle3
 
 
 def grouped_causal_conv(x: mx.array, base: mx.array, taps: mx.array, group: int) -> mx.array:
@@ -126,4 +127,4 @@ def lattice(unary: mx.array, candidates: mx.array, anchor: int, g: mx.array, pre
 
 
 # drafter generation (engine/config.py) -> the MLX class that loads it
-DRAFTERS = {1: MlxDrafter, 2: MlxDrafter2, 3: MlxDSpark}
+DRAFTERS = {1: MlxDrafter, 2: MlxDrafter2, 3: MlxDSpark, 4: MlxEagle3}

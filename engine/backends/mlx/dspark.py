@@ -11,7 +11,7 @@ from ...config import DraftConfig
 from ...dspark_config import UNREAD
 from ...limits import GenerationSettings
 from .drafter import MlxDrafter
-from .sampling import Keys, draw, probabilities
+from .sampling import Keys, chain
 
 
 class Table(nn.Module):
@@ -40,28 +40,11 @@ class MlxDSpark(MlxDrafter):
     def propose(self, logits: mx.array, anchor: int, settings: GenerationSettings, keys: Keys,
                 ids: mx.array | None = None, vocab: int = 0) -> tuple[mx.array, mx.array | None, mx.array]:
         """From the head's logits for the draft slots [m, C] (column c stands for ids[c], or token c): each slot's
-        logits plus w2 @ w1[the token drafted before it], then argmax or a draw, left to right. Returns the drafts
-        (token ids), their proposal q spread over the `vocab` tokens (None when greedy) and the biased logits."""
+        logits plus w2 @ w1[the token drafted before it], then argmax or a draw, left to right (sampling.chain).
+        Returns the drafts (token ids), their proposal q spread over the `vocab` tokens (None when greedy) and the
+        biased logits."""
         w1 = self.markov_head.markov_w1.weight
         w2 = self.markov_head.markov_w2.weight if ids is None else self.markov_head.markov_w2.weight[ids]
-        previous = anchor
-        drafts, biased, qs = [], [], []
-        for j in range(logits.shape[0]):
-            row = logits[j].astype(mx.float32) + (w2 @ w1[previous]).astype(mx.float32)
-            if settings.greedy:
-                column = int(row.argmax())
-            else:
-                q = probabilities(row[None], settings)
-                column = int(draw(q, keys)[0])
-                qs.append(q[0])
-            previous = column if ids is None else int(ids[column])
-            drafts.append(previous)
-            biased.append(row)
-        q = None
-        if qs:
-            q = mx.stack(qs)
-            if ids is not None:
-                whole = mx.zeros((q.shape[0], vocab), dtype=q.dtype)
-                whole[:, ids] = q
-                q = whole
-        return mx.array(drafts), q, mx.stack(biased)
+        rows = iter(logits)
+        return chain(logits.shape[0], lambda previous: next(rows).astype(mx.float32) +
+                     (w2 @ w1[previous]).astype(mx.float32), anchor, settings, keys, ids, vocab)

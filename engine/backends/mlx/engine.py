@@ -134,7 +134,7 @@ def load_pair(target_dir, draft_dir=None, device: str | None = "auto", dtype: st
         drafter = None
         if cfg is not None:
             check_pair(target, cfg)
-            target.capture(cfg.target_layer_ids)
+            target.capture(cfg.capture_layers(target.num_layers))
             report("drafter", f"Reading the drafter from {Path(draft_dir).name}")
             drafter_class = DRAFTERS[cfg.generation]
             drafter = drafter_class.from_pretrained(draft_dir, dtype=mlx_dtype, available_bytes=free_bytes(dev),
@@ -182,6 +182,7 @@ class MlxPair:
         self._drafting = False
         self._cutoff = 0.0
         self._context: list[mx.array] = []   # committed positions' features the drafter has not seen
+        self._tokens: list[int] = []          # and their tokens (EAGLE-3 reads them beside the features)
         self._verified: tuple[int, mx.array | None] = (0, None)
         self._q: mx.array | None = None       # the last draft's proposal distribution (sampling only)
         self._history = History()             # the tokens the repeat penalty reads
@@ -203,6 +204,7 @@ class MlxPair:
             logits, feats = self.target.forward(prompt, last_only=True, features=self._drafting)
             self.target.rollback(len(prompt))
             self._context = [feats] if self._drafting else []
+            self._tokens = list(prompt) if self._drafting else []
             if self._drafting:
                 self.drafter.reset()
             self._use_vocabulary(settings.draft_vocab)
@@ -213,8 +215,13 @@ class MlxPair:
             return self._lookup.propose(width - 1)
         with mx.stream(self.device):
             context = mx.concatenate(self._context) if len(self._context) > 1 else self._context[0]
-            self._context = []
+            tokens, self._context, self._tokens = self._tokens, [], []
             cfg = self.drafter.config
+            if self.drafter.generation == 4:    # EAGLE-3: a token per pass, each after the one before
+                drafts, q, logits = self.drafter.propose(context, [*tokens[1:], last], self.target.embed,
+                                                         self.target.head, width - 1, self._settings, self._keys,
+                                                         self.target.vocab_rows)
+                return self._keep(drafts, q, logits)
             block = self.target.embed(mx.array([last] + [cfg.mask_token_id] * (cfg.input_width(width) - 1)))
             if cfg.input_embedding_scale != 1.0:
                 block = block * cfg.input_embedding_scale
@@ -231,11 +238,15 @@ class MlxPair:
                                                          self.target.vocab_rows)
             else:
                 drafts, q = propose(logits, self._settings, self._keys, ids, self.target.vocab_rows)
-            if self._cutoff > 0:
-                keep = confident_prefix(logits, q, self._cutoff)
-                drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
-            self._q = q
-            return drafts.tolist()
+            return self._keep(drafts, q, logits)
+
+    def _keep(self, drafts: mx.array, q: mx.array | None, logits: mx.array) -> list[int]:
+        """The drafts up to the cutoff's confident prefix; their proposal distribution waits for verify."""
+        if self._cutoff > 0:
+            keep = confident_prefix(logits, q, self._cutoff)
+            drafts, q = drafts[:keep], (q[:keep] if q is not None else None)
+        self._q = q
+        return drafts.tolist()
 
     def _draft_path(self, hidden: mx.array, last: int) -> list[int]:
         """DFlash2: the candidate selector's path; under sampling its proposal is each row's selector
@@ -265,6 +276,8 @@ class MlxPair:
             self._q = None
             n, own = verify(drafts, q, logits, self._settings, self._keys, self._history.windows(last, drafts))
             self._history.advance(last, drafts, n)
+            if self._drafting:
+                self._tokens += [last, *drafts[:n]]
             if self._lookup is not None:
                 self._lookup.extend([*drafts[:n], own])
             self._verified = (pos, feats)
@@ -279,7 +292,7 @@ class MlxPair:
             self._verified = (0, None)
 
     def stop_drafting(self) -> None:
-        self._drafting, self._context, self._lookup = False, [], None
+        self._drafting, self._context, self._tokens, self._lookup = False, [], [], None
 
     def _use_vocabulary(self, setting: int | None) -> None:
         """Draft over the ranked tokens the setting chooses (DraftVocab.chosen); the last size's rows are kept."""

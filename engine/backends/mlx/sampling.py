@@ -62,6 +62,34 @@ def draw(probs: mx.array, keys: Keys) -> mx.array:
     return mx.random.categorical(mx.log(probs), axis=-1, key=keys.next())
 
 
+def chain(count: int, row_after, first: int | None, s: GenerationSettings, keys: Keys, ids: mx.array | None = None,
+          vocab: int = 0) -> tuple[mx.array, mx.array | None, mx.array]:
+    """count drafts picked one after another (the torch engine's sampling.chain): row_after(previous draft; `first`
+    for the first) gives the next logits [C]; argmax when greedy, else a draw from the row's distribution, its
+    proposal given the drafts before. Column c stands for ids[c] (None: token c). Returns the drafts (token ids),
+    q (None when greedy; a subset's spread over the `vocab` tokens, zero elsewhere) and the rows [count, C]."""
+    previous, drafts, rows, qs = first, [], [], []
+    for _ in range(count):
+        row = row_after(previous).astype(mx.float32)
+        if s.greedy:
+            column = int(row.argmax())
+        else:
+            q = probabilities(row[None], s)
+            column = int(draw(q, keys)[0])
+            qs.append(q[0])
+        previous = column if ids is None else int(ids[column])
+        drafts.append(previous)
+        rows.append(row)
+    q = None
+    if qs:
+        q = mx.stack(qs)
+        if ids is not None:
+            whole = mx.zeros((q.shape[0], vocab), dtype=q.dtype)
+            whole[:, ids] = q
+            q = whole
+    return mx.array(drafts), q, mx.stack(rows)
+
+
 def propose(logits: mx.array, s: GenerationSettings, keys: Keys, ids: mx.array | None = None,
             vocab: int = 0) -> tuple[mx.array, mx.array | None]:
     """Draft tokens for each row, and their proposal distribution q (None when greedy). With a draft vocabulary

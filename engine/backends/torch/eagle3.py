@@ -84,6 +84,13 @@ class Eagle3Drafter(DFlashDrafter):
     def layers_in(header: dict) -> int:
         return int(any(k.startswith("midlayer.") for k in header))
 
+    @classmethod
+    def from_pretrained(cls, path, *args, **kwargs) -> "Eagle3Drafter":
+        """Loaded by name as every drafter is, then its d2t map checked (target_ids)."""
+        drafter = super().from_pretrained(path, *args, **kwargs)
+        drafter.target_ids()
+        return drafter
+
     def target_ids(self) -> torch.Tensor | None:
         """The target token each head row stands for (None: row i is token i), checked: a map that points outside
         the target's vocabulary or twice at one token would draft tokens nobody can verify."""
