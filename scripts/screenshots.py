@@ -9,6 +9,7 @@ pair when it is built (assets/demo/draft/model.safetensors), else a random pair 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -146,6 +147,13 @@ def shoot_picker_dspark_in_torch(app, window, shots: Shooter) -> None:
                     method="dspark")
 
 
+def shoot_picker_eagle3_in_torch(app, window, shots: Shooter) -> None:
+    """34: the model picker on a recorded 24 GB NVIDIA card, Qwen3 8B with AngelSlim's EAGLE-3 drafter chosen: every
+    engine runs SpecForge's EAGLE-3 layout now, and PyTorch runs the pair on the card."""
+    shoot_picker_on(app, window, shots, fixture("nvidia_rtx4090_nvml"), "qwen3-8b", "34-model-picker-eagle3-torch",
+                    method="eagle3")
+
+
 def shoot_picker_choices(app, window, shots: Shooter) -> None:
     """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 8B with the speculation box
     open, its EAGLE-3 drafter chosen (size, fit and plan follow the choice); 27: the chat pair, with what its
@@ -281,9 +289,9 @@ def shoot_real_model(app, window, shots: Shooter) -> None:
 
 
 def shoot_chat_pair(app, window, shots: Shooter) -> None:
-    """20-21, 30: what a first start opens where SmolLM2's package is installed: the chat pair (its GGUF and our
-    drafter, llama.cpp on this CPU, calibrated), ready with its starter cards; then an English answer and the
-    stats panel; then the same question on the torch engine."""
+    """20-21, 30, 32, 35: what a first start opens where SmolLM2's package is installed: the chat pair (its GGUF and
+    our drafter, llama.cpp on this CPU, calibrated), ready with its starter cards; then an English answer and the
+    stats panel; then the same question on the torch engine, with a DSpark drafter and with an EAGLE-3 one."""
     from ui.main_window import starter_pair
     pair = starter_pair()
     if not pair or pair.id != "chat":
@@ -306,6 +314,15 @@ def shoot_chat_pair(app, window, shots: Shooter) -> None:
                      {"id": f"local:{smollm2.gguf_path()}", "name": "SmolLM2-135M-Instruct + DSpark",
                       "target_dir": str(smollm2.gguf_path()), "draft_dir": str(dspark),
                       "plan": {"engine": "torch", "device": "cpu", "dtype": None}})
+    # 35: SmolLM2 opened from disk with a random EAGLE-3 drafter (SpecForge's layout, a head over 8,192 tokens; no
+    # trained one exists for it) on the torch engine: the panel names EAGLE-3 and says why it ran slower
+    from tests.tiny_torch import random_eagle3
+    cfg = json.loads((smollm2.hf_folder() / "config.json").read_text(encoding="utf-8"))
+    eagle3 = random_eagle3(Path(tempfile.mkdtemp(prefix="eagle3-")) / "SmolLM2-EAGLE3", cfg, None, draft_vocab=8192)
+    answer_and_shoot(app, window, shots, "35-chat-pair-eagle3-torch", "Explain the water cycle like I'm five.",
+                     {"id": f"local:{smollm2.gguf_path()}", "name": "SmolLM2-135M-Instruct + EAGLE-3",
+                      "target_dir": str(smollm2.gguf_path()), "draft_dir": str(eagle3),
+                      "plan": {"engine": "torch", "device": "cpu", "dtype": None}})
     window.show_stats(False)
 
 
@@ -313,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--theme", default="light", choices=("light", "dark"))
-    parser.add_argument("--only-real", action="store_true", help="only 18-21, 26-27, 30 and 32, the real chat model")
-    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28, 29, 31 and 33, the pickers on recorded GPUs")
+    parser.add_argument("--only-real", action="store_true", help="only 18-21, 26-27, 30, 32 and 35, the real chat model")
+    parser.add_argument("--only-gpu", action="store_true", help="only 17, 28, 29, 31, 33 and 34, the pickers on recorded GPUs")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dflash-shots-"))
     os.environ["DFLASH_DESKTOP_HOME"] = str(home)
@@ -346,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
             shoot_picker_dflash2_in_llamacpp(app, window, shots)
             shoot_picker_dspark_in_torch(app, window, shots)
+            shoot_picker_eagle3_in_torch(app, window, shots)
             return 0
         if args.only_real:
             wait_until(app, lambda: window.session.ready, 240, "the model to load")
@@ -427,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         shoot_picker_choosing_llamacpp_on_nvidia(app, window, shots)
         shoot_picker_dflash2_in_llamacpp(app, window, shots)
         shoot_picker_dspark_in_torch(app, window, shots)
+        shoot_picker_eagle3_in_torch(app, window, shots)
 
         # 8. a model planned for an NVIDIA GPU on a computer without one: refused in a dialog, with the way out,
         # while the model loaded before stays

@@ -208,6 +208,7 @@ def test_the_demo_target_with_an_eagle3_drafter_keeps_plain_decodings_tokens(tmp
         fast = Generation(pair, ids, GenerationSettings(max_new_tokens=40, draft_cutoff=0.0,
                                                         plain_fallback=False)).run()
         assert fast.tokens == plain.tokens and fast.stats.drafted > 0
+        assert fast.stats.draft_vocab == 500 and plain.stats.draft_vocab is None    # its head's tokens, told
 
 
 def test_auto_sends_an_eagle3_drafter_to_torch_on_a_gpu_and_to_llamacpp_on_a_cpu(tmp_path):

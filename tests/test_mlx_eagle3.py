@@ -36,6 +36,9 @@ def both(folder):
 def test_mlx_drafts_what_torch_drafts_step_by_step(tmp_path, options):
     tp, mp = both(random_eagle3(tmp_path / "e", CFG, options.pop("layers", [1, 3, 5]), scale=0.3, **options))
     assert mp.info["method"] == "eagle3" and mp.info["drafter_generation"] == 4 and mp.block_size == tp.block_size
+    mp.prefill([5, 6, 7], GenerationSettings(), True)
+    tp.prefill([5, 6, 7], GenerationSettings(), True)
+    assert mp.draft_vocab == tp.draft_vocab == options.get("draft_vocab")   # its own head's tokens, for the stats
     steps = lockstep((tp, mp), tp.tokenizer.encode_prompt(PROMPT, raw=True),
                      GenerationSettings(max_new_tokens=30, draft_cutoff=0.0), steps=8)
     assert all(len(drafts) == tp.block_size - 1 for drafts in steps)

@@ -118,6 +118,9 @@ def test_every_figure_has_a_tooltip_that_says_what_it_is(qtbot, home, chat_worke
     ({"drafted": 0, "draft_ms": None, "draft_vocab": 8192}, ""),                   # decoded plainly
     ({"drafted": 9, "draft_ms": 0.2, "speculation": "ngram"}, ""),                 # n-gram lookup has no drafter
     ({"drafted": 9, "draft_ms": 1.25, "speculation": "dspark"}, "Draft pass: 1.2 ms a step, over every token."),
+    ({"drafted": 9, "draft_ms": 4.0, "draft_vocab": 32000, "speculation": "eagle3"},   # its own head's tokens
+     "Draft pass: 4.0 ms a step, from the 32,000 tokens"),
+    ({"drafted": 9, "draft_ms": None, "speculation": "eagle3"}, ""),     # llama.cpp's: nothing it can say
 ])
 def test_the_draft_pass_in_words(stats, words):
     text = draft_pass(stats)

@@ -211,9 +211,10 @@ TIPS = {
 
 def draft_pass(stats: dict) -> str:
     """The answer's draft pass in words ('' when nothing was drafted by a drafter)."""
-    ms, size = stats.get("draft_ms"), stats.get("draft_vocab")
-    if (not stats.get("drafted") or stats.get("speculation", "dflash") not in ("dflash", "dflash2", "dspark")
-            or stats.get("remote")):     # a server's own drafter: its pass and vocabulary are not reported
+    ms, size, method = stats.get("draft_ms"), stats.get("draft_vocab"), stats.get("speculation", "dflash")
+    if (not stats.get("drafted") or method not in ("dflash", "dflash2", "dspark", "eagle3")
+            or stats.get("remote")     # a server's own drafter: its pass and vocabulary are not reported
+            or (method == "eagle3" and not ms)):   # llama.cpp's EAGLE-3: neither its pass nor its head's size
         return ""
     tokens = f"from the {size:,} tokens this model uses most" if size else "over every token"
     return f"Draft pass: {ms:.1f} ms a step, {tokens}." if ms else f"The drafter drafts {tokens}."

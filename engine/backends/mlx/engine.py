@@ -297,7 +297,8 @@ class MlxPair:
     def _use_vocabulary(self, setting: int | None) -> None:
         """Draft over the ranked tokens the setting chooses (DraftVocab.chosen); the last size's rows are kept."""
         ids = self.vocab.chosen(setting, self.device == mx.cpu) if self.vocab is not None else None
-        self.draft_vocab = len(ids) if ids is not None else None
+        own = self.drafter.target_ids() if self.drafter is not None and self.drafter.generation == 4 else None
+        self.draft_vocab = len(ids) if ids is not None else own.size if own is not None else None   # EAGLE-3's head
         if ids is None:
             self._subset = None
         elif self._subset is None or self._subset[0].size != len(ids):

@@ -129,9 +129,10 @@ def hold(pair, target, drafter, tokenizer, name: str, family: str, max_positions
 
 
 def draft_over(pair, settings: GenerationSettings) -> None:
-    """The answer's draft vocabulary: the size its settings name, else the drafter's default (DraftVocab.chosen)."""
+    """The answer's draft vocabulary: the size its settings name, else the drafter's default (DraftVocab.chosen); an
+    EAGLE-3 drafter's own head where it covers fewer tokens than the target's."""
     if pair.runner is None or pair.vocab is None:
-        pair.draft_vocab = None
+        pair.draft_vocab = pair.runner.head_size if pair.runner is not None else None
         return
     pair.draft_vocab = pair.runner.use_vocabulary(settings.draft_vocab, pair.device.type == "cpu")
 

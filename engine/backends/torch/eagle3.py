@@ -128,6 +128,7 @@ class Eagle3Runner(DraftRunner):
         self.own_embedding = drafter.embed_tokens if hasattr(drafter, "embed_tokens") else None
         head = drafter.lm_head.weight if hasattr(drafter, "lm_head") else head_weight
         self._whole = (drafter.target_ids(), product_by(head.to(self.dtype)))
+        self.head_size = cfg.eagle3.draft_vocab_size if self._whole[0] is not None else None
         self.ids, self.head = self._whole
         # what DraftRunner's buffers and rotary table need of the one layer
         self.layers = [SimpleNamespace(kv_heads=attn.kv_heads, head_dim=attn.head_dim, heads=attn.heads)]
