@@ -20,7 +20,7 @@ from engine.errors import CheckpointError
 from engine.limits import GenerationSettings
 from engine.loop import Generation
 from tests.test_engine_sampling import assert_follows_the_target
-from tests.tiny_torch import dspark_from, lockstep, random_drafter, random_target
+from tests.tiny_torch import assert_greedy_at_every_width, dspark_from, lockstep, random_drafter, random_target
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 CODE = ["def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "import os\nimport sys\n\n\ndef main():\n"]
@@ -95,15 +95,7 @@ def test_greedy_dspark_equals_plain_decoding_at_every_width(anchor):
     pair = TorchPair(target, drafter, None, name="random-dspark", family="qwen3")
     assert pair.block_size == (9 if anchor else 8) and pair.info["methods"] == ["none", "ngram", "dspark"]
     prompt = torch.randint(1, 47, (30,), generator=torch.Generator().manual_seed(1)).tolist()
-    ref = Generation(pair, prompt, GenerationSettings(max_new_tokens=40), baseline=True).run().tokens
-    accepted = 0
-    for block in range(2, pair.block_size + 1):
-        run = Generation(pair, prompt, GenerationSettings(max_new_tokens=40, block_size=block, draft_cutoff=0.0,
-                                                          plain_fallback=False)).run()
-        assert run.tokens == ref, f"block {block} diverged from plain decoding"
-        assert run.stats.drafted == run.stats.steps * (block - 1) and run.stats.speculation == "dspark"
-        accepted += run.stats.accepted
-    assert accepted > 0, "no draft was ever accepted: the partial-acceptance paths did not run"
+    assert_greedy_at_every_width(pair, prompt, "dspark")
 
 
 def test_a_head_that_adds_nothing_after_the_anchor_drafts_what_its_dflash_base_drafts(tmp_path):

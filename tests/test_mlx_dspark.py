@@ -12,9 +12,8 @@ from engine.backends import load_pair  # noqa: E402
 from engine.backends.torch.dspark import DSparkRunner  # noqa: E402
 from engine.bench import DEMO_DIR  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
-from engine.loop import Generation  # noqa: E402
 from tests.test_mlx_dflash2 import save_target  # noqa: E402
-from tests.tiny_torch import dspark_from, lockstep, random_drafter  # noqa: E402
+from tests.tiny_torch import assert_greedy_at_every_width, dspark_from, lockstep, random_drafter  # noqa: E402
 
 TARGET, DRAFT = DEMO_DIR / "target", DEMO_DIR / "draft"
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
@@ -41,22 +40,15 @@ def test_mlx_drafts_what_torch_drafts_step_by_step(pairs):
 def test_greedy_dspark_keeps_plain_decodings_tokens_at_every_width(pairs):
     _, mp = pairs
     prompt = mp.tokenizer.encode_prompt(PROMPT, raw=True)
-    ref = Generation(mp, prompt, GenerationSettings(max_new_tokens=40), baseline=True).run().tokens
-    for block in (2, 5, mp.block_size):
-        run = Generation(mp, prompt, GenerationSettings(max_new_tokens=40, block_size=block, draft_cutoff=0.0,
-                                                        plain_fallback=False)).run()
-        assert run.tokens == ref and run.stats.drafted == run.stats.steps * (block - 1)
+    assert_greedy_at_every_width(mp, prompt, "dspark", widths=(2, 5, mp.block_size), accepting=False)
 
 
-def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(pairs, monkeypatch):
-    """Both engines' categorical draws replaced by inverse-CDF draws of the same uniform numbers: the same drafts,
-    and the same proposal rows (torch's [m, V], MLX's spread over the vocabulary)."""
-    tp, mp = pairs
+def same_draws(monkeypatch) -> None:
+    """Both engines' categorical draws (their sampling.draw) replaced by inverse-CDF draws of the same uniform
+    numbers, taken in turn by each engine."""
     from engine.backends.mlx import sampling as mlx_sampling
-    from engine.backends.mlx.sampling import Keys
     from engine.backends.torch import sampling as torch_sampling
-    u = iter(np.random.default_rng(5).random(64))
-    draws = [next(u) for _ in range(64)]
+    draws = list(np.random.default_rng(5).random(64))
     taken = {"torch": 0, "mlx": 0}
 
     def inverse(probs, which):
@@ -65,6 +57,14 @@ def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(pairs
         return int(np.searchsorted(np.cumsum(np.asarray(probs, dtype=np.float64)[0]), x * float(np.sum(probs))))
     monkeypatch.setattr(torch_sampling, "draw", lambda q, gen: torch.tensor([inverse(q.numpy(), "torch")]))
     monkeypatch.setattr(mlx_sampling, "draw", lambda q, keys: mx.array([inverse(np.array(q), "mlx")]))
+
+
+def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(pairs, monkeypatch):
+    """Both engines' categorical draws replaced by inverse-CDF draws of the same uniform numbers: the same drafts,
+    and the same proposal rows (torch's [m, V], MLX's spread over the vocabulary)."""
+    tp, mp = pairs
+    from engine.backends.mlx.sampling import Keys
+    same_draws(monkeypatch)
     sampled = GenerationSettings(temperature=0.8)
     feats = np.random.default_rng(1).standard_normal((12, tp.drafter.fc.in_features)).astype(np.float32)
     cfg = tp.drafter.config

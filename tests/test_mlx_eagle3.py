@@ -17,8 +17,8 @@ from engine.backends.torch.eagle3 import Eagle3Runner  # noqa: E402
 from engine.bench import DEMO_DIR  # noqa: E402
 from engine.errors import CheckpointError  # noqa: E402
 from engine.limits import GenerationSettings  # noqa: E402
-from engine.loop import Generation  # noqa: E402
-from tests.tiny_torch import lockstep, random_eagle3  # noqa: E402
+from tests.test_mlx_dspark import same_draws  # noqa: E402
+from tests.tiny_torch import assert_greedy_at_every_width, lockstep, random_eagle3  # noqa: E402
 
 TARGET = DEMO_DIR / "target"
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
@@ -47,30 +47,15 @@ def test_mlx_drafts_what_torch_drafts_step_by_step(tmp_path, options):
 def test_greedy_eagle3_keeps_plain_decodings_tokens_at_every_width(tmp_path):
     _, mp = both(random_eagle3(tmp_path / "e", CFG, [1, 3, 5], scale=0.3))
     prompt = mp.tokenizer.encode_prompt(PROMPT, raw=True)
-    ref = Generation(mp, prompt, GenerationSettings(max_new_tokens=40), baseline=True).run().tokens
-    for block in (2, 5, mp.block_size):
-        run = Generation(mp, prompt, GenerationSettings(max_new_tokens=40, block_size=block, draft_cutoff=0.0,
-                                                        plain_fallback=False)).run()
-        assert run.tokens == ref and run.stats.drafted == run.stats.steps * (block - 1)
-        assert run.stats.speculation == "eagle3"
+    assert_greedy_at_every_width(mp, prompt, "eagle3", widths=(2, 5, mp.block_size), accepting=False)
 
 
 def test_sampled_drafts_and_their_proposal_are_torchs_given_the_same_draws(tmp_path, monkeypatch):
-    """Both engines' categorical draws replaced by inverse-CDF draws of the same uniform numbers: the same drafts,
-    and the same proposal rows (torch's over the head's tokens, MLX's spread over the vocabulary)."""
-    from engine.backends.mlx import sampling as mlx_sampling
+    """Both engines' categorical draws replaced by inverse-CDF draws of the same uniform numbers (same_draws): the
+    same drafts, and the same proposal rows (torch's over the head's tokens, MLX's spread over the vocabulary)."""
     from engine.backends.mlx.sampling import Keys
-    from engine.backends.torch import sampling as torch_sampling
     tp, mp = both(random_eagle3(tmp_path / "e", CFG, [1, 3, 5], scale=0.3, draft_vocab=1000))
-    draws = list(np.random.default_rng(5).random(64))
-    taken = {"torch": 0, "mlx": 0}
-
-    def inverse(probs, which):
-        x = draws[taken[which]]
-        taken[which] += 1
-        return int(np.searchsorted(np.cumsum(np.asarray(probs, dtype=np.float64)[0]), x * float(np.sum(probs))))
-    monkeypatch.setattr(torch_sampling, "draw", lambda q, gen: torch.tensor([inverse(q.numpy(), "torch")]))
-    monkeypatch.setattr(mlx_sampling, "draw", lambda q, keys: mx.array([inverse(np.array(q), "mlx")]))
+    same_draws(monkeypatch)
     sampled = GenerationSettings(temperature=0.8)
     feats = np.random.default_rng(1).standard_normal((12, 3 * CFG["hidden_size"])).astype(np.float32)
     tokens = list(range(20, 32))

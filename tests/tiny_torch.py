@@ -277,12 +277,14 @@ def dflash2_from(draft_dir, folder, scale: float, seed: int = 0):
 
 
 def random_eagle3(folder, target_cfg: dict, layers: list[int] | None, seed: int = 0, draft_vocab: int | None = None,
-                  scale: float = 0.05, **config):
+                  scale: float = 0.05, layer_prefix: str = "midlayer.", zero_map: bool = False, **config):
     """A random EAGLE-3 drafter for a target, in SpecForge's layout (LlamaForCausalLMEagle3: one decoder layer over
     [embedding, hidden state], fc from three target layers, its own head). draft_vocab: a head over that many of the
     target's tokens (every other one from token 1 where they fit, else the first ones; a d2t map of offsets and its
     inverse t2d), else all of them;
-    layers None leaves the target layers to EAGLE-3's default; config adds or replaces config.json keys."""
+    layers None leaves the target layers to EAGLE-3's default; layer_prefix names the decoder layer's tensors;
+    zero_map writes a d2t of zeros and a t2d of ones beside a full head, as SpecForge does; config adds or replaces
+    config.json keys."""
     import json
 
     from safetensors.torch import save_file
@@ -304,6 +306,9 @@ def random_eagle3(folder, target_cfg: dict, layers: list[int] | None, seed: int 
                "midlayer.mlp.down_proj.weight": rand(h, ff)}
     if config.get("norm_before_fc"):
         weights["input_norm.weight"] = 1.0 + rand(3 * h)
+    weights = {(layer_prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in weights.items()}
+    if zero_map:
+        weights["d2t"], weights["t2d"] = torch.zeros(vocab, dtype=torch.long), torch.ones(vocab, dtype=torch.bool)
     if draft_vocab:
         step = 2 if 2 * draft_vocab <= vocab else 1
         ids = torch.arange(draft_vocab) * step + step - 1
@@ -322,3 +327,22 @@ def random_eagle3(folder, target_cfg: dict, layers: list[int] | None, seed: int 
     raw.update(config)
     (folder / "config.json").write_text(json.dumps(raw), encoding="utf-8")
     return folder
+
+
+def assert_greedy_at_every_width(pair, prompt: list[int], method: str, max_new_tokens: int = 40, widths=None,
+                                 accepting: bool = True) -> None:
+    """Every block width (from 2 to the pair's widest, or `widths`) keeps plain decoding's greedy tokens, drafting a
+    full block every step with `method`; when accepting, some draft is accepted somewhere (so the
+    partial-acceptance paths ran)."""
+    from engine.limits import GenerationSettings
+    from engine.loop import Generation
+    ref = Generation(pair, prompt, GenerationSettings(max_new_tokens=max_new_tokens), baseline=True).run().tokens
+    accepted = 0
+    for block in widths or range(2, pair.block_size + 1):
+        run = Generation(pair, prompt, GenerationSettings(max_new_tokens=max_new_tokens, block_size=block,
+                                                          draft_cutoff=0.0, plain_fallback=False)).run()
+        assert run.tokens == ref, f"block {block} diverged from plain decoding"
+        assert run.stats.drafted == run.stats.steps * (block - 1) and run.stats.speculation == method
+        accepted += run.stats.accepted
+    assert accepted > 0 or not accepting, "no draft was ever accepted: the partial-acceptance paths did not run"
+

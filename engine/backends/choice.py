@@ -31,6 +31,8 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     if draft_dir is not None:
         try:
             from ..config import DraftConfig, generation_of
+            from ..eagle3_config import layout_problem
+            from ..weights import folder_tensors
             from .llamacpp.convert import drafter_kind
             drafter = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
             kind = drafter_kind(drafter)
@@ -38,9 +40,11 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
                 return "llamacpp"            # only llama.cpp runs Gemma 4's assistants; its load says what else it needs
             if kind in ("dspark", "eagle3"):
                 try:
-                    DraftConfig.from_dict(drafter)
+                    cfg = DraftConfig.from_dict(drafter)
                 except EngineError:
                     return "llamacpp"        # a drafter only llama.cpp computes (DraftConfig says why)
+                if cfg.eagle3 is not None and layout_problem(cfg, folder_tensors(Path(draft_dir))):
+                    return "llamacpp"        # an EAGLE-3 layout only llama.cpp's converter reads
             generation = generation_of(drafter)
         except (OSError, ValueError, TypeError, AttributeError, EngineError):
             return "torch"                   # the torch engine's load explains what is wrong

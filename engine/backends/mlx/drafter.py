@@ -154,6 +154,11 @@ class MlxDrafter(nn.Module):
         """How many decoder layers the tensors hold."""
         return layer_count(header)
 
+    @staticmethod
+    def renamed(name: str) -> str:
+        """A tensor's name as this module calls it (an export may spell some otherwise)."""
+        return name
+
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: mx.Dtype = mx.float32, available_bytes: int | None = None,
                         bits: int | None = None) -> "MlxDrafter":
@@ -166,7 +171,7 @@ class MlxDrafter(nn.Module):
         if cfg.generation != cls.generation:     # drafter2.DRAFTERS: the class of each generation
             raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
                                   "not load.", code="unsupported_architecture")
-        header = {k: v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
+        header = {cls.renamed(k): v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
         if cls.layers_in(header) != cfg.num_hidden_layers:
             raise CheckpointError(
                 f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "
@@ -195,7 +200,7 @@ class MlxDrafter(nn.Module):
             except (RuntimeError, ValueError, OSError) as exc:
                 raise CheckpointError(f"Weights file {f} is truncated or corrupt ({exc}). "
                                       "Delete it and download it again.") from exc
-        model.load_weights([(k, v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)
+        model.load_weights([(cls.renamed(k), v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) else v)
                             for k, v in weights.items() if not k.startswith(cls.unread)], strict=True)
         if bits:
             quantize(model, bits)

@@ -13,14 +13,10 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 
 from ...config import DraftConfig
-from ...eagle3_config import UNREAD
-from ...errors import CheckpointError
+from ... import eagle3_config
 from ...limits import GenerationSettings
 from .drafter import DraftMLP, MlxDrafter, drafter_rope
 from .sampling import Keys, chain
-
-HEADLESS = "lm_head.weight"
-OWN_EMBEDDING = "embed_tokens.weight"
 
 
 class Eagle3Attention(nn.Module):
@@ -45,11 +41,12 @@ class Eagle3Layer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
 
-class MlxEagle3(MlxDrafter):
+class MlxEagle3(eagle3_config.Loading, MlxDrafter):
     generation = 4
-    unread = UNREAD
+    unread = eagle3_config.UNREAD
 
-    def __init__(self, cfg: DraftConfig, own_head: bool = True, own_embedding: bool = False):
+    def __init__(self, cfg: DraftConfig, own_head: bool = True, own_embedding: bool = False,
+                 mapped: bool = False):
         nn.Module.__init__(self)
         self.config = cfg
         e, h, rows = cfg.eagle3, cfg.hidden_size, cfg.eagle3.draft_vocab_size
@@ -62,42 +59,20 @@ class MlxEagle3(MlxDrafter):
             self.lm_head = nn.Linear(h, rows, bias=False)
         if own_embedding:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, h)
-        if rows != cfg.vocab_size:
+        if mapped or rows != cfg.vocab_size:
             self.d2t = mx.zeros((rows,), dtype=mx.int64)
         self._rope = drafter_rope(cfg)
         self._cache = KVCache()
-        self._ids: mx.array | None = None
-
-    @classmethod
-    def shaped(cls, cfg: DraftConfig, header: dict) -> "MlxEagle3":
-        if HEADLESS not in header and cfg.eagle3.draft_vocab_size != cfg.vocab_size:
-            raise CheckpointError(f"This EAGLE-3 drafter scores {cfg.eagle3.draft_vocab_size} tokens but has no "
-                                  "lm_head.weight of its own. The checkpoint is incomplete: re-download it.")
-        return cls(cfg, own_head=HEADLESS in header, own_embedding=OWN_EMBEDDING in header)
-
-    @staticmethod
-    def layers_in(header: dict) -> int:
-        return int(any(k.startswith("midlayer.") for k in header))
-
-    @classmethod
-    def from_pretrained(cls, path, *args, **kwargs) -> "MlxEagle3":
-        """Loaded by name as every drafter is, then its d2t map checked (target_ids)."""
-        drafter = super().from_pretrained(path, *args, **kwargs)
-        drafter.target_ids()
-        return drafter
+        self._ids: tuple[mx.array | None] | None = None
 
     def target_ids(self) -> mx.array | None:
-        """The target token each head row stands for (None: row i is token i), checked as torch's eagle3.py does."""
+        """The target token each head row stands for (None: row i is token i), checked (eagle3_config)."""
         if "d2t" not in self:
             return None
-        if self._ids is None:
+        if self._ids is None:      # checked once: (the ids, or None for a map that changes nothing)
             ids = mx.arange(self.d2t.shape[0]) + self.d2t
-            if bool(((ids < 0) | (ids >= self.config.vocab_size)).any()) or len(set(ids.tolist())) != ids.size:
-                raise CheckpointError("This EAGLE-3 drafter's d2t map sends its tokens outside the target's "
-                                      "vocabulary or two of them to one token. The checkpoint is damaged: "
-                                      "re-download it.")
-            self._ids = ids
-        return self._ids
+            self._ids = (ids if eagle3_config.checked_targets(ids.tolist(), self.config.vocab_size) else None,)
+        return self._ids[0]
 
     def reset(self) -> None:
         self._cache = KVCache()

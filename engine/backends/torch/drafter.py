@@ -128,7 +128,7 @@ class DFlashDrafter(nn.Module):
         if cfg.generation != cls.generation:
             raise CheckpointError(f"{path} holds a generation {cfg.generation} drafter, which {cls.__name__} does "
                                   "not load; load the pair with load_pair, which picks the drafter class.")
-        header = {k: v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
+        header = {cls.renamed(k): v for k, v in folder_tensors(path).items() if not k.startswith(cls.unread)}
         if cls.layers_in(header) != cfg.num_hidden_layers:
             raise CheckpointError(
                 f"{path / 'config.json'}: num_hidden_layers is {cfg.num_hidden_layers} but the weights hold "
@@ -153,7 +153,8 @@ class DFlashDrafter(nn.Module):
                     f"Drafter tensor {name} in {path / tensor.file} has shape {tensor.shape} but config.json "
                     f"implies {shapes[name]}: config and weights do not belong together.")
         model = cls.shaped(cfg, header)
-        model.load_state_dict({k: v for k, v in load_safetensors_dir(path).items() if k in shapes}, strict=False)
+        model.load_state_dict({cls.renamed(k): v for k, v in load_safetensors_dir(path).items()
+                               if cls.renamed(k) in shapes}, strict=False)
         return model.placed(device, dtype).eval()
 
     @classmethod
@@ -165,6 +166,11 @@ class DFlashDrafter(nn.Module):
     def layers_in(header: dict) -> int:
         """How many decoder layers the tensors hold."""
         return layer_count(header)
+
+    @staticmethod
+    def renamed(name: str) -> str:
+        """A tensor's name as this module calls it (an export may spell some otherwise)."""
+        return name
 
     def placed(self, device, dtype: torch.dtype) -> "DFlashDrafter":
         """The weights in dtype on device, the rotary frequencies kept in float32: Module.to would round

@@ -19,16 +19,12 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as RMSNorm
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
 from ...config import DraftConfig
-from ...eagle3_config import UNREAD
-from ...errors import CheckpointError
+from ... import eagle3_config
 from ...limits import GenerationSettings
 from .draft_runner import DraftRunner, _rms, block_attention
 from .drafter import DFlashDrafter, DraftMLP, rope, rope_config
 from .packed import product_by
 from .sampling import chain
-
-HEADLESS = "lm_head.weight"      # without it the drafter scores with the target's head (full vocabulary only)
-OWN_EMBEDDING = "embed_tokens.weight"   # some exports embed with their own table (Llama 3.3 70B's)
 
 
 class Eagle3Attention(nn.Module):
@@ -52,11 +48,12 @@ class Eagle3Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
-class Eagle3Drafter(DFlashDrafter):
+class Eagle3Drafter(eagle3_config.Loading, DFlashDrafter):
     generation = 4
-    unread = UNREAD
+    unread = eagle3_config.UNREAD
 
-    def __init__(self, cfg: DraftConfig, own_head: bool = True, own_embedding: bool = False):
+    def __init__(self, cfg: DraftConfig, own_head: bool = True, own_embedding: bool = False,
+                 mapped: bool = False):
         nn.Module.__init__(self)
         self.config = cfg
         e, h, vocab = cfg.eagle3, cfg.hidden_size, cfg.eagle3.draft_vocab_size
@@ -69,38 +66,16 @@ class Eagle3Drafter(DFlashDrafter):
             self.lm_head = nn.Linear(h, vocab, bias=False)
         if own_embedding:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, h)
-        if vocab != cfg.vocab_size:
+        if mapped or vocab != cfg.vocab_size:
             self.register_buffer("d2t", torch.zeros(vocab, dtype=torch.long))
         self.rotary = Qwen3RotaryEmbedding(rope_config(cfg))
 
-    @classmethod
-    def shaped(cls, cfg: DraftConfig, header: dict) -> "Eagle3Drafter":
-        if HEADLESS not in header and cfg.eagle3.draft_vocab_size != cfg.vocab_size:
-            raise CheckpointError(f"This EAGLE-3 drafter scores {cfg.eagle3.draft_vocab_size} tokens but has no "
-                                  "lm_head.weight of its own. The checkpoint is incomplete: re-download it.")
-        return cls(cfg, own_head=HEADLESS in header, own_embedding=OWN_EMBEDDING in header)
-
-    @staticmethod
-    def layers_in(header: dict) -> int:
-        return int(any(k.startswith("midlayer.") for k in header))
-
-    @classmethod
-    def from_pretrained(cls, path, *args, **kwargs) -> "Eagle3Drafter":
-        """Loaded by name as every drafter is, then its d2t map checked (target_ids)."""
-        drafter = super().from_pretrained(path, *args, **kwargs)
-        drafter.target_ids()
-        return drafter
-
     def target_ids(self) -> torch.Tensor | None:
-        """The target token each head row stands for (None: row i is token i), checked: a map that points outside
-        the target's vocabulary or twice at one token would draft tokens nobody can verify."""
+        """The target token each head row stands for (None: row i is token i), checked (eagle3_config)."""
         if not hasattr(self, "d2t"):
             return None
         ids = torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
-        if bool((ids < 0).any() or (ids >= self.config.vocab_size).any()) or ids.unique().numel() != ids.numel():
-            raise CheckpointError("This EAGLE-3 drafter's d2t map sends its tokens outside the target's vocabulary "
-                                  "or two of them to one token. The checkpoint is damaged: re-download it.")
-        return ids
+        return ids if eagle3_config.checked_targets(ids.tolist(), self.config.vocab_size) else None
 
 
 class Eagle3Runner(DraftRunner):
@@ -128,7 +103,7 @@ class Eagle3Runner(DraftRunner):
         self.own_embedding = drafter.embed_tokens if hasattr(drafter, "embed_tokens") else None
         head = drafter.lm_head.weight if hasattr(drafter, "lm_head") else head_weight
         self._whole = (drafter.target_ids(), product_by(head.to(self.dtype)))
-        self.head_size = cfg.eagle3.draft_vocab_size if self._whole[0] is not None else None
+        self.head_size = cfg.eagle3.draft_vocab_size if cfg.eagle3.draft_vocab_size < cfg.vocab_size else None
         self.ids, self.head = self._whole
         # what DraftRunner's buffers and rotary table need of the one layer
         self.layers = [SimpleNamespace(kv_heads=attn.kv_heads, head_dim=attn.head_dim, heads=attn.heads)]
