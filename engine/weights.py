@@ -180,6 +180,24 @@ def layer_count(tensors: dict[str, Tensor], prefix: str = "") -> int:
     return max(ids) + 1 if ids else 0
 
 
+class ByName:
+    """What a drafter module that loads by tensor name (torch's and MLX's) says of a checkpoint's tensors: the module
+    to build for them, how many decoder layers they hold, and a tensor's name as the module calls it. A drafter
+    whose parts are optional, or whose exports spell names otherwise, says it differently (eagle3_config.Loading)."""
+
+    @classmethod
+    def shaped(cls, cfg, header: dict):
+        return cls(cfg)
+
+    @staticmethod
+    def layers_in(header: dict) -> int:
+        return layer_count(header)
+
+    @staticmethod
+    def renamed(name: str) -> str:
+        return name
+
+
 def bytes_as(tensors: dict[str, Tensor], dtype_bytes: int, linear_bytes: float | None = None) -> int:
     """Memory the floating-point tensors take once loaded in a dtype of this many bytes; with linear_bytes,
     the decoder layers' matrices take that many instead (quantized while loading)."""

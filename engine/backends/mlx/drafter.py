@@ -18,7 +18,7 @@ from mlx_lm.models.rope_utils import initialize_rope
 
 from ...config import GENERATION_LABELS, GENERATIONS, DraftConfig
 from ...errors import CheckpointError
-from ...weights import bytes_as, check_fits, folder_tensors, layer_count
+from ...weights import ByName, bytes_as, check_fits, folder_tensors
 
 # Drafter quantization (an option: DFLASH_MLX_DRAFT_BITS): linear layers whose input width divides by it
 QUANT_GROUP = 64
@@ -97,7 +97,7 @@ def drafter_rope(cfg: DraftConfig):
                            max_position_embeddings=cfg.max_position_embeddings)
 
 
-class MlxDrafter(nn.Module):
+class MlxDrafter(ByName, nn.Module):
     """The drafter's weights (z-lab names) and one generation's context cache."""
     generation = 1
     layer_class = DraftLayer
@@ -143,21 +143,6 @@ class MlxDrafter(nn.Module):
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
     # ---- checkpoint I/O in the z-lab format -------------------------------------------------
-
-    @classmethod
-    def shaped(cls, cfg: DraftConfig, header: dict) -> "MlxDrafter":
-        """The module a checkpoint with these tensors loads into (a drafter whose parts are optional decides here)."""
-        return cls(cfg)
-
-    @staticmethod
-    def layers_in(header: dict) -> int:
-        """How many decoder layers the tensors hold."""
-        return layer_count(header)
-
-    @staticmethod
-    def renamed(name: str) -> str:
-        """A tensor's name as this module calls it (an export may spell some otherwise)."""
-        return name
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: mx.Dtype = mx.float32, available_bytes: int | None = None,

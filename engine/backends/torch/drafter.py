@@ -15,7 +15,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding, rotat
 
 from ...config import GENERATION_LABELS, GENERATIONS, DraftConfig
 from ...errors import CheckpointError
-from ...weights import bytes_as, check_fits, folder_tensors, layer_count
+from ...weights import ByName, bytes_as, check_fits, folder_tensors
 
 
 def rope_config(cfg: DraftConfig):
@@ -86,7 +86,7 @@ class DraftLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class DFlashDrafter(nn.Module):
+class DFlashDrafter(ByName, nn.Module):
     generation = 1        # engine/config.py GENERATIONS
     layer_class = DraftLayer
     unread: tuple[str, ...] = ()    # name prefixes of tensors a checkpoint may carry that decoding does not read
@@ -156,21 +156,6 @@ class DFlashDrafter(nn.Module):
         model.load_state_dict({cls.renamed(k): v for k, v in load_safetensors_dir(path).items()
                                if cls.renamed(k) in shapes}, strict=False)
         return model.placed(device, dtype).eval()
-
-    @classmethod
-    def shaped(cls, cfg: DraftConfig, header: dict) -> "DFlashDrafter":
-        """The module a checkpoint with these tensors loads into (a drafter whose parts are optional decides here)."""
-        return cls(cfg)
-
-    @staticmethod
-    def layers_in(header: dict) -> int:
-        """How many decoder layers the tensors hold."""
-        return layer_count(header)
-
-    @staticmethod
-    def renamed(name: str) -> str:
-        """A tensor's name as this module calls it (an export may spell some otherwise)."""
-        return name
 
     def placed(self, device, dtype: torch.dtype) -> "DFlashDrafter":
         """The weights in dtype on device, the rotary frequencies kept in float32: Module.to would round
