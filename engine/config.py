@@ -137,6 +137,12 @@ class DraftConfig:
     dspark: DSparkConfig | None = None   # generation 3 only
     eagle3: Eagle3Config | None = None   # generation 4 only
 
+    @property
+    def own_head_size(self) -> int | None:
+        """The tokens an EAGLE-3 drafter's own head scores, where fewer than the target's (None: every token)."""
+        e = self.eagle3
+        return e.draft_vocab_size if e is not None and e.draft_vocab_size < self.vocab_size else None
+
     def capture_layers(self, target_layers: int) -> tuple[int, ...]:
         """The target layers whose outputs the drafter reads, for a target of this depth (EAGLE-3's default
         depends on it)."""
@@ -187,8 +193,8 @@ class DraftConfig:
             num_target_layers = config_int(raw, "num_target_layers", source, 1, 1024)
         layer_ids = draft_value(raw, "target_layer_ids")
         eagle3 = Eagle3Config.from_dict(raw, num["vocab_size"], source) if generation == 4 else None
-        if eagle3 is not None:   # three layers; without ids, which ones depends on the target (capture_layers)
-            layer_ids = [i - 1 for i in eagle3.aux_layer_ids] if eagle3.aux_layer_ids else [0, 0, 0]
+        if eagle3 is not None:   # which three layers may depend on the target's depth: capture_layers says
+            layer_ids = []
         elif layer_ids is None:
             if generation == 2:   # the DFlash2 reference has no fallback either
                 raise CheckpointError(f"{source} is a DFlash2 drafter without dflash_config.target_layer_ids. "
@@ -198,7 +204,7 @@ class DraftConfig:
                     f"{source} has neither dflash_config.target_layer_ids nor num_target_layers, "
                     "so the target layers to read cannot be known. Use a complete DFlash draft checkpoint.")
             layer_ids = default_target_layer_ids(num_target_layers, layers)
-        if not (isinstance(layer_ids, list) and layer_ids and len(layer_ids) <= 64
+        if not (isinstance(layer_ids, list) and (layer_ids or eagle3) and len(layer_ids) <= 64
                 and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in layer_ids)):
             raise CheckpointError(f"{source}: dflash_config.target_layer_ids must list layer numbers, got "
                                   f"{layer_ids!r}. Re-download the drafter.")

@@ -88,9 +88,8 @@ def layout_problem(cfg, names) -> str | None:
     """What keeps tensors with these names from being SpecForge's layout for this config (names renamed and the
     unread ones left out), in words; None when they are."""
     names = {renamed(n) for n in names if not n.startswith(UNREAD)}
-    subset = cfg.eagle3.draft_vocab_size != cfg.vocab_size
     required = {"fc.weight", "norm.weight", *LAYER, *(("input_norm.weight",) if cfg.eagle3.norm_before_fc else ()),
-                *((HEADLESS, "d2t") if subset else ())}
+                *((HEADLESS, "d2t") if cfg.own_head_size else ())}
     unknown = sorted(names - required - {HEADLESS, OWN_EMBEDDING, "d2t"})
     missing = sorted(required - names)
     if not unknown and not missing:
@@ -103,7 +102,7 @@ def parts(cfg, names) -> dict:
     """The optional parts a checkpoint with these tensors has, as the drafter modules take them: its own head
     (else the target's), its own embedding, a d2t map (a full-vocabulary export may carry one of zeros)."""
     return {"own_head": HEADLESS in names, "own_embedding": OWN_EMBEDDING in names,
-            "mapped": "d2t" in names or cfg.eagle3.draft_vocab_size != cfg.vocab_size}
+            "mapped": "d2t" in names or cfg.own_head_size is not None}
 
 
 def checked_targets(ids: list[int], vocab: int) -> bool:

@@ -64,7 +64,7 @@ def test_specforges_own_numbering_and_layouts_load(tmp_path):
     both = random_eagle3(tmp_path / "b", cfg, [2, 3, 4], eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 4]})
     assert DraftConfig.from_file(both / "config.json").capture_layers(6) == (1, 2, 3)     # the top level first
     zeros = Eagle3Drafter.from_pretrained(random_eagle3(tmp_path / "z", cfg, [1, 3, 5], zero_map=True))
-    assert zeros.target_ids() is None and Eagle3Runner(zeros, zeros.lm_head.weight).head_size is None
+    assert zeros.target_ids() is None and zeros.config.own_head_size is None
     pairs = [load_pair(TARGET, random_eagle3(tmp_path / name, cfg, [1, 3, 5], layer_prefix=prefix), device="cpu")
              for name, prefix in (("mid", "midlayer."), ("layers", "layers.0."))]
     for pair in pairs:

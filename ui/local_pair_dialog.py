@@ -30,8 +30,8 @@ class LocalPairDialog(QDialog):
                        "llama.cpp) or a folder with config.json and safetensors; a drafter a DFlash, DFlash2 or DSpark "
                        "GGUF or folder (z-lab's, DeepSpec's, or vLLM speculators', imported once), an EAGLE-3 "
                        "drafter (SpecForge's run in every engine, others in llama.cpp) or a Gemma 4 assistant "
-                       "(llama.cpp only), converted for llama.cpp when needed. Without one, the model still speculates with n-gram lookup where that measures "
-                       "faster. Nothing in the folders is ever run as code.")
+                       "(llama.cpp only), converted for llama.cpp when needed. Without one, the model still speculates "
+                       "with n-gram lookup where that measures faster. Nothing in the folders is ever run as code.")
         intro.setWordWrap(True)
         self.target = self._path_field("Target model file or folder", "for example ~/models/Qwen3-4B-Q4_K_M.gguf")
         self.draft = self._path_field("Drafter file or folder", "optional: without one, n-gram lookup or plain decoding")

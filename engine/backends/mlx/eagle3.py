@@ -59,7 +59,7 @@ class MlxEagle3(eagle3_config.Loading, MlxDrafter):
             self.lm_head = nn.Linear(h, rows, bias=False)
         if own_embedding:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, h)
-        if mapped or rows != cfg.vocab_size:
+        if mapped or cfg.own_head_size:
             self.d2t = mx.zeros((rows,), dtype=mx.int64)
         self._rope = drafter_rope(cfg)
         self._cache = KVCache()

@@ -297,8 +297,7 @@ class MlxPair:
     def _use_vocabulary(self, setting: int | None) -> None:
         """Draft over the ranked tokens the setting chooses (DraftVocab.chosen); the last size's rows are kept."""
         ids = self.vocab.chosen(setting, self.device == mx.cpu) if self.vocab is not None else None
-        own = self.drafter.config.eagle3 if self.drafter is not None else None     # EAGLE-3's head, where narrower
-        own = own.draft_vocab_size if own is not None and own.draft_vocab_size < self.target.vocab_rows else None
+        own = self.drafter.config.own_head_size if self.drafter is not None else None    # EAGLE-3's, where narrower
         self.draft_vocab = len(ids) if ids is not None else own
         if ids is None:
             self._subset = None

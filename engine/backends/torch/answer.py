@@ -132,7 +132,7 @@ def draft_over(pair, settings: GenerationSettings) -> None:
     """The answer's draft vocabulary: the size its settings name, else the drafter's default (DraftVocab.chosen); an
     EAGLE-3 drafter's own head where it covers fewer tokens than the target's."""
     if pair.runner is None or pair.vocab is None:
-        pair.draft_vocab = pair.runner.head_size if pair.runner is not None else None
+        pair.draft_vocab = pair.runner.config.own_head_size if pair.runner is not None else None
         return
     pair.draft_vocab = pair.runner.use_vocabulary(settings.draft_vocab, pair.device.type == "cpu")
 

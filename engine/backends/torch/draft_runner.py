@@ -30,8 +30,6 @@ class _Layer:
 class DraftRunner:
     """One generation's drafter state: call reset() for a new prompt, then logits() once per step."""
 
-    head_size: int | None = None     # a head of its own over fewer tokens than the target's (EAGLE-3's)
-
     def __init__(self, drafter: DFlashDrafter, head_weight: torch.Tensor, dtype: torch.dtype | None = None,
                  vocab: DraftVocab | None = None):
         cfg = drafter.config

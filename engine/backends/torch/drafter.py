@@ -153,8 +153,8 @@ class DFlashDrafter(ByName, nn.Module):
                     f"Drafter tensor {name} in {path / tensor.file} has shape {tensor.shape} but config.json "
                     f"implies {shapes[name]}: config and weights do not belong together.")
         model = cls.shaped(cfg, header)
-        model.load_state_dict({cls.renamed(k): v for k, v in load_safetensors_dir(path).items()
-                               if cls.renamed(k) in shapes}, strict=False)
+        model.load_state_dict({name: v for k, v in load_safetensors_dir(path).items()
+                               if (name := cls.renamed(k)) in shapes}, strict=False)
         return model.placed(device, dtype).eval()
 
     def placed(self, device, dtype: torch.dtype) -> "DFlashDrafter":

@@ -66,7 +66,7 @@ class Eagle3Drafter(eagle3_config.Loading, DFlashDrafter):
             self.lm_head = nn.Linear(h, vocab, bias=False)
         if own_embedding:
             self.embed_tokens = nn.Embedding(cfg.vocab_size, h)
-        if mapped or vocab != cfg.vocab_size:
+        if mapped or cfg.own_head_size:
             self.register_buffer("d2t", torch.zeros(vocab, dtype=torch.long))
         self.rotary = Qwen3RotaryEmbedding(rope_config(cfg))
 
@@ -103,16 +103,12 @@ class Eagle3Runner(DraftRunner):
         self.own_embedding = drafter.embed_tokens if hasattr(drafter, "embed_tokens") else None
         head = drafter.lm_head.weight if hasattr(drafter, "lm_head") else head_weight
         self._whole = (drafter.target_ids(), product_by(head.to(self.dtype)))
-        self.head_size = cfg.eagle3.draft_vocab_size if cfg.eagle3.draft_vocab_size < cfg.vocab_size else None
         self.ids, self.head = self._whole
         # what DraftRunner's buffers and rotary table need of the one layer
         self.layers = [SimpleNamespace(kv_heads=attn.kv_heads, head_dim=attn.head_dim, heads=attn.heads)]
         self._rotary = drafter.rotary
         self._cos = self._sin = torch.empty(0)
         self.keys, self.values, self.length = [], [], 0
-
-    def use_vocabulary(self, setting: int | None, on_cpu: bool) -> int | None:
-        return None      # no ranking applies: the head is the drafter's own
 
     def propose(self, ctx_features: torch.Tensor, next_tokens: list[int],
                 embed: Callable[[torch.Tensor], torch.Tensor], count: int, settings: GenerationSettings,
