@@ -57,8 +57,9 @@ def generation_of(raw: dict[str, Any], source: str = "config.json") -> int:
     if name not in GENERATIONS:
         known = ", ".join(f"{n} ({GENERATION_LABELS[g]})" for n, g in GENERATIONS.items())
         raise CheckpointError(
-            f"This drafter is a {name} ({source}, architectures), which DFlash Desktop cannot run: it runs "
-            f"{known} drafters. Pick a drafter of one of those kinds, or update DFlash Desktop.",
+            f"This drafter is a {name} ({source}, architectures), which the torch and MLX engines do not "
+            f"compute: they run {known} drafters. Load the pair with the llama.cpp engine, which also converts "
+            "Gemma 4's assistants and other EAGLE-3 and DSpark layouts, or pick a drafter of one of those kinds.",
             code="unsupported_architecture")
     return GENERATIONS[name]
 

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 from engine import packs
 from engine import protocol as P
-from engine.errors import Cancelled
+from engine.errors import Cancelled, EngineError
 from engine.stats import cuda_memory
 
 log = logging.getLogger("engine.worker")
@@ -283,6 +283,8 @@ class Worker:
             if code == "engine_crashed" and self.pair_info:   # the engine's own server died, the worker lives
                 from engine.backends.choice import other_engines
                 event["alternatives"] = other_engines(self.pair_info)
+            elif getattr(exc, "alternatives", None):             # a load refused where another engine runs it
+                event["alternatives"] = exc.alternatives
             return event
         log.error("unexpected failure in %s:\n%s", rid, traceback.format_exc())
         return self._error_event(rid, "internal", f"Unexpected {type(exc).__name__}: {exc}. "
@@ -309,9 +311,14 @@ class Worker:
         choice.check_files(engine, target, draft)              # a path no engine takes: refused, nothing unloads
         if not choice.keeps_loaded_pair(self.pair_info, engine, target, draft):
             self._release()                      # no room for both: on failure nothing is loaded
-        pair, engine, note = choice.load_chosen(
-            engine, target, draft, device=device, dtype=msg.get("dtype"), cancelled=cancelled, may_fall_back=picked,
-            progress=lambda stage, message: self._progress(rid, stage, message))
+        try:
+            pair, engine, note = choice.load_chosen(
+                engine, target, draft, device=device, dtype=msg.get("dtype"), cancelled=cancelled,
+                may_fall_back=picked, progress=lambda stage, message: self._progress(rid, stage, message))
+        except EngineError as exc:
+            if exc.code == "unsupported_architecture":      # the way out: the engine here that runs it, if one is
+                exc.alternatives = choice.runs_what_was_refused(msg, engine)
+            raise
         if note:
             log.warning("%s", note)
         self._release()                          # the pair kept while this one loaded, if any

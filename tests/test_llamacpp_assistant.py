@@ -48,6 +48,26 @@ def test_an_assistant_folder_goes_to_llamacpp_and_fits_its_target(tmp_path):
     convert.check_assistant(ASSISTANT_CONFIG, tmp_path / "assistant", tmp_path / "target")   # made for it
 
 
+def test_a_refused_assistant_names_llamacpp_as_the_way_out(tmp_path, monkeypatch):
+    """The torch engine refuses a Gemma 4 assistant naming llama.cpp, and the worker offers llama.cpp as the way out
+    (runs_what_was_refused) when it is built here; never llama.cpp's own refusal, nor a drafter it cannot convert."""
+    from engine.backends import choice
+    from engine.config import generation_of
+    from engine.errors import CheckpointError
+    for name, cfg in (("target", TARGET_CONFIG), ("assistant", ASSISTANT_CONFIG), ("other", {"architectures": ["X"]})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    with pytest.raises(CheckpointError, match="Gemma4AssistantForCausalLM.*Load the pair with the llama.cpp engine"):
+        generation_of(ASSISTANT_CONFIG)
+    monkeypatch.setattr(choice, "missing_engines", lambda: {})
+    load = {"target": str(tmp_path / "target"), "draft": str(tmp_path / "assistant")}
+    assert choice.runs_what_was_refused(load, "torch") == choice.runs_what_was_refused(load, "mlx") == ["llamacpp"]
+    assert choice.runs_what_was_refused(load, "llamacpp") == []
+    assert choice.runs_what_was_refused({**load, "draft": str(tmp_path / "other")}, "torch") == []
+    monkeypatch.setattr(choice, "missing_engines", lambda: {"llamacpp": "not built"})
+    assert choice.runs_what_was_refused(load, "torch") == []
+
+
 @pytest.mark.parametrize("target, draft, message", [
     ({"general.architecture": "qwen3", "qwen3.embedding_length": 64}, {}, "drafts for a Gemma 4 model only, and "
      "gemma.gguf is 'qwen3'"),

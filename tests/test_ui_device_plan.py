@@ -80,3 +80,28 @@ def test_the_thinking_switch_follows_the_drafters_training_and_an_override_is_ex
     assert box.isVisible() and box.isChecked() == trained, "the switch starts as the drafter was trained"
     box.setChecked(not trained)
     assert f"trained with thinking {'on' if trained else 'off'}" in window.status_label.text()
+
+
+def test_a_drafter_the_planned_engine_refuses_offers_the_engine_that_runs_it(qtbot, home, chat_worker, tmp_path, sent):
+    """A plan sends PyTorch an EAGLE-3 drafter in a layout only llama.cpp converts (speculators' Eagle3Speculator):
+    the real worker refuses it by name and names llama.cpp, the dialog offers "Load with llama.cpp", and the click
+    loads the pair there (a real llama-server)."""
+    from engine.bench import DEMO_DIR
+    from tests.tiny_torch import random_eagle3
+    target = DEMO_DIR / "target"
+    draft = random_eagle3(tmp_path / "eagle3", json.loads((target / "config.json").read_text()), [1, 3, 5])
+    raw = json.loads((draft / "config.json").read_text())
+    (draft / "config.json").write_text(json.dumps({**raw, "architectures": ["Eagle3Speculator"]}))
+    pair = {"id": "spec", "name": "Demo with a speculators EAGLE-3", "target_dir": str(target),
+            "draft_dir": str(draft), "plan": {"engine": "torch", "device": "cpu", "dtype": None}}
+    window = make_window(qtbot, chat_worker, pair, wait_ready=False)
+    qtbot.waitUntil(lambda: window.load_error_box is not None, timeout=LOAD_TIMEOUT_MS)
+    box = window.load_error_box
+    assert box.error["code"] == "unsupported_architecture" and box.error["alternatives"] == ["llamacpp"]
+    assert "Eagle3Speculator" in box.informativeText() and "llama.cpp engine" in box.informativeText()
+    assert box.action_button.text() == "Load with llama.cpp"
+    box.action_button.click()
+    qtbot.waitUntil(lambda: window.session.ready, timeout=3 * LOAD_TIMEOUT_MS)   # converts, starts, calibrates
+    assert sent[-1] == {"engine": "llamacpp", "device": "auto", "dtype": None}
+    loaded = window.session.loaded
+    assert loaded.engine == "llamacpp" and loaded.has_drafter and "eagle3" in loaded.event["methods"]

@@ -455,7 +455,7 @@ class ChatController(QObject):
                 self.view.add_error(ev, self.loaded, action=("Drop the oldest turns and retry",
                                                                 self.drop_oldest_and_retry))
             elif is_error:
-                self.view.add_error(ev, self.loaded, action=self.session.crash_way_out(ev))
+                self.view.add_error(ev, self.loaded, action=self.session.other_engine_way_out(ev))
             self.view.mark_last()
         self.view.set_busy(False)
         if is_error and ev.get("code") == "prompt_too_long":

@@ -438,7 +438,9 @@ class ModelPicker(QDialog):
         self.method_row.setVisible(len(options) > 1)
         self.method_box.clear()
         for s in options:
-            self.method_box.addItem(speculation_label(s, self.catalog), s.key)
+            text, engines = speculation_label(s, self.catalog)
+            self.method_box.addItem(text, s.key)
+            self.method_box.setItemData(self.method_box.count() - 1, engines, Qt.ToolTipRole)
         self.method_box.setCurrentIndex(next(i for i, s in enumerate(options) if s.key == row.pair.speculation))
         self.method_box.setEnabled(row.download_state != "downloading")
 

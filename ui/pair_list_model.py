@@ -119,12 +119,13 @@ def drafter_size(drafter, catalog: Catalog) -> int:
     return int(drafter.params * catalog.dtype_bytes[drafter["dtype"]]) if drafter else 0
 
 
-def speculation_label(speculation, catalog: Catalog) -> str:
-    """One choice of the model list's speculation box: the method, what it downloads, the engines it runs on."""
+def speculation_label(speculation, catalog: Catalog) -> tuple[str, str]:
+    """One choice of the model list's speculation box: the method and what it downloads (short enough for the
+    box at the picker's narrowest), and as its tooltip the engines it runs on."""
     size = (f"{human_size(drafter_size(speculation.drafter, catalog))} more" if speculation.drafter
             else "nothing more to download")
     engines = _either(ENGINES[name].label for name in speculation.engines)
-    return f"{speculation.label} · {size} · {engines}"
+    return f"{speculation.label} · {size}", f"Runs in {engines}."
 
 
 def _either(words) -> str:

@@ -84,11 +84,12 @@ class PairSession(QObject):
         if self.pair is not None and not self._loading:
             self.load_pair(self.pair)
 
-    def crash_way_out(self, ev: dict, pair: PairRequest | None = None):
-        """The other engine a crashed one leaves (the worker names those that run the pair here), as a button."""
+    def other_engine_way_out(self, ev: dict, pair: PairRequest | None = None):
+        """The other engine a crashed one leaves, or the one that runs a pair this engine refused (the worker
+        names those that run it here), as a button."""
         others = ev.get("alternatives") or []
         pair = pair or self.pair                # the same pair with another engine that runs it
-        if ev.get("code") != "engine_crashed" or not others or pair is None:
+        if ev.get("code") not in ("engine_crashed", "unsupported_architecture") or not others or pair is None:
             return None
         name = others[0]
         label = f"Load with {ENGINES[name].label if name in ENGINES else name}"
@@ -114,7 +115,7 @@ class PairSession(QObject):
         device = failed.run_plan["device"] if failed else "cpu"
         way_out = (("Load on the CPU", lambda: self.load_pair(failed.with_plan(device="cpu", dtype=None)))
                    if ev.get("code") in ("device_unavailable", "out_of_memory") and device != "cpu"
-                   else self.crash_way_out(ev, failed))
+                   else self.other_engine_way_out(ev, failed))
         still = ev.get("pair")
         kept = previous if previous and still and previous[1].target == still.get("target") else None
         if kept is not None:

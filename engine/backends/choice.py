@@ -143,6 +143,31 @@ def torch_can_load(target) -> bool:
     return target.is_dir() and (target / "config.json").is_file()
 
 
+def runs_what_was_refused(msg: dict, refused: str) -> list[str]:
+    """After an engine refused a load as `unsupported_architecture`, the engine built here that runs the pair, as
+    the way out: llama.cpp, whose converter reads drafters the torch and MLX engines do not compute (other EAGLE-3
+    layouts, DSpark's own vocabularies, Gemma 4's assistants) and which runs more architectures on the CPU."""
+    target, draft = msg.get("target"), msg.get("draft")
+    if refused == "llamacpp" or "llamacpp" in missing_engines() or not target:
+        return []
+    try:
+        kind = None
+        if draft is not None and Path(draft).is_dir():
+            from .llamacpp.convert import drafter_kind
+            kind = drafter_kind(json.loads((Path(draft) / "config.json").read_text(encoding="utf-8")))
+            if kind is None:
+                return []
+        if Path(target).is_dir():
+            model_type = json.loads((Path(target) / "config.json").read_text(encoding="utf-8"))["model_type"]
+            if not ENGINES["llamacpp"].runs(str(model_type), "cpu"):
+                return []
+        if kind == "dflash" and not _exports_drafter_layers(target, draft):
+            return []
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return ["llamacpp"]
+
+
 def other_engines(info: dict) -> list[str]:
     """Engines besides the one that crashed that run the loaded pair's target from its files here."""
     if not torch_can_load(str(info.get("target") or "")):
