@@ -50,9 +50,10 @@ log = logging.getLogger(__name__)
 
 ALLOW_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "*.json", "tokenizer*", "*.tiktoken",
                   "merges.txt", "vocab.txt", "*.jinja", "chat_template*")
+# Weights saved with Python's pickle (torch.save): a repository with only these has nothing we may load.
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 # Pickle-based or unused formats: never fetched even when an allow pattern matches.
-IGNORE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt", "*.h5", "*.msgpack", "*.onnx",
-                   "*.gguf", "*.py", "original/*", "metal/*")
+IGNORE_PATTERNS = (*PICKLED_WEIGHTS, "*.h5", "*.msgpack", "*.onnx", "*.gguf", "*.py", "original/*", "metal/*")
 # A catalog variant (catalog.py) names its files exactly: GGUF files are fetched then, pickles never.
 FILES_IGNORE = tuple(p for p in IGNORE_PATTERNS if p != "*.gguf")
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -129,6 +130,13 @@ def wanted(path: str, allow: Iterable[str] = ALLOW_PATTERNS, ignore: Iterable[st
     name = path.rsplit("/", 1)[-1]
     match = lambda pats: any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in pats)  # noqa: E731
     return match(allow) and not (match(ignore) or any(path.startswith(p[:-1]) for p in ignore if p.endswith("/*")))
+
+
+def pickled_only(paths: list[str]) -> str | None:
+    """The first pickled weights file of a listing with no safetensors (nothing we may load), else None."""
+    if any(fnmatch.fnmatch(p, "*.safetensors") for p in paths):
+        return None
+    return next((p for p in paths if any(fnmatch.fnmatch(p, pattern) for pattern in PICKLED_WEIGHTS)), None)
 
 
 def require_hex(value, length: int, what: str) -> str:
@@ -464,6 +472,12 @@ class DownloadJob:
         if missing:
             raise DownloadError("file_not_found", f"{repo_id} has no file {missing[0]!r}, which the catalog names. "
                                                 "Refresh the catalog, or report the pair's entry.", repo_id)
+        pickled = pickled_only([f.path for f in tree])
+        if pickled and not files:
+            raise DownloadError("pickled_weights", f"{repo_id} publishes its weights only as pickled PyTorch files "
+                                f"({pickled}), which DFlash Desktop never loads: unpickling a file can run code. "
+                                "Nothing was downloaded. Pick another model or drafter (the speculation box lists "
+                                "this model's others), or ask the publisher for a safetensors copy.", repo_id)
         commit, files = self._checked_listing(repo_id, info.sha, tree, storage, allow, ignore)
         _write_tree(storage, commit, tree)
         if revision != commit:

@@ -48,15 +48,7 @@ class Eagle3Config:
             raise CheckpointError(f"{source}: target_hidden_size {raw.get('target_hidden_size')!r} differs from the "
                                   "drafter's hidden_size, which the torch and MLX engines' EAGLE-3 drafter does not "
                                   "compute. Load the pair with the llama.cpp engine.", code="unsupported_architecture")
-        nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
-        ids, key, first = raw.get("eagle_aux_hidden_state_layer_ids"), "eagle_aux_hidden_state_layer_ids", 1
-        if ids is None and nested.get(key) is not None:    # SpecForge's: outputs, so the next layers' inputs
-            ids, key, first = nested[key], f"eagle_config.{key}", 0
-        if ids is not None:
-            if not (isinstance(ids, list) and len(ids) == 3 and all(type(i) is int and first <= i < 1024 for i in ids)):
-                raise CheckpointError(f"{source}: {key} must name three target layers from {first} up, got {ids!r}. "
-                                      "Re-download the drafter.")
-            ids = tuple(i + 1 - first for i in ids)
+        ids = aux_inputs(raw, source)
         flags = {}
         for key in ("norm_before_residual", "norm_before_fc"):
             flags[key] = raw.get(key, False)
@@ -70,6 +62,22 @@ class Eagle3Config:
         layers or more; a shallower target is refused by the capture, naming its depth)."""
         ids = self.aux_layer_ids or (2, target_layers // 2, max(target_layers - 3, 1))
         return tuple(i - 1 for i in ids)
+
+
+def aux_inputs(raw: dict[str, Any], source: str = "config.json") -> tuple[int, ...] | None:
+    """The target layers whose inputs the drafter reads, from either numbering (the module's docstring); None: the
+    default for the target's depth. llama.cpp's converter reads only the top-level key, so SpecForge's nested one is
+    handed to it in this numbering (llamacpp/convert.py)."""
+    nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    ids, key, first = raw.get("eagle_aux_hidden_state_layer_ids"), "eagle_aux_hidden_state_layer_ids", 1
+    if ids is None and nested.get(key) is not None:    # SpecForge's: outputs, so the next layers' inputs
+        ids, key, first = nested[key], f"eagle_config.{key}", 0
+    if ids is None:
+        return None
+    if not (isinstance(ids, list) and len(ids) == 3 and all(type(i) is int and first <= i < 1024 for i in ids)):
+        raise CheckpointError(f"{source}: {key} must name three target layers from {first} up, got {ids!r}. "
+                              "Re-download the drafter.")
+    return tuple(i + 1 - first for i in ids)
 
 
 LAYER = ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight", "midlayer.post_attention_layernorm.weight",

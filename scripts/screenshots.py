@@ -148,9 +148,9 @@ def shoot_picker_dspark_in_torch(app, window, shots: Shooter) -> None:
 
 
 def shoot_picker_eagle3_in_torch(app, window, shots: Shooter) -> None:
-    """34: the model picker on a recorded 24 GB NVIDIA card, Qwen3 8B with AngelSlim's EAGLE-3 drafter chosen: every
+    """34: the model picker on a recorded 24 GB NVIDIA card, Qwen3 4B with AngelSlim's EAGLE-3 drafter chosen: every
     engine runs SpecForge's EAGLE-3 layout now, and PyTorch runs the pair on the card."""
-    shoot_picker_on(app, window, shots, fixture("nvidia_rtx4090_nvml"), "qwen3-8b", "34-model-picker-eagle3-torch",
+    shoot_picker_on(app, window, shots, fixture("nvidia_rtx4090_nvml"), "qwen3-4b", "34-model-picker-eagle3-torch",
                     method="eagle3")
 
 

@@ -112,7 +112,7 @@ def test_each_speculation_downloads_only_what_it_needs():
     c = load_catalog()
     q8 = c.get("qwen3-8b")
     red = "dflash:RedHatAI/Qwen3-8B-speculator.dflash"
-    assert [s.key for s in q8.speculations] == ["dflash", red, "eagle3", "dspark", "ngram"]
+    assert [s.key for s in q8.speculations] == ["dflash", red, "dspark", "ngram"]
     assert q8.method == "dflash" and q8.repos() == [("Qwen/Qwen3-8B", "main"), ("z-lab/Qwen3-8B-DFlash-b16", "main")]
     redhat = q8.choosing(red)
     assert (redhat.method, redhat.speculation, redhat.engines) == ("dflash", red, q8.engines)
@@ -123,14 +123,18 @@ def test_each_speculation_downloads_only_what_it_needs():
     budget = Budget(32 * 2**30, "cpu", "RAM")       # its copies of the target's embedding and head never load
     per_weight = estimate_fit(q8, budget).breakdown["drafter_weights"] / q8.drafter.params
     assert estimate_fit(redhat, budget).breakdown["drafter_weights"] == 1015000000 * per_weight
-    eagle = q8.choosing("eagle3")
-    assert eagle.engines == q8.engines and eagle.block_size == 7     # SpecForge's layout runs in every engine
+    q4 = c.get("qwen3-4b")
+    eagle, target = q4.choosing("eagle3"), q4.target.repo_id
+    assert eagle.engines == q4.engines and eagle.block_size == 7     # SpecForge's layout runs in every engine
     # speculators' EAGLE-3 layout loads in llama.cpp only: its catalog entry says so (the drafter's `engines`)
     assert c.get("gpt-oss-20b").choosing("eagle3").engines == {"llamacpp": c.get("gpt-oss-20b").engines["llamacpp"]}
-    assert eagle.repos() == [("Qwen/Qwen3-8B", "main"), ("AngelSlim/Qwen3-8B_eagle3", "main")]
-    gguf = eagle.variant("llamacpp")
-    assert eagle.repos("llamacpp") == [(gguf.repo_id, "main", gguf.files), ("Qwen/Qwen3-8B", "main", cat.CONFIG_FILES),
-                                       ("AngelSlim/Qwen3-8B_eagle3", "main")]
+    assert eagle.repos() == [(target, "main"), ("AngelSlim/Qwen3-4B_eagle3", "main")]
+    gguf4 = eagle.variant("llamacpp")
+    assert eagle.repos("llamacpp") == [(gguf4.repo_id, "main", gguf4.files), (target, "main", cat.CONFIG_FILES),
+                                       ("AngelSlim/Qwen3-4B_eagle3", "main")]
+    # drafters published only as pickles (AngelSlim's for Qwen3 8B, EAGLE's for Llama 3.1) are not offered
+    assert "eagle3" not in [s.method for s in q8.speculations + c.get("llama3.1-8b-instruct").speculations]
+    gguf = q8.variant("llamacpp")
     assert q8.choosing("dspark").drafter.repo_id == "deepseek-ai/dspark_qwen3_8b_block7"
     ngram = q8.choosing("ngram")
     assert ngram.drafter is None and ngram.block_size == 1 and ngram.chat_mode == "any"
@@ -186,9 +190,8 @@ def test_a_drafter_cannot_keep_more_than_it_downloads():
 
 def test_a_drafter_kind_this_version_does_not_know_is_left_out():
     data = raw()
-    data["pairs"][3]["drafters"][1]["method"] = "medusa2"      # a newer catalog's kind
-    assert [s.method for s in parse_catalog(data).get("qwen3-8b").speculations] == ["dflash", "dflash", "dspark",
-                                                                                    "ngram"]
+    data["pairs"][3]["drafters"][1]["method"] = "medusa2"      # a newer catalog's kind (its DSpark drafter)
+    assert [s.method for s in parse_catalog(data).get("qwen3-8b").speculations] == ["dflash", "dflash", "ngram"]
 
 
 def test_unreadable_file_is_a_clear_error(tmp_path):

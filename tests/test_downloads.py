@@ -265,6 +265,20 @@ def test_not_enough_disk_space_fails_before_downloading(hub, tmp_path):
     assert not any("/resolve/" in r["path"] for r in hub.requests)
 
 
+def test_a_repo_of_pickled_weights_only_is_refused_before_anything_downloads(hub, tmp_path):
+    """EAGLE-3 drafters published as pytorch_model.bin (EAGLE's and AngelSlim's trainers save them so): the pair's
+    download fails at once naming the file and why, before its target's bytes are fetched."""
+    hub.repos["org/target"] = make_repo(1)
+    drafter = make_repo(2, extra={"pytorch_model.bin": b"pickle" * 100})
+    drafter.files = {k: v for k, v in drafter.files.items() if "safetensors" not in k}
+    hub.repos["org/draft"] = drafter
+    j = run(job(hub, [("org/target", "main"), ("org/draft", "main")], tmp_path / "cache"))
+    assert j.state == "failed" and j.error.kind == "pickled_weights" and j.error.repo_id == "org/draft"
+    assert "org/draft publishes its weights only as pickled PyTorch files (pytorch_model.bin)" in j.error.message
+    assert "Nothing was downloaded" in j.error.message
+    assert not any("/resolve/" in r["path"] for r in hub.requests)
+
+
 def test_the_fake_hub_is_faithful_enough_for_huggingface_hub_itself(hub, tmp_path):
     """If huggingface_hub's own snapshot_download works against the fake, the fake speaks the hub's protocol."""
     from huggingface_hub import snapshot_download

@@ -255,6 +255,22 @@ def test_an_eagle3_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_h
         load_pair(TARGET, wrong)
 
 
+def test_specforges_nested_layer_ids_reach_llamacpps_converter_as_the_torch_engine_reads_them(app_home, tmp_path):
+    """llama.cpp's converter reads only top-level ids (inputs of layers); SpecForge nests its ids (outputs): the GGUF
+    holds the same layers the torch engine reads (each + 1), not llama.cpp's default; top-level ids pass as they are."""
+    import json
+
+    from engine.backends.llamacpp.convert import draft_gguf
+    from engine.config import DraftConfig
+    from engine.gguf_metadata import read_metadata
+    cfg = json.loads((TARGET / "config.json").read_text(encoding="utf-8"))
+    for name, layers, extra, inputs in (("nested", None, {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}},
+                                         [1, 3, 4]), ("top", [1, 3, 5], {}, [1, 3, 5])):
+        drafter = random_eagle3(tmp_path / name, cfg, layers=layers, **extra)
+        assert [i + 1 for i in DraftConfig.from_file(drafter / "config.json").capture_layers(6)] == inputs
+        assert read_metadata(draft_gguf(drafter, TARGET))["eagle3.target_layers"] == inputs
+
+
 def test_a_dspark_drafter_converts_pairs_and_gives_plain_decodings_tokens(app_home, tmp_path):
     """A DSpark drafter (DeepSpec's layout) converts with llama.cpp's converter, is told from a DFlash one by its
     Markov head, drafts its whole block from the last token as draft-dspark, and keeps plain decoding's greedy

@@ -21,6 +21,7 @@ from typing import Callable
 
 from ... import speculators
 from ...config import generation_of
+from ...eagle3_config import aux_inputs
 from ...errors import Cancelled, CheckpointError, EngineError, PairMismatchError
 from ...weights import folder_tensors
 from . import build
@@ -75,9 +76,9 @@ def _architectures(folder: Path) -> set[str]:
 
 
 def _stage(folder: Path, into: Path, with_weights: bool, architectures: dict[str, str] | None = None,
-           tokenizer: Path | None = None) -> Path:
-    """Links to the files the converter may read; `architectures` renames those of the config (then a copy);
-    `tokenizer` is a folder whose tokenizer files stand in for the folder's own."""
+           tokenizer: Path | None = None, keys: dict | None = None) -> Path:
+    """Links to the files the converter may read; `architectures` renames those of the config and `keys` adds
+    top-level keys to it (then a copy); `tokenizer` is a folder whose tokenizer files stand in for the folder's own."""
     into.mkdir(parents=True)
     files = _files(folder, with_weights)
     if tokenizer is not None:
@@ -85,11 +86,11 @@ def _stage(folder: Path, into: Path, with_weights: bool, architectures: dict[str
                                                                  if f.name in TOKENIZER]
     for f in files:
         os.symlink(f.resolve(), into / f.name)
-    if architectures and _architectures(folder) & set(architectures):
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if (architectures and _architectures(folder) & set(architectures)) or keys:
+        cfg = {**json.loads((folder / "config.json").read_text(encoding="utf-8")), **(keys or {})}
         for c in (cfg, cfg.get("text_config") or {}):
             if c.get("architectures"):
-                c["architectures"] = [architectures.get(a, a) for a in c["architectures"]]
+                c["architectures"] = [(architectures or {}).get(a, a) for a in c["architectures"]]
         (into / "config.json").unlink()
         (into / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return into
@@ -138,14 +139,15 @@ def run_converter(args: list[str], what: str, cancelled: Callable[[], bool]) -> 
 
 
 def convert(source: Path, out: Path, outtype: str, target_dir: Path | None, what: str,
-            cancelled: Callable[[], bool], tokenizer: Path | None = None) -> Path:
+            cancelled: Callable[[], bool], tokenizer: Path | None = None, keys: dict | None = None) -> Path:
     """Convert once into `out` (written under a temporary name, then renamed); target_dir: the target's config and
-    tokenizer for a drafter (--target-model-dir); tokenizer: a folder whose tokenizer stands in for the source's."""
+    tokenizer for a drafter (--target-model-dir); tokenizer: a folder whose tokenizer stands in for the source's;
+    keys: config keys the converter is shown beside the source's own."""
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gguf-stage-") as tmp:
-        staged = _stage(source, Path(tmp) / "model", with_weights=True, tokenizer=tokenizer)
+        staged = _stage(source, Path(tmp) / "model", with_weights=True, tokenizer=tokenizer, keys=keys)
         args = [str(staged), "--outfile", str(out.with_suffix(".partial")), "--outtype", outtype]
         if target_dir is not None:
             args += ["--target-model-dir", str(_stage(target_dir, Path(tmp) / "target", with_weights=False,
@@ -207,13 +209,19 @@ def draft_gguf(draft_dir: Path, target_dir: Path, dtype: str = "float32", cancel
                               f"(config.json architectures {cfg.get('architectures')}).")
     key = identity((draft_dir, True), (target_dir, False))
     outtype = OUTTYPES.get(dtype, "f16") if dtype != "q8_0" else "f16"
-    out = app_cache() / "gguf" / f"{draft_dir.name}-{kind}-{key}-{outtype}.gguf"
+    # SpecForge's layer ids (nested, naming outputs): llama.cpp's converter reads only the top-level ones (inputs), and
+    # would take its default layers instead
+    ids = aux_inputs(cfg, str(draft_dir / "config.json")) if kind == "eagle3" else None
+    keys = ({"eagle_aux_hidden_state_layer_ids": list(ids)}
+            if ids and cfg.get("eagle_aux_hidden_state_layer_ids") is None else None)
+    layers = f"-layers{'-'.join(map(str, ids))}" if keys else ""
+    out = app_cache() / "gguf" / f"{draft_dir.name}-{kind}{layers}-{key}-{outtype}.gguf"
     what = f"the drafter in {draft_dir}"
     if kind == "mtp":
         # llama.cpp's assistant converter reads no --target-model-dir: it takes the target's tokenizer staged beside
         check_assistant(cfg, draft_dir, target_dir)
         return convert(draft_dir, out, outtype, None, what, cancelled, tokenizer=target_dir)
-    return convert(draft_dir, out, outtype, target_dir, what, cancelled)
+    return convert(draft_dir, out, outtype, target_dir, what, cancelled, keys=keys)
 
 
 def check_assistant(cfg: dict, draft_dir: Path, target_dir: Path) -> None:
