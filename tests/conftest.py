@@ -54,3 +54,13 @@ def smollm2_random_drafter(smollm2_folder, tmp_path_factory):
     folder = tmp_path_factory.mktemp("smollm2-drafter")
     random_drafter(target, seed=1, layers=1, block_size=8, mask_token_id=16).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def unmeasured(monkeypatch):
+    """llama.cpp loads in this process answer plainly without timing every method first: for tests whose answers
+    name their method or block size and never read the choice (calibration's own tests keep it; it costs a minute
+    a load of SmolLM2 here, and minutes on a software GPU)."""
+    from engine.backends.llamacpp import calibrate
+    monkeypatch.setattr(calibrate, "choose", lambda pair, cancelled=None, force=False:
+                        calibrate.decide({"none": {"tok_s": 1.0, "tau": 1.0}}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,7 +128,8 @@ def test_greedy_dflash_is_plain_decoding_in_mlx_on_its_cpu(smollm2, draft_dir):
     assert fast.tokens == plain.tokens and fast.stats.accepted > 0
 
 
-def test_greedy_dflash_is_plain_decoding_in_llamacpp_on_float32_weights(smollm2_folder, draft_dir, torch_pair):
+def test_greedy_dflash_is_plain_decoding_in_llamacpp_on_float32_weights(smollm2_folder, draft_dir, torch_pair,
+                                                                           unmeasured):
     """llama.cpp finds the drafter's GGUF in its folder; on float32 weights DFlash gives plain decoding's tokens
     (ties excepted). On the Q4_1 GGUF the two part after a few tokens: docs/engines/llamacpp.md."""
     from engine.backends.llamacpp.engine import load_pair
@@ -147,8 +149,16 @@ def test_greedy_dflash_is_plain_decoding_in_llamacpp_on_float32_weights(smollm2_
         pair.close()
 
 
-def test_generate_without_a_target_runs_the_chat_pair(smollm2_gguf, draft_dir, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory):
+    """One computer's app folder for the app-level tests below: the first calibrates the chat pair in llama.cpp (a
+    minute here), the others find it remembered, as a user's later starts do; the fresh profile copies its cache
+    only (the calibration and the drafter's smaller head), not its settings or chats."""
+    return tmp_path_factory.mktemp("machine")
+
+
+def test_generate_without_a_target_runs_the_chat_pair(smollm2_gguf, draft_dir, tmp_path, machine):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DFLASH_DESKTOP_HOME=str(machine))
     proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate", "--engine", "llamacpp",
                            "--prompt", "Name three colours of the rainbow.", "--max-new-tokens", "24",
                            "--color", "never", "--json", str(tmp_path / "out.json")],
@@ -163,7 +173,7 @@ def test_generate_without_a_target_runs_the_chat_pair(smollm2_gguf, draft_dir, t
 
 
 def test_a_fresh_profile_opens_the_chat_pair_answers_in_english_and_offers_the_code_pair(
-        qtbot, tmp_path, monkeypatch, smollm2_gguf, draft_dir):
+        qtbot, tmp_path, monkeypatch, smollm2_gguf, draft_dir, machine):
     from dflash_desktop import settings as settings_mod
     from dflash_desktop.catalog import load_catalog
     from dflash_desktop.chat_store import ChatStore
@@ -171,6 +181,8 @@ def test_a_fresh_profile_opens_the_chat_pair_answers_in_english_and_offers_the_c
     from ui.main_window import MainWindow
     from ui.pair_list_model import build_rows, local_dirs_for
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
+    if (machine / "cache").is_dir():                 # modification times kept: the calibration's key names them
+        shutil.copytree(machine / "cache", tmp_path / "cache", copy_function=shutil.copy2)
     window = MainWindow(worker=QtWorker(), store=ChatStore(), settings=settings_mod.load())
     qtbot.addWidget(window)
     window.show()
@@ -201,12 +213,12 @@ def test_a_gguf_transformers_cannot_unpack_is_refused_by_name(draft_dir):
         load_pair("torch", gguf, device="cpu")
 
 
-def test_serve_without_a_target_serves_the_chat_pair(tmp_path, smollm2_gguf, draft_dir):
+def test_serve_without_a_target_serves_the_chat_pair(smollm2_gguf, draft_dir, machine):
     """`dflash-desktop serve` with no model named serves the chat pair (auto: llama.cpp on this CPU) as "chat"."""
     import openai
 
     from tests.test_server import KEY, start_server
-    proc, url = start_server(tmp_path, "--api-key", KEY, pair=())
+    proc, url = start_server(machine, "--api-key", KEY, pair=())
     try:
         client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=300)
         models = client.models.list().data

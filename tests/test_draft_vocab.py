@@ -181,7 +181,7 @@ def test_llamacpp_gives_a_plain_dflash_drafter_the_head_of_its_ranked_rows_only(
         drafting_vocabulary(demo, meta(), {"tokenizer.ggml.tokens": ["t"] * 5000}, 300, False)
 
 
-def test_llamacpp_drafts_from_the_subset_head_and_keeps_plain_decodings_tokens(tmp_path, monkeypatch):
+def test_llamacpp_drafts_from_the_subset_head_and_keeps_plain_decodings_tokens(tmp_path, monkeypatch, unmeasured):
     """The demo pair on llama-server with a drafter GGUF holding 512 rows of the target's head and their ids:
     loaded by llama.cpp's own DFlash graph, greedy answers as plain decoding's (up to float-rounding ties)."""
     import numpy as np

@@ -78,7 +78,7 @@ def test_ngram_lookup_gives_plain_decodings_tokens_on_the_demo_pair(app_home):
         pair.close()
 
 
-def test_ngram_lookup_gives_plain_decodings_tokens_on_smollm2(smollm2_folder):
+def test_ngram_lookup_gives_plain_decodings_tokens_on_smollm2(smollm2_folder, unmeasured):
     """A real chat model, in float32 (on Q4_1 a verify's batched products round differently from a plain step's:
     docs/engines/llamacpp.md, "Exactness: up to rounding"), asked to edit text it was given."""
     pair = load_pair(smollm2_folder, dtype="float32")

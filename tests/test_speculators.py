@@ -261,7 +261,7 @@ def test_it_drafts_as_the_z_lab_drafter_on_its_tokens_and_keeps_plain_decodings_
             getattr(pair, "close", lambda: None)()
 
 
-def test_llamacpp_converts_the_import_and_keeps_plain_decodings_tokens(folders):
+def test_llamacpp_converts_the_import_and_keeps_plain_decodings_tokens(folders, unmeasured):
     from engine.backends.llamacpp import build
     try:
         build.find_build()
