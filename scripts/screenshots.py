@@ -155,7 +155,7 @@ def shoot_picker_eagle3_in_torch(app, window, shots: Shooter) -> None:
 
 
 def shoot_picker_choices(app, window, shots: Shooter) -> None:
-    """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 8B with the speculation box
+    """26-27: the model picker on this computer after the chat pair loaded. 26: Qwen3 4B with the speculation box
     open, its EAGLE-3 drafter chosen (size, fit and plan follow the choice); 27: the chat pair, with what its
     calibration measured fastest when it loaded."""
     from dflash_desktop.catalog import bundled_path, load_file
@@ -170,7 +170,7 @@ def shoot_picker_choices(app, window, shots: Shooter) -> None:
     def select(pair_id: str) -> None:
         row = next(i for i in range(picker.model.rowCount()) if picker.model.index(i).data(Roles.Id) == pair_id)
         picker.list.setCurrentIndex(picker.model.index(row))
-    select("qwen3-8b")
+    select("qwen3-4b")
     picker.method_box.activated.emit(next(i for i in range(picker.method_box.count())
                                           if picker.method_box.itemData(i) == "eagle3"))
     picker.method_box.showPopup()
