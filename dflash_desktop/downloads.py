@@ -472,8 +472,7 @@ class DownloadJob:
         if missing:
             raise DownloadError("file_not_found", f"{repo_id} has no file {missing[0]!r}, which the catalog names. "
                                                 "Refresh the catalog, or report the pair's entry.", repo_id)
-        pickled = pickled_only([f.path for f in tree])
-        if pickled and not files:
+        if not files and (pickled := pickled_only([f.path for f in tree])):   # a whole repo, not named files
             raise DownloadError("pickled_weights", f"{repo_id} publishes its weights only as pickled PyTorch files "
                                 f"({pickled}), which DFlash Desktop never loads: unpickling a file can run code. "
                                 "Nothing was downloaded. Pick another model or drafter (the speculation box lists "
