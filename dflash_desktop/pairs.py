@@ -111,6 +111,7 @@ class LoadedPair:
     base_url: str | None = None         # a server's
     speculation: dict | None = None     # the engine's own choice of DFlash settings or plain decoding, and why
     engine_note: str | None = None      # the worker's engine pick could not run the pair: what ran instead
+    engine_choice: dict | None = None   # the engines that run the pair here, timed: which won and why (engine/fastest.py)
     offers: Offers = field(default_factory=Offers)
     event: dict = field(default_factory=dict, repr=False, compare=False)   # the event itself (memory figures)
 
@@ -149,12 +150,12 @@ class LoadedPair:
     def measured(self) -> str | None:
         """What the engine measured fastest for this pair on this computer, and why, in words (None: it measured
         nothing, so answers run as the files say)."""
-        spec = self.speculation or {}
+        spec, race = self.speculation or {}, (self.engine_choice or {}).get("reason")
         if not spec.get("reason"):
-            return None
+            return f"{ENGINES[self.engine].label if self.engine in ENGINES else self.engine}. {race}" if race else None
         what = ("plain decoding" if self.method == "none" else
                 f"{self.method_label}, {spec['n_max']} drafts a step" if spec.get("n_max") else self.method_label)
-        return f"{what}. {spec['reason']}"
+        return f"{what}. {spec['reason']}" + (f" {race}" if race else "")
 
     @classmethod
     def of(cls, event: dict) -> "LoadedPair":
@@ -164,5 +165,7 @@ class LoadedPair:
                    supports_thinking=bool(event.get("supports_thinking")),
                    max_positions=int(event.get("max_positions") or 0), load_s=float(event.get("load_s") or 0.0),
                    target=event.get("target"), base_url=event.get("base_url"),
-                   speculation=event.get("speculation"), engine_note=event.get("engine_note"), offers=Offers.of(event),
+                   speculation=event.get("speculation"), engine_note=event.get("engine_note"),
+                   engine_choice=event.get("engine_choice") if isinstance(event.get("engine_choice"), dict) else None,
+                   offers=Offers.of(event),
                    event=dict(event))

@@ -104,6 +104,18 @@ def _plan(pair: Pair, report: HardwareReport, name: str, device_class: str) -> R
     return RunPlan(name, device_class, info.devices[device_class], dtype, variant, own_gguf=own)
 
 
+def runs_line(plan_label: str, planned: str | None, measured: str | None) -> str:
+    """The picker's line on what runs a pair: the plan, or the engine a first load here measured faster than it
+    (engine/fastest.py: the worker loads that one in the plan's place)."""
+    if not plan_label:
+        return ""
+    if measured is None:
+        return f"Runs with {plan_label}\n"
+    if measured == planned:
+        return f"Runs with {plan_label} · measured fastest here\n"
+    return f"Runs with {ENGINES[measured].label}: measured faster here than {plan_label}\n"
+
+
 def engine_choices(pair: Pair, current: str, device_class: str, missing: dict) -> list[str]:
     """Engines that could run the loaded pair from the same folders, for the settings: those built here that
     list this device or the CPU, without files of their own (a variant needs its own download, which the

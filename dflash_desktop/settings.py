@@ -119,9 +119,10 @@ class Settings:
                  for v in (self.window_geometry, self.window_state, self.splitter_state)),
              "Window layout fields are short base64 texts.")
         need(isinstance(self.measured, dict) and len(self.measured) <= MAX_MEASURED and all(
-            isinstance(k, str) and isinstance(v, dict) and set(v) == {"method", "summary"} and v["method"] in METHODS
+            isinstance(k, str) and isinstance(v, dict) and set(v) - {"engine"} == {"method", "summary"}
+            and v["method"] in METHODS and v.get("engine", "torch") in ENGINES
             and isinstance(v["summary"], str) and len(v["summary"]) <= 4000 for k, v in self.measured.items()),
-            "Measured methods are {method, summary} per model pair.")
+            "Measured methods are {method, summary, engine} per model pair.")
         need(self.last_conversation is None or (_is_int(self.last_conversation) and self.last_conversation > 0),
              "The last chat is a chat number.")
         return self
@@ -143,10 +144,12 @@ def remember_server(settings: Settings, base_url: str, api_key: str) -> None:
     settings.remote_servers = [{"base_url": base_url, "api_key": api_key}, *rest][:MAX_REMOTE_SERVERS]
 
 
-def remember_measured(settings: Settings, pair_id: str, method: str, summary: str) -> None:
-    """Keep what a pair's engine measured fastest on this computer (the model list shows it), the latest last."""
+def remember_measured(settings: Settings, pair_id: str, method: str, summary: str, engine: str | None = None) -> None:
+    """Keep what a pair's engine measured fastest on this computer, and the engine where several were timed
+    (the model list shows it), the latest last."""
     rest = {k: v for k, v in settings.measured.items() if k != pair_id}
-    settings.measured = dict(list({**rest, pair_id: {"method": method, "summary": summary}}.items())[-MAX_MEASURED:])
+    record = {"method": method, "summary": summary, **({"engine": engine} if engine else {})}
+    settings.measured = dict(list({**rest, pair_id: record}.items())[-MAX_MEASURED:])
 
 
 def remember_pair(settings: Settings, pair: dict) -> None:

@@ -165,17 +165,11 @@ def summarize(results: list[PromptResult], pair, max_new_tokens: int, draft_cuto
 
 def machine_line() -> str:
     import os
-    import platform
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+
     import torch
-    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+    from .machine import cpu_model
+    return f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def format_table(summary: dict) -> str:

@@ -21,7 +21,7 @@ _STR, _INT, _NUM, _BOOL, _LIST, _DICT, _NONE = str, int, (int, float), bool, lis
 COMMANDS: dict[str, dict[str, tuple[tuple[type, ...] | type, bool]]] = {
     "hello": {"protocol": (_INT, True), "app_version": ((_STR, _NONE), False)},
     "load_pair": {"target": (_STR, True), "draft": ((_STR, _NONE), False), "engine": ((_STR, _NONE), False),
-                  "device": ((_STR, _NONE), False), "dtype": ((_STR, _NONE), False)},
+                  "device": ((_STR, _NONE), False), "dtype": ((_STR, _NONE), False), "compare": (_BOOL, False)},
     "generate": {"messages": ((_LIST, _NONE), False), "prompt": ((_STR, _NONE), False),
                  "prompt_ids": ((_LIST, _NONE), False), "raw": (_BOOL, False),
                  "enable_thinking": ((_BOOL, _NONE), False), "settings": ((_DICT, _NONE), False),

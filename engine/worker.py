@@ -300,12 +300,19 @@ class Worker:
             return (rid or "") in self._cancelled
         if cancelled():
             raise Cancelled("Loading was cancelled before it started; the loaded model, if any, is unchanged.")
+        from engine import fastest
         from engine.backends import choice
         engine = msg.get("engine") or DEFAULT_ENGINE
         target, draft, device = msg["target"], msg.get("draft"), msg.get("device") or "auto"
         picked = engine == "auto"
         if picked:
             engine = choice.auto_engine(target, device, draft)
+        dtype, compare, cands, measured = msg.get("dtype"), bool(msg.get("compare")), None, None
+        if compare and device != "auto":          # the fastest engine here, when a first load measured it
+            cands = self._candidates(engine, device, dtype, target, draft)
+            measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
+            if measured is not None:
+                engine, device, dtype = measured["engine"], measured["device"], measured["dtype"]
         self._progress(rid, "import", "Loading the engine libraries")
         eng = load_engine(engine)                # a broken install is a clear error here, before anything unloads
         choice.check_files(engine, target, draft)              # a path no engine takes: refused, nothing unloads
@@ -313,7 +320,7 @@ class Worker:
             self._release()                      # no room for both: on failure nothing is loaded
         try:
             pair, engine, note = choice.load_chosen(
-                engine, target, draft, device=device, dtype=msg.get("dtype"), cancelled=cancelled,
+                engine, target, draft, device=device, dtype=dtype, cancelled=cancelled,
                 may_fall_back=picked, progress=lambda stage, message: self._progress(rid, stage, message))
         except EngineError as exc:
             if exc.code == "unsupported_architecture":      # the way out: the engine here that runs it, if one is
@@ -322,6 +329,12 @@ class Worker:
         if note:
             log.warning("%s", note)
         self._release()                          # the pair kept while this one loaded, if any
+        if compare and measured is None and note is None:   # a first load here: the engines that run it, timed
+            if cands is None:
+                cands = self._candidates(engine, str(pair.info.get("device") or device), dtype, target, draft)
+            measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
+            if len(cands) > 1 and (measured is None or measured["engine"] != engine):
+                pair, engine, measured = self._fastest(rid, pair, cands, target, draft, cancelled, measured)
         self._progress(rid, "ready", "Model ready")
         self.pair, self.costs = pair, eng.loop.StepCosts()    # plain step costs belong to this pair
         # what the window may ask of this pair (dflash_desktop/offers.py): a local engine offers it all
@@ -329,17 +342,42 @@ class Worker:
                           "offers": {"local": True, "baseline": True, "unload": True, "count_tokens": True}}
         if note:
             self.pair_info["engine_note"] = note
+        if measured is not None:
+            self.pair_info["engine_choice"] = measured
         return {"event": "loaded", "id": rid, **self.pair_info, "load_s": time.perf_counter() - t0,
                 **cuda_memory(pair.memory())}
+
+    @staticmethod
+    def _candidates(engine: str, device: str, dtype, target, draft) -> list:
+        """The planned engine and every other one built here that runs the pair on the same device class."""
+        from engine import fastest
+        from engine.backends import device_class_of
+        return fastest.candidates(fastest.Candidate(engine, device, dtype), device_class_of(engine, device),
+                                  target, draft)
+
+    def _fastest(self, rid, pair, cands: list, target, draft, cancelled, measured: dict | None):
+        """Load the remembered fastest engine in place of the planned one, or time them all (engine/fastest.py)."""
+        from engine import fastest
+        from engine.backends import choice, load_pair
+
+        def load(c):
+            return load_pair(c.engine, target, draft, device=c.device, dtype=c.dtype, cancelled=cancelled,
+                             progress=lambda stage, message: self._progress(rid, stage, message))
+        if measured is not None:                 # measured before, with the device the planned engine found
+            chosen = next(c for c in cands if c.engine == measured["engine"])
+            _close(pair)
+            return load(chosen), chosen.engine, measured
+        together = all(c.device == "cpu" for c in cands) and choice.fit_together([c.engine for c in cands], target,
+                                                                                  draft)
+        pair, chosen, measured = fastest.compare(pair, cands, load, _close, together,
+                                                 lambda message: self._progress(rid, "compare", message), cancelled)
+        fastest.remember(cands, target, draft, measured)
+        return pair, chosen.engine, measured
 
     def _release(self) -> None:
         """Drop the loaded pair and give its memory back (device caches included)."""
         pair, self.pair, self.pair_info = self.pair, None, None
-        release = pair.close if pair is not None and "close" in pair.capabilities else None
-        del pair
-        gc.collect()
-        if release is not None:
-            release()
+        _close(pair)
 
     def _do_unload(self, msg) -> dict:
         had = self.pair is not None
@@ -396,6 +434,15 @@ class Worker:
                        "generated": generated, "elapsed_s": time.perf_counter() - (gen.started or t0)})
         return {"event": "done", "id": rid, "stop_reason": gen.stop_reason, "text": gen.text,
                 "token_ids": gen.tokens, "stats": gen.stats.to_dict()}
+
+
+def _close(pair) -> None:
+    """Give a pair's memory back (device caches, and what it holds outside the process: llama.cpp's servers)."""
+    release = pair.close if pair is not None and "close" in pair.capabilities else None
+    del pair
+    gc.collect()
+    if release is not None:
+        release()
 
 
 def lines(stdin):

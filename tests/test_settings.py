@@ -46,7 +46,8 @@ from dflash_desktop.session import BaselineRecord, diagnose, request_for, speedu
     ("baselines", {"demo|/x": {"tok_s": 40.0, "tokens": 64, "measured_at": 1.0, "device": "cpu", "runs": ["x"]}},
      "Baselines"),
     ("engine", ["torch"], "Engine must be"),
-    ("measured", {"demo": {"method": "warp", "summary": "x"}}, "Measured methods are {method, summary} per model pair"),
+    ("measured", {"demo": {"method": "warp", "summary": "x"}}, "Measured methods are {method, summary, engine} per model"),
+    ("measured", {"demo": {"method": "none", "summary": "x", "engine": "vllm"}}, "Measured methods"),
     ("measured", {"demo": {"method": "ngram"}}, "Measured methods"),
     ("measured", {str(i): {"method": "none", "summary": ""} for i in range(S.MAX_MEASURED + 1)}, "Measured methods"),
 ])

@@ -24,12 +24,13 @@ def report_of(fixture: str):
 
 @pytest.fixture
 def sent(chat_worker, monkeypatch):
-    """Every load_pair request's plan as it leaves for the worker (recorded, then passed on unchanged)."""
+    """Every load_pair request's plan as it leaves for the worker (recorded, then passed on unchanged; whether the
+    worker may compare engines is tests/test_fastest.py's)."""
     calls = []
     original = chat_worker.load_pair
 
     def record(*args, **kwargs):
-        calls.append({k: v for k, v in kwargs.items() if k != "on_event"})
+        calls.append({k: v for k, v in kwargs.items() if k not in ("on_event", "compare")})
         return original(*args, **kwargs)
     monkeypatch.setattr(chat_worker, "load_pair", record)
     return calls

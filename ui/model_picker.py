@@ -21,6 +21,7 @@ from dflash_desktop import downloads, variant_folder
 from dflash_desktop.catalog import Catalog, load_catalog
 from dflash_desktop.hardware import HardwareReport, detect_live
 from dflash_desktop.pairs import PairRequest, measured_key
+from dflash_desktop.run_plan import runs_line
 
 from .pair_list_model import (PairListModel, Roles, build_row, build_rows, local_dirs_for, pair_dirs,
                               speculation_label)
@@ -390,7 +391,9 @@ class ModelPicker(QDialog):
         self.badge.setStyleSheet(f"background: {color}; color: white; border-radius: 10px; padding: 3px 12px;")
         self.badge.setText(idx.data(Roles.VerdictLabel))
         gated = " · gated: needs a Hugging Face token and accepted licence" if idx.data(Roles.Gated) else ""
-        runs = f"Runs with {idx.data(Roles.PlanLabel)}\n" if idx.data(Roles.PlanLabel) else ""
+        measured = self.measured.get(measured_key(idx.data(Roles.Id), idx.data(Roles.DraftDir)))
+        runs = runs_line(idx.data(Roles.PlanLabel), (idx.data(Roles.Plan) or {}).get("engine"),
+                         (measured or {}).get("engine"))
         drafter = (f"Drafter block size {row.pair.block_size} · chat mode: {idx.data(Roles.ChatMode)}\n"
                    if row.pair.drafter else "")
         self.facts.setText(f"{idx.data(Roles.SizeText)} · licence {idx.data(Roles.License)}{gated}\n"
@@ -399,7 +402,6 @@ class ModelPicker(QDialog):
         self.fit_sentence.setText(idx.data(Roles.FitSentence))
         self.fit_numbers.setText(idx.data(Roles.FitDetails))
         self.notes.setText(idx.data(Roles.Notes))
-        measured = self.measured.get(measured_key(idx.data(Roles.Id), idx.data(Roles.DraftDir)))
         self.measured_label.setText(f"Measured fastest here when last loaded: {measured['summary']}" if measured
                                     else "")
         self.measured_label.setVisible(bool(measured))

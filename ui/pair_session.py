@@ -75,9 +75,16 @@ class PairSession(QObject):
             self.loadingChanged.emit(True, f"Connecting to {pair.remote['base_url']}…")
             return
         plan = pair.run_plan
-        self.worker.load_pair(pair.target_dir, pair.draft_dir, **plan, on_event=on_event)
+        self.worker.load_pair(pair.target_dir, pair.draft_dir, **plan, on_event=on_event,
+                              compare=self.planned_by_app(pair))
         where = "" if plan["device"] == "auto" else f" on {plan['device']}"
         self.loadingChanged.emit(True, f"Loading {pair.name or 'the model'}{where}…")
+
+    def planned_by_app(self, pair: PairRequest) -> bool:
+        """The engine is the app's plan (the model picker's, or the worker's own pick), not one the user chose in
+        the settings or by a way-out button: the worker may run it with another engine measured faster here."""
+        return self.settings.engine == "auto" and (pair.plan is None or pair.plan == pair.planned
+                                                   or pair.plan.get("engine") == "auto")
 
     def reload(self) -> None:
         """The same pair again (after the user unloaded it, or after a crash)."""
@@ -143,7 +150,8 @@ class PairSession(QObject):
         self.settings.last_pair = self.pair.to_dict()
         settings_mod.remember_pair(self.settings, self.pair.to_dict())
         if loaded.measured and loaded.offers.local:
-            settings_mod.remember_measured(self.settings, self.pair.measured_key, loaded.method, loaded.measured)
+            settings_mod.remember_measured(self.settings, self.pair.measured_key, loaded.method, loaded.measured,
+                                           loaded.engine if loaded.engine_choice else None)
         self.save_settings()
         self.panel.has_drafter, self.panel.method_label = loaded.speculates, loaded.method_label
         self.loadingChanged.emit(False, "")

@@ -17,37 +17,12 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; a Gemma 4
     assistant drafter folder goes to llama.cpp, the one engine that runs them, and so do a DSpark or EAGLE-3 one the
     torch engine does not compute (another backbone or layout, a head type of its own)."""
-    unpacked = _unpackable_gguf(Path(target_dir), draft_dir)
-    if unpacked is not None:
-        model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
-    elif _gguf_only(Path(target_dir)) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
-        return "llamacpp"                    # only llama.cpp reads GGUF; its load explains what else is needed
-    else:
-        try:
-            model_type = str(json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))["model_type"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return "torch"                   # the torch engine's load explains what is wrong
-    generation = 1
-    if draft_dir is not None:
-        try:
-            from ..config import DraftConfig, generation_of
-            from ..eagle3_config import layout_problem
-            from ..weights import folder_tensors
-            from .llamacpp.convert import drafter_kind
-            drafter = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
-            kind = drafter_kind(drafter)
-            if kind == "mtp":
-                return "llamacpp"            # only llama.cpp runs Gemma 4's assistants; its load says what else it needs
-            if kind in ("dspark", "eagle3"):
-                try:
-                    cfg = DraftConfig.from_dict(drafter)
-                except EngineError:
-                    return "llamacpp"        # a drafter only llama.cpp computes (DraftConfig says why)
-                if cfg.eagle3 is not None and layout_problem(cfg, folder_tensors(Path(draft_dir))):
-                    return "llamacpp"        # an EAGLE-3 layout only llama.cpp's converter reads
-            generation = generation_of(drafter)
-        except (OSError, ValueError, TypeError, AttributeError, EngineError):
-            return "torch"                   # the torch engine's load explains what is wrong
+    files = _files_of(Path(target_dir), draft_dir)
+    if files is None:
+        return "torch"                       # the torch engine's load explains what is wrong
+    model_type, generation, llamacpp_only, unpacked = files
+    if llamacpp_only:
+        return "llamacpp"                    # its load explains what else is needed
 
     def usable(name: str, device_class: str) -> bool:
         info = ENGINES.get(name)
@@ -65,8 +40,61 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
     # (an unpackable GGUF has no config.json for the layer check; llama.cpp reads its own layers)
-    exports = unpacked is not None or _exports_drafter_layers(target_dir, draft_dir)
+    exports = unpacked or _exports_drafter_layers(target_dir, draft_dir)
     return "llamacpp" if usable("llamacpp", "cpu") and exports else "torch"
+
+
+def runners(target_dir, draft_dir, device_class: str) -> list[str]:
+    """Every engine built here that runs these files on this device class, in the engines' order: those a
+    first load compares by their speed (engine/fastest.py)."""
+    files = _files_of(Path(target_dir), draft_dir)
+    if files is None:
+        return []
+    model_type, generation, llamacpp_only, unpacked = files
+    missing = missing_engines()
+    out = [name for name, info in ENGINES.items() if name not in missing and info.runs(model_type, device_class)
+           and generation in info.drafter_generations and (name == "llamacpp" or not llamacpp_only)]
+    if "llamacpp" in out and not (unpacked or _exports_drafter_layers(target_dir, draft_dir)):
+        out.remove("llamacpp")
+    return out
+
+
+def _files_of(target: Path, draft_dir) -> tuple[str, int, bool, bool] | None:
+    """What engines need to know of a pair's files: the target's model_type, the drafter's generation, whether
+    only llama.cpp reads them (GGUF files alone; a Gemma 4 assistant; a DSpark or EAGLE-3 drafter the torch and
+    MLX engines do not compute) and whether the target is a GGUF the others unpack. None: unreadable files."""
+    unpacked = _unpackable_gguf(target, draft_dir)
+    if unpacked is not None:
+        model_type = unpacked                # a GGUF the other engines read once unpacked (engine/gguf_folder.py)
+    elif _gguf_only(target) or (draft_dir is not None and Path(draft_dir).suffix.lower() == ".gguf"):
+        return "", 1, True, False            # only llama.cpp reads GGUF
+    else:
+        try:
+            model_type = str(json.loads((target / "config.json").read_text(encoding="utf-8"))["model_type"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    generation = 1
+    if draft_dir is not None:
+        try:
+            from ..config import DraftConfig, generation_of
+            from ..eagle3_config import layout_problem
+            from ..weights import folder_tensors
+            from .llamacpp.convert import drafter_kind
+            drafter = json.loads((Path(draft_dir) / "config.json").read_text(encoding="utf-8"))
+            kind = drafter_kind(drafter)
+            if kind == "mtp":
+                return model_type, 1, True, unpacked is not None     # only llama.cpp runs Gemma 4's assistants
+            if kind in ("dspark", "eagle3"):
+                try:
+                    cfg = DraftConfig.from_dict(drafter)
+                except EngineError:
+                    return model_type, 1, True, unpacked is not None   # a drafter only llama.cpp computes
+                if cfg.eagle3 is not None and layout_problem(cfg, folder_tensors(Path(draft_dir))):
+                    return model_type, 1, True, unpacked is not None   # a layout only llama.cpp's converter reads
+            generation = generation_of(drafter)
+        except (OSError, ValueError, TypeError, AttributeError, EngineError):
+            return None
+    return model_type, generation, False, unpacked is not None
 
 
 def _unpackable_gguf(target, draft_dir) -> str | None:
@@ -201,7 +229,19 @@ def keeps_loaded_pair(loaded: dict | None, engine: str, target, draft=None, avai
     if available is None:
         import psutil
         available = psutil.virtual_memory().available
+    return _load_bytes(engine, target, draft) <= KEEP_SHARE * available
+
+
+def fit_together(engines: list[str], target, draft=None, available: int | None = None) -> bool:
+    """Whether the pair loaded by each of these engines at once fits in the memory free now (engine/fastest.py
+    then times them turn about)."""
+    if available is None:
+        import psutil
+        available = psutil.virtual_memory().available
+    return sum(_load_bytes(engine, target, draft) for engine in engines) <= KEEP_SHARE * available
+
+
+def _load_bytes(engine: str, target, draft) -> float:
     unpacked = engine != "llamacpp" and Path(target).suffix.lower() == ".gguf"
     growth = LOAD_GROWTH["gguf_unpacked" if unpacked else engine if engine in LOAD_GROWTH else "default"]
-    needed = growth * (_bytes_of(target) + (_bytes_of(draft) if draft else 0))
-    return needed <= KEEP_SHARE * available
+    return growth * (_bytes_of(target) + (_bytes_of(draft) if draft else 0))

@@ -24,6 +24,7 @@ from pathlib import Path
 from ...cache_dir import app_cache
 from ...errors import Cancelled
 from ...limits import GenerationSettings
+from ...machine import cpu_model
 from .. import METHODS
 from . import build
 from .server import request_body
@@ -66,21 +67,11 @@ def key(pair) -> str:
     folder = pair.base.binary.parent.parent       # the build that runs it, and where it runs
     parts = [build.key(build.backend_of(folder)), str(folder), str(pair.base.device), str(pair.base.gpu_layers),
              _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
-             platform.processor() or _cpu_model(), str(os.cpu_count()), str(pair.base.threads),
+             platform.processor() or cpu_model(), str(os.cpu_count()), str(pair.base.threads),
              f"-fa {pair.flash_attn}",      # the servers' flags: a choice measured with others is measured again
              ",".join(pair.methods), "ngram-mod 4/2",   # what was measured and how: older ways of choosing
              "plain -fa auto measured", f"{len(CHAT_PROMPTS)} prompts interleaved", "answers sized by speed"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def _load() -> dict:
