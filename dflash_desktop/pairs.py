@@ -150,7 +150,7 @@ class LoadedPair:
     def measured(self) -> str | None:
         """What the engine measured fastest for this pair on this computer, and why, in words (None: it measured
         nothing, so answers run as the files say)."""
-        spec, race = self.speculation or {}, (self.engine_choice or {}).get("reason")
+        spec, race = self.speculation or {}, (self.engine_choice or {}).get("summary")
         if not spec.get("reason"):
             return f"{ENGINES[self.engine].label if self.engine in ENGINES else self.engine}. {race}" if race else None
         what = ("plain decoding" if self.method == "none" else

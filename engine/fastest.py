@@ -1,11 +1,11 @@
 """Which engine decodes a pair fastest on this computer, measured. Where more than one engine built here runs the
 pair's files on the device it loads on (PyTorch, MLX and llama.cpp on a CPU; on an NVIDIA GPU torch's CUDA path
 and a GPU build of llama.cpp), the first load times each engine's own answers to the same greedy prompts: its own
-speculation choice and its plain fallback, as a user's answers run. The engines take turns, prompt by prompt and
-round after round, so a busy moment slows them alike; each keeps its best round per prompt, and the best total
-wins. An engine at less than half the fastest one's speed after a round is not timed again. The result is
-remembered in the app's cache, keyed by the files, the device, the engines and the machine, so a pair is compared
-once; it says in words why the others lost."""
+speculation choice and its plain fallback, as a user's answers run. The engines take turns, prompt by prompt, so a
+busy moment slows them alike, and the best total over every prompt wins. An engine far slower than the others in a
+first short answer is not timed at all, and one at less than half the fastest one's speed after a round is not
+timed again. The result is remembered in the app's cache, keyed by the files, the device, the engines and the
+machine, so a pair is compared once; it says in words why the others lost."""
 from __future__ import annotations
 
 import hashlib
@@ -19,19 +19,40 @@ from pathlib import Path
 from typing import Callable
 
 from .backends import ENGINES, METHODS, device_class_of
-from .backends.choice import runners
-from .backends.llamacpp import calibrate
+from .backends.choice import fits_in_memory, runners
+from .backends.llamacpp.calibrate import answer_tokens
 from .cache_dir import app_cache
 from .errors import Cancelled, EngineError
 from .limits import GenerationSettings
 from .loop import Generation, StepCosts
 from .machine import cpu_model
 
-ROUNDS = 2
+# Prompts of their own, not the calibration's: llama.cpp's n-gram lookup remembers the text its server has seen,
+# so an answer it wrote before drafts itself. Each round has its own (a chat model's requests, a code model's
+# openings), and the warm-up too: no engine answers one prompt twice.
+CHAT_ROUNDS = (("Write a short, friendly email inviting a colleague to a team lunch on Friday.",
+                "What are three practical ways to reduce food waste at home? Explain each briefly.",
+                "Write a Python function that counts how often each word appears in a text file and returns the ten "
+                "most common words."),
+               ("Summarize the main causes of the French Revolution in one paragraph.",
+                "Explain what a hash table is and when you would use one, with a small example in Python.",
+                "Give me a three-day plan for learning the basics of SQL."))
+CODE_ROUNDS = (('import csv\n\n\ndef read_rows(path):\n    """Return the rows of the CSV file at path as dictionaries '
+                'keyed by its header."""\n',
+                'class Stack:\n    """A last-in, first-out stack backed by a list."""\n\n    def __init__(self):\n',
+                'def binary_search(items, target):\n    """Return the index of target in the sorted list items, or '
+                '-1."""\n'),
+               ('import re\n\n\ndef slugify(title):\n    """Lowercase the title and replace each run of other '
+                'characters than letters and digits with a dash."""\n',
+                'from dataclasses import dataclass\n\n\n@dataclass\nclass Point:\n    """A point in the plane."""\n\n'
+                '    x: float\n    y: float\n\n    def distance(self, other):\n',
+                'def fibonacci(n):\n    """Return the first n Fibonacci numbers as a list."""\n'))
+WARM_UP = ("Name a colour.", "def add(a, b):\n")
+ROUNDS = len(CHAT_ROUNDS)
 KEEP_SHARE = 0.5       # an engine below this share of the fastest one's speed after a round is not timed again
 WARM_TOKENS = 16       # a first short answer on each engine: compiled steps, caches and servers warm up
 WARM_LIMIT_S = 4.0     # ... cut short after this many seconds: an engine that slow is not timed further anyway
-WARM_SHARE = 0.25      # an engine below this share of the fastest one's speed in that answer is not timed at all
+WARM_SHARE = 0.2       # an engine below this share of the fastest one's speed in that answer is not timed at all
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,8 @@ def candidates(first: Candidate, device_class: str, target, draft) -> list[Candi
             info = ENGINES[name]
             if name in {c.engine for c in out} or cls not in info.devices or not _built_for(name, info.devices[cls]):
                 continue
+            if cls == "cpu" and not fits_in_memory([name], target, draft):
+                continue      # in float32, or a GGUF unpacked, it would not fit in the memory free now
             out.append(Candidate(name, info.devices[cls], info.dtypes.get(cls)))
     return out
 
@@ -93,7 +116,7 @@ def _engine_version(name: str) -> str:
 def key(cands: list[Candidate], target, draft) -> str:
     parts = [_files_id(target), _files_id(draft), platform.machine(), cpu_model(), str(os.cpu_count()),
              *(f"{c.engine} {c.device} {c.dtype} {_engine_version(c.engine)}" for c in sorted(
-                 cands, key=lambda c: c.engine)), f"{ROUNDS} rounds, greedy, the engine's own choice"]
+                 cands, key=lambda c: c.engine)), f"{ROUNDS} rounds of their own prompts, greedy, the engine's own choice"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
@@ -111,13 +134,21 @@ def remembered(cands: list[Candidate], target, draft) -> dict | None:
     return found if isinstance(found, dict) and found.get("engine") in {c.engine for c in cands} else None
 
 
-def remember(cands: list[Candidate], target, draft, result: dict) -> None:
+def remember(cands: list[Candidate], target, draft, result: dict | None) -> None:
+    """Keep the result for these files and engines here (None: forget it, to measure again)."""
     saved = _saved()
     saved[key(cands, target, draft)] = result
+    if result is None:
+        del saved[key(cands, target, draft)]
     store().parent.mkdir(parents=True, exist_ok=True)
     tmp = store().with_suffix(".tmp")
     tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
     os.replace(tmp, store())
+
+
+def _encoded(pair, chat: str, code: str) -> list[int]:
+    tok = pair.tokenizer
+    return tok.encode_prompt(chat) if tok.has_template else tok.encode_prompt(code, raw=True)
 
 
 def _answer(pair, prompt: list[int], tokens: int, costs: StepCosts, limit_s: float | None = None) -> dict:
@@ -142,7 +173,8 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
     memory together); otherwise each is timed alone, its rounds in a row, and the winner is loaded again at the
     end if it is not the last. An engine that cannot load the pair, or fails an answer, is left out with its
     reason; only a cancel, or every engine failing, ends the load."""
-    prompts = calibrate.prompts(first_pair)
+    rounds = [[_encoded(first_pair, chat, code) for chat, code in zip(c, k)] for c, k in zip(CHAT_ROUNDS, CODE_ROUNDS)]
+    prompts = [p for r in rounds for p in r]            # every answer's prompt, by its index
     held = {cands[0].engine: first_pair}
     failed: dict[str, str] = {}
     costs = {c.engine: StepCosts() for c in cands}
@@ -187,7 +219,7 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
         """A first short answer: its speed, where it decoded any (an engine far slower than the others is left
         after it: timing it would take most of the wait)."""
         progress(f"Comparing engines on this computer: warming up {ENGINES[name].label}")
-        run = answer(name, calibrate.warm_up(first_pair), WARM_TOKENS, WARM_LIMIT_S)
+        run = answer(name, _encoded(first_pair, *WARM_UP), WARM_TOKENS, WARM_LIMIT_S)
         if run and run["tokens"] and run["seconds"] > 0:
             warm_rates[name] = run["tokens"] / run["seconds"]
         return warm_rates.get(name, 0.0)
@@ -195,17 +227,17 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
     def too_slow(name: str) -> bool:
         return name in warm_rates and warm_rates[name] < WARM_SHARE * max(warm_rates.values())
 
-    def time_rounds(names: list[str], tokens: int, rounds: range) -> None:
-        for r in rounds:
-            for i, prompt in enumerate(prompts):
+    def time_rounds(names: list[str], tokens: int, rounds_run: range) -> None:
+        for r in rounds_run:
+            for j in range(len(rounds[r])):
+                i = r * len(rounds[0]) + j
                 for name in names[r % len(names):] + names[:r % len(names)]:   # a new order each round
                     if name not in held:
                         continue
                     progress(f"Comparing engines on this computer: timing {ENGINES[name].label} "
-                             f"(round {r + 1} of {ROUNDS}, prompt {i + 1} of {len(prompts)})")
-                    run = answer(name, prompt, tokens)
-                    kept = best.get((name, i))
-                    if run and (kept is None or run["seconds"] * kept["tokens"] < kept["seconds"] * run["tokens"]):
+                             f"(round {r + 1} of {ROUNDS}, prompt {j + 1} of {len(rounds[r])})")
+                    run = answer(name, prompts[i], tokens)
+                    if run:
                         best[name, i] = run
 
     def rate(name: str) -> float:
@@ -220,15 +252,14 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
             for name in list(held):
                 warm(name)
             timed = [c.engine for c in cands if c.engine in held and not too_slow(c.engine)]
-            # answers sized so that the slowest engine timed takes about calibrate.BUDGET_S seconds
-            tokens = calibrate.answer_tokens(min((warm_rates.get(n, 0.0) for n in timed), default=0.0),
-                                             len(prompts) * ROUNDS)
-            for r in range(ROUNDS if len(timed) > 1 else 0):
+            # answers sized so that the slowest engine timed takes about the calibration's budget
+            tokens = answer_tokens(min((warm_rates.get(n, 0.0) for n in timed), default=0.0), len(prompts))
+            for r in range(ROUNDS if timed else 0):
                 time_rounds(timed, tokens, range(r, r + 1))
                 top = max((rate(n) for n in timed if n in held), default=0.0)
                 timed = [n for n in timed if n in held and rate(n) >= KEEP_SHARE * top]
         else:
-            tokens = calibrate.answer_tokens(warm(cands[0].engine), len(prompts) * ROUNDS)
+            tokens = answer_tokens(warm(cands[0].engine), len(prompts))
             for j, c in enumerate(cands):
                 if j:
                     for name in list(held):
@@ -279,7 +310,11 @@ def decide(winner: str, rates: dict[str, dict], cands: list[Candidate], failed: 
         reason = f"{label[winner]} runs this model: no other engine here could."
     for n, why in failed.items():
         reason += f" {label[n]} could not run it here: {why}"
-    return {"engine": winner, "device": device, "dtype": next(c.dtype for c in cands if c.engine == winner),
+    timed = sorted(rates, key=lambda n: -rates[n]["tok_s"])
+    summary = (f"Of the engines here, {label[winner]} decoded fastest: " + ", ".join(
+        f"{label[n]} {rates[n]['tok_s']:.0f}" + (" (first answer only)" if rates[n].get("first_answer_only") else "")
+        for n in timed) + " tokens/s." if len(rates) > 1 else f"{label[winner]} is the one engine here that runs it.")
+    return {"engine": winner, "summary": summary, "device": device, "dtype": next(c.dtype for c in cands if c.engine == winner),
             "rates": rates, "failed": failed, "prompts": prompts, "tokens": tokens,
             "device_class": device_class_of(winner, device), "measured": time.strftime("%Y-%m-%d %H:%M"),
             "reason": reason}

@@ -308,6 +308,7 @@ class Worker:
         if picked:
             engine = choice.auto_engine(target, device, draft)
         dtype, compare, cands, measured = msg.get("dtype"), bool(msg.get("compare")), None, None
+        planned = (engine, device, dtype)
         if compare and device != "auto":          # the fastest engine here, when a first load measured it
             cands = self._candidates(engine, device, dtype, target, draft)
             measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
@@ -318,10 +319,24 @@ class Worker:
         choice.check_files(engine, target, draft)              # a path no engine takes: refused, nothing unloads
         if not choice.keeps_loaded_pair(self.pair_info, engine, target, draft):
             self._release()                      # no room for both: on failure nothing is loaded
+
+        def load(engine: str, device: str, dtype):
+            return choice.load_chosen(engine, target, draft, device=device, dtype=dtype, cancelled=cancelled,
+                                      may_fall_back=picked,
+                                      progress=lambda stage, message: self._progress(rid, stage, message))
         try:
-            pair, engine, note = choice.load_chosen(
-                engine, target, draft, device=device, dtype=dtype, cancelled=cancelled,
-                may_fall_back=picked, progress=lambda stage, message: self._progress(rid, stage, message))
+            try:
+                pair, engine, note = load(engine, device, dtype)
+            except EngineError as exc:
+                if measured is None or isinstance(exc, Cancelled):
+                    raise
+                # the engine measured fastest here no longer loads it (a changed install): the plan runs it
+                from engine.backends import ENGINES
+                failed, measured = ENGINES[engine].label, None
+                fastest.remember(cands, target, draft, None)      # the next load measures again
+                pair, engine, _ = load(*planned)
+                note = (f"{failed}, measured fastest here before, could not load this model now ({exc}), so the "
+                        f"planned {ENGINES[engine].label} engine runs it.")
         except EngineError as exc:
             if exc.code == "unsupported_architecture":      # the way out: the engine here that runs it, if one is
                 exc.alternatives = choice.runs_what_was_refused(msg, engine)
@@ -366,9 +381,16 @@ class Worker:
         if measured is not None:                 # measured before, with the device the planned engine found
             chosen = next(c for c in cands if c.engine == measured["engine"])
             _close(pair)
-            return load(chosen), chosen.engine, measured
-        together = all(c.device == "cpu" for c in cands) and choice.fit_together([c.engine for c in cands], target,
-                                                                                  draft)
+            try:
+                return load(chosen), chosen.engine, measured
+            except Cancelled:
+                raise
+            except EngineError as exc:             # no longer loads here: the planned engine again, as it was
+                log.warning("%s, measured fastest here, could not load the pair: %s", chosen.engine, exc)
+                fastest.remember(cands, target, draft, None)      # the next load measures again
+                return load(cands[0]), cands[0].engine, None
+        together = all(c.device == "cpu" for c in cands) and choice.fits_in_memory([c.engine for c in cands], target,
+                                                                                    draft)
         pair, chosen, measured = fastest.compare(pair, cands, load, _close, together,
                                                  lambda message: self._progress(rid, "compare", message), cancelled)
         fastest.remember(cands, target, draft, measured)

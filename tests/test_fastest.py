@@ -80,7 +80,7 @@ def test_the_engines_take_turns_and_the_fastest_stays_loaded(unmeasured):
         assert chosen.engine == result["engine"] == winner == pair.info["engine"]
         assert [p.info["engine"] for p in closed] == [n for n in ("llamacpp", "torch") if n != winner]
         assert result["reason"].startswith(f"{ENGINES[winner].label} decoded {timed[winner]:.0f} tokens/s")
-        assert result["prompts"] == 3 and result["device_class"] == "cpu" and not result["failed"]
+        assert result["prompts"] == 6 and result["device_class"] == "cpu" and not result["failed"]
         # turn about: round 1 times each prompt on both engines before the next prompt
         order = [m for m in messages if "round 1 of 2" in m]
         if len(timed) == 2:
@@ -143,7 +143,7 @@ def test_the_window_times_the_engines_at_a_first_load_and_remembers_the_winner(q
     if loaded.engine != "torch":
         assert choice["reason"].endswith("rather than PyTorch.")
     record = window.settings.measured[PairRequest.of(pair).measured_key]
-    assert record["engine"] == loaded.engine and choice["reason"] in record["summary"]
+    assert record["engine"] == loaded.engine and choice["summary"] in record["summary"]
 
     said.clear()
     window.session.unload()
@@ -183,3 +183,23 @@ def test_the_model_list_says_which_engine_a_first_load_measured_fastest():
     assert runs_line("llama.cpp on the CPU, float32", "llamacpp", "torch") == (
         "Runs with PyTorch: measured faster here than llama.cpp on the CPU, float32\n")
     assert runs_line("", "torch", "torch") == ""
+
+
+def test_a_remembered_winner_that_no_longer_loads_gives_way_to_the_plan_and_is_measured_again(tmp_path, monkeypatch):
+    """The real worker: the measurement named MLX on Apple's GPU (the install changed since), which cannot load
+    here; the planned PyTorch runs the pair, the answer says why, and the record is gone."""
+    from dflash_desktop.worker_client import WorkerClient
+    monkeypatch.setenv("DFLASH_DESKTOP_HOME", str(tmp_path))
+    if "mlx" in missing_engines():
+        pytest.skip("mlx is not installed here")
+    cands = fastest.candidates(cand("torch"), "cpu", TARGET, DRAFT)
+    fastest.remember(cands, TARGET, DRAFT, {"engine": "mlx", "device": "gpu", "dtype": None, "reason": "timed"})
+    client = WorkerClient()
+    try:
+        ev = client.wait(client.load_pair(TARGET, DRAFT, engine="torch", device="cpu", compare=True), 300)
+        assert ev["event"] == "loaded" and ev["engine"] == "torch" and "engine_choice" not in ev
+        assert ev["engine_note"].startswith("MLX, measured fastest here before, could not load this model now")
+        assert "Apple's GPU" in ev["engine_note"] and "planned PyTorch engine runs it" in ev["engine_note"]
+        assert fastest.remembered(cands, TARGET, DRAFT) is None
+    finally:
+        client.shutdown(10)

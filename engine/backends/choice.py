@@ -232,9 +232,9 @@ def keeps_loaded_pair(loaded: dict | None, engine: str, target, draft=None, avai
     return _load_bytes(engine, target, draft) <= KEEP_SHARE * available
 
 
-def fit_together(engines: list[str], target, draft=None, available: int | None = None) -> bool:
-    """Whether the pair loaded by each of these engines at once fits in the memory free now (engine/fastest.py
-    then times them turn about)."""
+def fits_in_memory(engines: list[str], target, draft=None, available: int | None = None) -> bool:
+    """Whether the pair loaded by each of these engines at once fits in the memory free now (engine/fastest.py:
+    an engine that cannot hold it alone is not compared; several that fit together are timed turn about)."""
     if available is None:
         import psutil
         available = psutil.virtual_memory().available
