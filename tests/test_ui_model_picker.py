@@ -281,7 +281,7 @@ def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker, monkeypatch, tm
     from dflash_desktop import downloads
     monkeypatch.setattr(downloads, "find_cached", lambda repo, revision=None: tmp_path / repo)
     picker.measured = {measured_key("qwen3-8b", str(tmp_path / "z-lab/Qwen3-8B-DFlash-b16")):
-                       {"method": "dflash", "summary": "DFlash, 3 drafts a step. z-lab's."}}
+                       {"method": "dflash", "summary": "DFlash, 3 drafts a step. z-lab's.", "engine": "llamacpp"}}
     idx = select(picker, "qwen3-8b")
     items = [picker.method_box.itemText(i) for i in range(picker.method_box.count())]
     assert items[0].startswith("DFlash drafter (z-lab) · 2.1 GB more")
@@ -292,11 +292,14 @@ def test_two_drafters_of_one_kind_are_two_choices(qtbot, picker, monkeypatch, tm
     assert picker.method_box.currentData() == red
     assert picker.model.pair_row(idx.row()).pair.drafter.repo_id == "RedHatAI/Qwen3-8B-speculator.dflash"
     assert picker.measured_label.isHidden() and picker.measured_label.text() == ""
+    assert f"Runs with {idx.data(Roles.PlanLabel)}\n" in picker.facts.text()     # the other drafter: not measured
     picker.method_box.activated.emit(0)
     idx = select(picker, "qwen3-8b")
     assert picker.model.pair_row(idx.row()).pair.drafter.repo_id == "z-lab/Qwen3-8B-DFlash-b16"
     assert picker.measured_label.text().endswith("DFlash, 3 drafts a step. z-lab's.")
     assert not picker.measured_label.isHidden()
+    planned = idx.data(Roles.PlanLabel)          # a first load here timed llama.cpp faster than the plan
+    assert f"Runs with llama.cpp: measured faster here than {planned}\n" in picker.facts.text()
 
 
 def test_choosing_a_speculation_changes_what_downloads_and_loads(qtbot, picker, hub, monkeypatch):

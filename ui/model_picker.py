@@ -14,7 +14,7 @@ import urllib.request
 from PySide6.QtCore import QModelIndex, QObject, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette
 from PySide6.QtWidgets import (QApplication, QComboBox, QDialog, QFrame, QHBoxLayout, QLabel, QLineEdit, QListView,
-                               QProgressBar, QPushButton, QSplitter, QStyle, QStyledItemDelegate,
+                               QProgressBar, QPushButton, QScrollArea, QSplitter, QStyle, QStyledItemDelegate,
                                QStyleOptionViewItem, QVBoxLayout, QWidget)
 
 from dflash_desktop import downloads, variant_folder
@@ -250,9 +250,18 @@ class ModelPicker(QDialog):
         head.addWidget(self.title, 1)
         head.addWidget(self.badge)
         d.addLayout(head)
+        about = QWidget()                    # what is known of the pair: it scrolls where the window is short
+        a = QVBoxLayout(about)
+        a.setContentsMargins(0, 0, 0, 0)
         for w in (self.facts, self.method_row, self.measured_label, self.fit_sentence, self.fit_numbers, self.notes):
-            d.addWidget(w)
-        d.addStretch(1)
+            a.addWidget(w)
+        a.addStretch(1)
+        self.about_scroll = QScrollArea()
+        self.about_scroll.setWidget(about)
+        self.about_scroll.setWidgetResizable(True)
+        self.about_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.about_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        d.addWidget(self.about_scroll, 1)
         d.addWidget(self.token_box)
         d.addWidget(self.progress_text)
         d.addWidget(self.progress)
