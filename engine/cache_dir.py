@@ -2,6 +2,7 @@
 variable, DFLASH_DESKTOP_HOME, moves both), read here because the engine does not import the app."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,3 +13,22 @@ def app_cache() -> Path:
         return Path(home).expanduser() / "cache"
     import platformdirs
     return Path(platformdirs.user_cache_dir("DFlashDesktop", appauthor=False))
+
+
+def read_record(name: str) -> dict:
+    """A measurement file kept in the app's cache (a JSON object by key), or {} when it is missing or damaged:
+    what it held is then measured again."""
+    try:
+        data = json.loads((app_cache() / name).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_record(name: str, data: dict) -> None:
+    """Replace the file whole (a crash mid-write leaves the old one, never half of it)."""
+    path = app_cache() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    os.replace(tmp, path)

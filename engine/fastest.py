@@ -9,7 +9,6 @@ machine, so a pair is compared once; it says in words why the others lost."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import time
@@ -21,7 +20,7 @@ from typing import Callable
 from .backends import ENGINES, METHODS, device_class_of
 from .backends.choice import fits_in_memory, runners
 from .backends.llamacpp.calibrate import answer_tokens
-from .cache_dir import app_cache
+from .cache_dir import read_record, write_record
 from .errors import Cancelled, EngineError
 from .limits import GenerationSettings
 from .loop import Generation, StepCosts
@@ -89,8 +88,7 @@ def _built_for(engine: str, device: str) -> bool:
     return any(backend in build.builds() for backend in gpu.BUILDS_FOR.get(device, ()))
 
 
-def store() -> Path:
-    return app_cache() / "engine-choice.json"
+STORE = "engine-choice.json"     # in the app's cache
 
 
 def _files_id(path) -> str:
@@ -120,30 +118,19 @@ def key(cands: list[Candidate], target, draft) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def _saved() -> dict:
-    try:
-        data = json.loads(store().read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def remembered(cands: list[Candidate], target, draft) -> dict | None:
     """The choice measured for these files and engines here, if any (and only one naming a candidate)."""
-    found = _saved().get(key(cands, target, draft))
+    found = read_record(STORE).get(key(cands, target, draft))
     return found if isinstance(found, dict) and found.get("engine") in {c.engine for c in cands} else None
 
 
 def remember(cands: list[Candidate], target, draft, result: dict | None) -> None:
     """Keep the result for these files and engines here (None: forget it, to measure again)."""
-    saved = _saved()
+    saved = read_record(STORE)
     saved[key(cands, target, draft)] = result
     if result is None:
         del saved[key(cands, target, draft)]
-    store().parent.mkdir(parents=True, exist_ok=True)
-    tmp = store().with_suffix(".tmp")
-    tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
-    os.replace(tmp, store())
+    write_record(STORE, saved)
 
 
 def _encoded(pair, chat: str, code: str) -> list[int]:

@@ -15,13 +15,12 @@ and why the others lost.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import time
 from pathlib import Path
 
-from ...cache_dir import app_cache
+from ...cache_dir import app_cache, read_record, write_record
 from ...errors import Cancelled
 from ...limits import GenerationSettings
 from ...machine import cpu_model
@@ -52,8 +51,11 @@ CODE_PROMPTS = ('import json\nimport os\n\n\ndef load_settings(path):\n    """Re
                 'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted list."""\n    result = []\n')
 
 
+STORE = "llamacpp-calibration.json"     # in the app's cache
+
+
 def store() -> Path:
-    return app_cache() / "llamacpp-calibration.json"
+    return app_cache() / STORE
 
 
 def _file_id(path: Path | None) -> str:
@@ -74,16 +76,8 @@ def key(pair) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def _load() -> dict:
-    try:
-        data = json.loads(store().read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def remembered(pair) -> dict | None:
-    return _load().get(key(pair))
+    return read_record(STORE).get(key(pair))
 
 
 def prompts(pair) -> list[list[int]]:
@@ -169,7 +163,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     """The remembered choice for this pair here, or a new calibration (seconds on a small model, minutes on a
     big one on a CPU)."""
     k = key(pair)
-    saved = _load()
+    saved = read_record(STORE)
     if k in saved and not force:
         return saved[k]
     ids, warm = prompts(pair), warm_up(pair)
@@ -216,10 +210,7 @@ def choose(pair, cancelled=lambda: False, force: bool = False) -> dict:
     choice["plain_flash_attn"] = flags
     choice["measured"] = time.strftime("%Y-%m-%d %H:%M")
     saved[k] = choice
-    store().parent.mkdir(parents=True, exist_ok=True)
-    tmp = store().with_suffix(".tmp")
-    tmp.write_text(json.dumps(saved, indent=1), encoding="utf-8")
-    os.replace(tmp, store())
+    write_record(STORE, saved)
     return choice
 
 
