@@ -344,7 +344,8 @@ class Worker:
         if note:
             log.warning("%s", note)
         self._release()                          # the pair kept while this one loaded, if any
-        if compare and measured is None and note is None:   # a first load here: the engines that run it, timed
+        if compare and measured is None and note is None and pair.tokenizer is not None:
+            # a first load here: the engines that run it, timed (on prompts its tokenizer writes)
             if cands is None:
                 cands = self._candidates(engine, str(pair.info.get("device") or device), dtype, target, draft)
             measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
