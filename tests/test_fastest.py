@@ -64,15 +64,19 @@ def demo(c: fastest.Candidate):
     return load_pair(c.engine, TARGET, DRAFT, device=c.device, dtype=c.dtype)
 
 
-def test_the_engines_take_turns_and_the_fastest_stays_loaded(unmeasured):
-    first = demo(cand("llamacpp"))
-    closed, messages = [], []
-
+def recording_close(closed: list):
+    """The worker's own close, each pair it closes recorded."""
     def close(pair):
         closed.append(pair)
         _close(pair)
-    pair, chosen, result = fastest.compare(first, [cand("llamacpp"), cand("torch")], demo, close, together=True,
-                                           progress=messages.append)
+    return close
+
+
+def test_the_engines_take_turns_and_the_fastest_stays_loaded(unmeasured):
+    first = demo(cand("llamacpp"))
+    closed, messages = [], []
+    pair, chosen, result = fastest.compare(first, [cand("llamacpp"), cand("torch")], demo, recording_close(closed),
+                                           together=True, progress=messages.append)
     try:
         timed = {n: r["tok_s"] for n, r in result["rates"].items() if not r.get("first_answer_only")}
         assert set(result["rates"]) == {"llamacpp", "torch"} and min(r["tok_s"] for r in result["rates"].values()) > 0
@@ -109,12 +113,8 @@ def test_an_engine_that_cannot_load_is_left_out_and_the_winner_loads_again(unmea
 def test_a_cancel_while_timing_stops_the_load_and_closes_every_engine(unmeasured):
     first = demo(cand("llamacpp"))
     closed, messages = [], []
-
-    def close(pair):
-        closed.append(pair)
-        _close(pair)
     with pytest.raises(Cancelled, match="comparing the engines"):
-        fastest.compare(first, [cand("llamacpp"), cand("torch")], demo, close, together=True,
+        fastest.compare(first, [cand("llamacpp"), cand("torch")], demo, recording_close(closed), together=True,
                         progress=messages.append, cancelled=lambda: any("timing" in m for m in messages))
     assert sorted(p.info["engine"] for p in closed) == ["llamacpp", "torch"] and first.server is None
 
