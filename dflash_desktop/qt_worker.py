@@ -87,10 +87,10 @@ class QtWorker(QObject):
 
     def load_pair(self, target, draft=None, engine: str = "torch", device: str = "auto",
                   dtype: str | None = None, on_event: Callable[[dict], None] | None = None,
-                  compare: bool = False) -> str:
+                  compare: bool | list[str] = False) -> str:
         job = self.queue.submit("load_pair", backend=self.client, target=str(target),
                                 draft=str(draft) if draft else None, engine=engine, device=device, dtype=dtype,
-                                **({"compare": True} if compare else {}))
+                                **({"compare": compare} if compare else {}))
         return self._handled(job.id, on_event)
 
     def load_remote(self, base_url: str, api_key: str = "", model: str | None = None,

@@ -142,12 +142,12 @@ class WorkerClient:
             self._ensure_worker("start")
 
     def load_pair(self, target: str | Path, draft: str | Path | None = None, engine: str = "torch",
-                  device: str = "auto", dtype: str | None = None, compare: bool = False) -> str:
+                  device: str = "auto", dtype: str | None = None, compare: bool | list[str] = False) -> str:
         """compare: the engine is the app's plan, not the user's pick, so the worker may run the pair with another
-        engine that a first load here measured faster (engine/fastest.py)."""
+        engine that a first load here measured faster (engine/fastest.py): any engine (True), or those listed."""
         return self.request("load_pair", id=self._next_id("load"), target=str(target),
                             draft=str(draft) if draft else None, engine=engine, device=device, dtype=dtype,
-                            **({"compare": True} if compare else {}))
+                            **({"compare": compare} if compare else {}))
 
     def generate(self, messages: list[dict] | None = None, prompt: str | None = None,
                  prompt_ids: list[int] | None = None, settings: dict | None = None, mode: str = "dflash",

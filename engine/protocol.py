@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from .backends import check_format
+from .backends import ENGINES, check_format
 from .errors import EngineError
 from .limits import GenerationSettings
 
@@ -21,7 +21,7 @@ _STR, _INT, _NUM, _BOOL, _LIST, _DICT, _NONE = str, int, (int, float), bool, lis
 COMMANDS: dict[str, dict[str, tuple[tuple[type, ...] | type, bool]]] = {
     "hello": {"protocol": (_INT, True), "app_version": ((_STR, _NONE), False)},
     "load_pair": {"target": (_STR, True), "draft": ((_STR, _NONE), False), "engine": ((_STR, _NONE), False),
-                  "device": ((_STR, _NONE), False), "dtype": ((_STR, _NONE), False), "compare": (_BOOL, False)},
+                  "device": ((_STR, _NONE), False), "dtype": ((_STR, _NONE), False), "compare": ((_BOOL, _LIST), False)},
     "generate": {"messages": ((_LIST, _NONE), False), "prompt": ((_STR, _NONE), False),
                  "prompt_ids": ((_LIST, _NONE), False), "raw": (_BOOL, False),
                  "enable_thinking": ((_BOOL, _NONE), False), "settings": ((_DICT, _NONE), False),
@@ -166,6 +166,9 @@ def validate_command(msg: dict[str, Any]) -> dict[str, Any]:
     if cmd == "count_tokens":
         _validate_prompt(msg, ("messages", "prompt"))
     if cmd == "load_pair":
+        compare = msg.get("compare")
+        if isinstance(compare, list) and not all(isinstance(e, str) and e in ENGINES for e in compare):
+            raise ProtocolError("bad_message", f"load_pair: compare lists engines of this build ({', '.join(ENGINES)}).")
         try:    # the engines' own declarations (engine/backends), the same check the planner makes
             check_format(msg.get("engine"), msg.get("dtype"))
         except EngineError as exc:

@@ -307,10 +307,10 @@ class Worker:
         picked = engine == "auto"
         if picked:
             engine = choice.auto_engine(target, device, draft)
-        dtype, compare, cands, measured = msg.get("dtype"), bool(msg.get("compare")), None, None
+        dtype, compare, cands, measured = msg.get("dtype"), msg.get("compare") or False, None, None
         planned = (engine, device, dtype)
         if compare and device != "auto":          # the fastest engine here, when a first load measured it
-            cands = self._candidates(engine, device, dtype, target, draft)
+            cands = self._candidates(engine, device, dtype, target, draft, compare)
             measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
             if measured is not None:
                 engine, device, dtype = measured["engine"], measured["device"], measured["dtype"]
@@ -347,7 +347,8 @@ class Worker:
         if compare and measured is None and note is None and pair.tokenizer is not None:
             # a first load here: the engines that run it, timed (on prompts its tokenizer writes)
             if cands is None:
-                cands = self._candidates(engine, str(pair.info.get("device") or device), dtype, target, draft)
+                cands = self._candidates(engine, str(pair.info.get("device") or device), dtype, target, draft,
+                                         compare)
             measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
             if len(cands) > 1 and (measured is None or measured["engine"] != engine):
                 pair, engine, measured = self._fastest(rid, pair, cands, target, draft, cancelled, measured)
@@ -364,12 +365,14 @@ class Worker:
                 **cuda_memory(pair.memory())}
 
     @staticmethod
-    def _candidates(engine: str, device: str, dtype, target, draft) -> list:
-        """The planned engine and every other one built here that runs the pair on the same device class."""
+    def _candidates(engine: str, device: str, dtype, target, draft, allowed) -> list:
+        """The planned engine and every other one built here that runs the pair on the same device class (of
+        those allowed: `compare`'s list, the engines a catalog pair lists, or true: any)."""
         from engine import fastest
         from engine.backends import device_class_of
-        return fastest.candidates(fastest.Candidate(engine, device, dtype), device_class_of(engine, device),
-                                  target, draft)
+        cands = fastest.candidates(fastest.Candidate(engine, device, dtype), device_class_of(engine, device),
+                                   target, draft)
+        return [c for i, c in enumerate(cands) if i == 0 or allowed is True or c.engine in allowed]
 
     def _fastest(self, rid, pair, cands: list, target, draft, cancelled, measured: dict | None):
         """Load the remembered fastest engine in place of the planned one, or time them all (engine/fastest.py)."""

@@ -203,3 +203,13 @@ def test_a_remembered_winner_that_no_longer_loads_gives_way_to_the_plan_and_is_m
         assert fastest.remembered(cands, TARGET, DRAFT) is None
     finally:
         client.shutdown(10)
+
+
+def test_compare_names_the_engines_a_catalog_pair_lists_and_nothing_else():
+    from engine import protocol as P
+    base = {"cmd": "load_pair", "id": "l", "target": "t"}
+    assert P.validate_command(dict(base, compare=["torch", "llamacpp"]))["compare"] == ["torch", "llamacpp"]
+    with pytest.raises(P.ProtocolError, match="compare lists engines of this build"):
+        P.validate_command(dict(base, compare=["vllm"]))
+    with pytest.raises(P.ProtocolError, match="wrong type"):
+        P.validate_command(dict(base, compare="torch"))

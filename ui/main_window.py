@@ -128,6 +128,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.session = PairSession(self.worker, self.settings, self.stats_panel, self)
+        self.picked_engines: dict[str, list[str]] = {}   # pair id -> the engines its catalog lists (the picker's)
+        self.session.engines_of = self.catalog_engines
         self.controller = ChatController(self.worker, self.session, self.store, self.settings, self.chat_view,
                                          self.stats_panel, self)
         self.local_server = LocalServer(self.worker, self._served_name, self)
@@ -641,7 +643,7 @@ class MainWindow(QMainWindow):
             return None
         picker = ModelPicker(self, catalog=catalog, hardware=hardware, servers=self.settings.remote_servers,
                              measured=self.settings.measured)
-        picker.pairChosen.connect(lambda pair: self.load_pair(self.with_engine(pair)))
+        picker.pairChosen.connect(lambda pair: self._picked(picker, pair))
         picker.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         picker.open()
         return picker
@@ -668,6 +670,23 @@ class MainWindow(QMainWindow):
         current = (pair.plan or {}).get("engine") or (loaded and loaded.engine) or "torch"
         device_class = device_class_of(loaded.engine or "" if loaded else "", loaded.device if loaded else "cpu")
         return run_plan.engine_choices(entry, current, device_class, missing_engines())
+
+    def _picked(self, picker, pair: PairRequest) -> None:
+        try:                                 # the picker's catalog (a refreshed one) knows the pair's engines
+            self.picked_engines[pair.id] = list(picker.catalog.get(pair.id).engines)
+        except (KeyError, AttributeError):
+            pass
+        self.load_pair(self.with_engine(pair))
+
+    def catalog_engines(self, pair: PairRequest) -> list[str] | None:
+        """The engines the catalog lists for a catalog pair: the worker compares only those at its first load
+        (engine/fastest.py); None for a pair from disk, which any engine that reads its files may run."""
+        if pair.id in self.picked_engines:
+            return self.picked_engines[pair.id]
+        try:
+            return list(load_catalog().get(pair.id).engines)
+        except (KeyError, CatalogError, OSError):
+            return None
 
     def with_engine(self, pair: PairRequest | dict) -> PairRequest:
         """The pair with the engine the settings prefer, where that engine can run it from its folders. The

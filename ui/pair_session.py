@@ -4,6 +4,7 @@ event is matched by id here. The chat controller writes answers; it waits for `r
 from __future__ import annotations
 
 import functools
+from typing import Callable
 import time
 
 import psutil
@@ -34,6 +35,8 @@ class PairSession(QObject):
                  parent: QObject | None = None):
         super().__init__(parent)
         self.worker, self.settings, self.panel = worker, settings, panel
+        # the engines a catalog pair lists (the window's catalog; None: a pair from disk, any engine that reads it)
+        self.engines_of: Callable[[PairRequest], list[str] | None] = lambda pair: None
         self.pair: PairRequest | None = None  # what was asked for (remembered once it loads)
         self.loaded: LoadedPair | None = None # what the worker (or the server) says loaded
         self.unloaded = False                 # the user unloaded it: the next message loads it again
@@ -76,7 +79,7 @@ class PairSession(QObject):
             return
         plan = pair.run_plan
         self.worker.load_pair(pair.target_dir, pair.draft_dir, **plan, on_event=on_event,
-                              compare=self.planned_by_app(pair))
+                              compare=self.planned_by_app(pair) and (self.engines_of(pair) or True))
         where = "" if plan["device"] == "auto" else f" on {plan['device']}"
         self.loadingChanged.emit(True, f"Loading {pair.name or 'the model'}{where}…")
 
