@@ -15,6 +15,16 @@ def app_cache() -> Path:
     return Path(platformdirs.user_cache_dir("DFlashDesktop", appauthor=False))
 
 
+def files_id(path) -> str:
+    """A file, or a folder's own files, as names, sizes and times: a key part that makes a changed model be
+    measured again."""
+    if path is None:
+        return "-"
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []
+    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files) or str(path)
+
+
 def read_record(name: str) -> dict:
     """A measurement file kept in the app's cache (a JSON object by key), or {} when it is missing or damaged:
     what it held is then measured again."""

@@ -14,13 +14,12 @@ import platform
 import time
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Callable
 
 from .backends import ENGINES, METHODS, device_class_of
 from .backends.choice import fits_in_memory, runners
 from .backends.llamacpp.calibrate import answer_tokens
-from .cache_dir import read_record, write_record
+from .cache_dir import files_id, read_record, write_record
 from .errors import Cancelled, EngineError
 from .limits import GenerationSettings
 from .loop import Generation, StepCosts
@@ -91,15 +90,6 @@ def _built_for(engine: str, device: str) -> bool:
 STORE = "engine-choice.json"     # in the app's cache
 
 
-def _files_id(path) -> str:
-    """A file, or a folder's own files: names, sizes and times, so a changed model is compared again."""
-    if path is None:
-        return "-"
-    path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []
-    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files) or str(path)
-
-
 def _engine_version(name: str) -> str:
     """What would make an engine decode at another speed: its library, or for llama.cpp its build."""
     if name == "llamacpp":
@@ -112,7 +102,7 @@ def _engine_version(name: str) -> str:
 
 
 def key(cands: list[Candidate], target, draft) -> str:
-    parts = [_files_id(target), _files_id(draft), platform.machine(), cpu_model(), str(os.cpu_count()),
+    parts = [files_id(target), files_id(draft), platform.machine(), cpu_model(), str(os.cpu_count()),
              *(f"{c.engine} {c.device} {c.dtype} {_engine_version(c.engine)}" for c in sorted(
                  cands, key=lambda c: c.engine)), f"{ROUNDS} rounds of their own prompts, greedy, the engine's own choice"]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
@@ -126,10 +116,11 @@ def remembered(cands: list[Candidate], target, draft) -> dict | None:
 
 def remember(cands: list[Candidate], target, draft, result: dict | None) -> None:
     """Keep the result for these files and engines here (None: forget it, to measure again)."""
-    saved = read_record(STORE)
-    saved[key(cands, target, draft)] = result
+    saved, k = read_record(STORE), key(cands, target, draft)
     if result is None:
-        del saved[key(cands, target, draft)]
+        saved.pop(k, None)
+    else:
+        saved[k] = result
     write_record(STORE, saved)
 
 

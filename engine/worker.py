@@ -308,12 +308,11 @@ class Worker:
         if picked:
             engine = choice.auto_engine(target, device, draft)
         dtype, compare, cands, measured = msg.get("dtype"), msg.get("compare") or False, None, None
-        planned = (engine, device, dtype)
         if compare and device != "auto":          # the fastest engine here, when a first load measured it
             cands = self._candidates(engine, device, dtype, target, draft, compare)
             measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
             if measured is not None:
-                engine, device, dtype = measured["engine"], measured["device"], measured["dtype"]
+                engine = measured["engine"]
         self._progress(rid, "import", "Loading the engine libraries")
         eng = load_engine(engine)                # a broken install is a clear error here, before anything unloads
         choice.check_files(engine, target, draft)              # a path no engine takes: refused, nothing unloads
@@ -325,18 +324,10 @@ class Worker:
                                       may_fall_back=picked,
                                       progress=lambda stage, message: self._progress(rid, stage, message))
         try:
-            try:
+            if measured is not None:
+                pair, engine, note, measured = self._measured_or_plan(load, measured, cands, target, draft)
+            else:
                 pair, engine, note = load(engine, device, dtype)
-            except EngineError as exc:
-                if measured is None or isinstance(exc, Cancelled):
-                    raise
-                # the engine measured fastest here no longer loads it (a changed install): the plan runs it
-                from engine.backends import ENGINES
-                failed, measured = ENGINES[engine].label, None
-                fastest.remember(cands, target, draft, None)      # the next load measures again
-                pair, engine, _ = load(*planned)
-                note = (f"{failed}, measured fastest here before, could not load this model now ({exc}), so the "
-                        f"planned {ENGINES[engine].label} engine runs it.")
         except EngineError as exc:
             if exc.code == "unsupported_architecture":      # the way out: the engine here that runs it, if one is
                 exc.alternatives = choice.runs_what_was_refused(msg, engine)
@@ -345,13 +336,16 @@ class Worker:
             log.warning("%s", note)
         self._release()                          # the pair kept while this one loaded, if any
         if compare and measured is None and note is None and pair.tokenizer is not None:
-            # a first load here: the engines that run it, timed (on prompts its tokenizer writes)
-            if cands is None:
+            if cands is None:     # device "auto": the candidates are known once the planned engine found its device
                 cands = self._candidates(engine, str(pair.info.get("device") or device), dtype, target, draft,
                                          compare)
-            measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
-            if len(cands) > 1 and (measured is None or measured["engine"] != engine):
-                pair, engine, measured = self._fastest(rid, pair, cands, target, draft, cancelled, measured)
+                measured = fastest.remembered(cands, target, draft) if len(cands) > 1 else None
+                if measured is not None and measured["engine"] != engine:
+                    _close(pair)
+                    pair, engine, note, measured = self._measured_or_plan(load, measured, cands, target, draft)
+            if measured is None and note is None and len(cands) > 1:
+                # a first load here: the engines that run it, timed (on prompts its tokenizer writes)
+                pair, engine, measured = self._compare(rid, pair, cands, target, draft, cancelled)
         self._progress(rid, "ready", "Model ready")
         self.pair, self.costs = pair, eng.loop.StepCosts()    # plain step costs belong to this pair
         # what the window may ask of this pair (dflash_desktop/offers.py): a local engine offers it all
@@ -374,25 +368,33 @@ class Worker:
                                    target, draft)
         return [c for i, c in enumerate(cands) if i == 0 or allowed is True or c.engine in allowed]
 
-    def _fastest(self, rid, pair, cands: list, target, draft, cancelled, measured: dict | None):
-        """Load the remembered fastest engine in place of the planned one, or time them all (engine/fastest.py)."""
+    @staticmethod
+    def _measured_or_plan(load, measured: dict, cands: list, target, draft):
+        """The engine a first load here measured fastest; where it no longer loads (a changed install), the
+        planned one (cands[0]) with a note, and the record is dropped so that the next load measures again.
+        Returns (pair, engine, note, measured)."""
+        from engine import fastest
+        from engine.backends import ENGINES
+        try:
+            return (*load(measured["engine"], measured["device"], measured["dtype"]), measured)
+        except Cancelled:
+            raise
+        except EngineError as exc:
+            fastest.remember(cands, target, draft, None)
+            plan = cands[0]
+            pair, engine, _ = load(plan.engine, plan.device, plan.dtype)
+            return pair, engine, (f"{ENGINES[measured['engine']].label}, measured fastest here before, could not "
+                                  f"load this model now ({exc}), so the planned {ENGINES[engine].label} engine "
+                                  "runs it."), None
+
+    def _compare(self, rid, pair, cands: list, target, draft, cancelled):
+        """Time every candidate against the loaded one and keep the fastest, remembered (engine/fastest.py)."""
         from engine import fastest
         from engine.backends import choice, load_pair
 
         def load(c):
             return load_pair(c.engine, target, draft, device=c.device, dtype=c.dtype, cancelled=cancelled,
                              progress=lambda stage, message: self._progress(rid, stage, message))
-        if measured is not None:                 # measured before, with the device the planned engine found
-            chosen = next(c for c in cands if c.engine == measured["engine"])
-            _close(pair)
-            try:
-                return load(chosen), chosen.engine, measured
-            except Cancelled:
-                raise
-            except EngineError as exc:             # no longer loads here: the planned engine again, as it was
-                log.warning("%s, measured fastest here, could not load the pair: %s", chosen.engine, exc)
-                fastest.remember(cands, target, draft, None)      # the next load measures again
-                return load(cands[0]), cands[0].engine, None
         together = all(c.device == "cpu" for c in cands) and choice.fits_in_memory([c.engine for c in cands], target,
                                                                                     draft)
         pair, chosen, measured = fastest.compare(pair, cands, load, _close, together,

@@ -226,10 +226,7 @@ def keeps_loaded_pair(loaded: dict | None, engine: str, target, draft=None, avai
         return False
     if str(loaded.get("device") or "cpu") != "cpu":
         return False
-    if available is None:
-        import psutil
-        available = psutil.virtual_memory().available
-    return _load_bytes(engine, target, draft) <= KEEP_SHARE * available
+    return fits_in_memory([engine], target, draft, available)
 
 
 def fits_in_memory(engines: list[str], target, draft=None, available: int | None = None) -> bool:

@@ -20,7 +20,7 @@ import platform
 import time
 from pathlib import Path
 
-from ...cache_dir import app_cache, read_record, write_record
+from ...cache_dir import app_cache, files_id, read_record, write_record
 from ...errors import Cancelled
 from ...limits import GenerationSettings
 from ...machine import cpu_model
@@ -58,17 +58,10 @@ def store() -> Path:
     return app_cache() / STORE
 
 
-def _file_id(path: Path | None) -> str:
-    if path is None:
-        return "-"
-    st = path.stat()
-    return f"{path.name}:{st.st_size}:{st.st_mtime_ns}"
-
-
 def key(pair) -> str:
     folder = pair.base.binary.parent.parent       # the build that runs it, and where it runs
     parts = [build.key(build.backend_of(folder)), str(folder), str(pair.base.device), str(pair.base.gpu_layers),
-             _file_id(pair.base.model), _file_id(pair.draft), platform.machine(),
+             files_id(pair.base.model), files_id(pair.draft), platform.machine(),
              platform.processor() or cpu_model(), str(os.cpu_count()), str(pair.base.threads),
              f"-fa {pair.flash_attn}",      # the servers' flags: a choice measured with others is measured again
              ",".join(pair.methods), "ngram-mod 4/2",   # what was measured and how: older ways of choosing
