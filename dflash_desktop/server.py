@@ -463,22 +463,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", help="DFlash drafter folder")
     p.add_argument("--pair", choices=["chat", "demo"], help="a built-in pair: chat (SmolLM2-135M-Instruct) or "
                                                             "demo (the code pair)")
-    p.add_argument("--engine", default="auto", help="the engine that runs the pair: auto (the default: llama.cpp "
-                                                    "on a CPU where it is built), torch, llamacpp, mlx")
+    p.add_argument("--engine", default="auto", help="the engine that runs the pair: auto (the default: the engine "
+                                                    "the app measured fastest for this pair here, timing those that "
+                                                    "run it at its first load; else llama.cpp on a CPU where it is "
+                                                    "built), torch, llamacpp, mlx")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
     p.add_argument("--model-name", help="the model's name in /v1/models (default: the built-in pair's id, the "
                                          "hub repo of a Hugging Face cache folder, else the target folder's name)")
     return p
 
 
-def builtin_pair(pair_id: str | None) -> tuple[str, str, str]:
-    """(target, drafter, id) of a built-in pair: the one named, else what a first start opens."""
+def builtin_pair(pair_id: str | None) -> tuple[str, str, str, list[str]]:
+    """(target, drafter, id, engines the catalog lists) of a built-in pair: the one named, else what a first
+    start opens."""
     from .catalog import load_catalog
     catalog = load_catalog()
     pair = catalog.get(pair_id) if pair_id else catalog.starter()
     if not pair.installed():
         raise SystemExit(f"error: the built-in pair {pair.id!r} is not installed here. {pair.install_hint}")
-    return str(pair.local_path("target")), str(pair.local_path("drafter")), pair.id
+    return str(pair.local_path("target")), str(pair.local_path("drafter")), pair.id, list(pair.engines)
 
 
 class Reloader:
@@ -529,12 +532,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.target and args.pair:
         print("error: --pair names a built-in pair; leave out --target (or --pair).", file=sys.stderr)
         return 2
-    target, draft, builtin = (args.target, args.draft, None) if args.target else builtin_pair(args.pair)
+    target, draft, builtin, engines = ((args.target, args.draft, None, None) if args.target else
+                                       builtin_pair(args.pair))
     name = args.model_name or builtin or model_id_for(target)
     print(f"Loading {target} ...", file=sys.stderr, flush=True)
-    pair = {"target": target, "draft": draft, "engine": args.engine, "device": args.device}
+    # auto: as the window does, the engines here that run the pair (of a built-in one, those its catalog lists)
+    # are timed at its first load, and the fastest is remembered for both (engine/fastest.py)
+    pair = {"target": target, "draft": draft, "engine": args.engine, "device": args.device,
+            "compare": args.engine == "auto" and (engines or True)}
     try:
-        loaded = jobs.submit("load_pair", **pair).wait(LOAD_WAIT_S)
+        loaded = jobs.submit("load_pair", on_event=_load_progress, **pair).wait(LOAD_WAIT_S)
     except KeyboardInterrupt:
         client.shutdown()
         return 130
@@ -547,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     served = ServerThread(jobs, sock, args.api_key, lambda: name, console=True, host=args.host,
                           allow_origins=args.allow_origin, reloads=True)
+    why = (loaded.get("engine_choice") or {}).get("reason") or loaded.get("engine_note")
+    if why:
+        print(why, file=sys.stderr, flush=True)
     print(f"Serving {name} ({loaded['engine']} on {loaded['device']}) at {served.url}"
           + ("  (API key required)" if args.api_key else ""), flush=True)
     reloader = Reloader(jobs, name, pair)
@@ -556,6 +566,12 @@ def main(argv: list[str] | None = None) -> int:
     served.join(10)
     client.shutdown()
     return 0
+
+
+def _load_progress(event: dict) -> None:
+    """The first load's engine comparison takes a while: its steps go to the console."""
+    if event.get("event") == "progress" and event.get("stage") == "compare":
+        print(event.get("message"), file=sys.stderr, flush=True)
 
 
 def _report(event: dict) -> None:

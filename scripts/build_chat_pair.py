@@ -35,6 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--chats", type=int, help="use only the first N training conversations")
+    p.add_argument("--fresh", type=int, help="train on N conversations the shipped runs never used instead "
+                                             "(chat_prompts.fresh_conversations), to go on from --init-from")
     p.add_argument("--init-from", type=Path, help="continue from this drafter's weights (the shipped one: more "
                                                   "training where a CPU or GPU is free)")
     p.add_argument("--response-length", type=int, default=192, help="the most tokens an answer may take")
@@ -78,7 +80,8 @@ def main(argv=None) -> int:
                                       anchors_per_sequence=4, minutes=None, steps=args.steps or 3, eval_every=2,
                                       checkpoint_every=2, lr=args.lr, answer_vocab=True)
     else:
-        train = train[:args.chats] if args.chats else train
+        train = (chat_prompts.fresh_conversations(args.fresh) if args.fresh else
+                 train[:args.chats] if args.chats else train)
         settings = DraftTrainSettings(layers=args.layers, response_length=args.response_length, generate_batch=128,
                                       lr=args.lr, minutes=None if args.steps else args.minutes, steps=args.steps,
                                       eval_every=200, answer_vocab=True,

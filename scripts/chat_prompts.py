@@ -909,6 +909,13 @@ def conversations(seed: int = SEED) -> tuple[list[list[dict]], list[list[dict]]]
     return train, held
 
 
+def fresh_conversations(n: int, seed: int = SEED) -> list[list[dict]]:
+    """Up to n training chats that conversations() does not hold: a larger draw from the same training pools,
+    less the shipped set, for training a drafter further on answers it has not seen (never held-out ones)."""
+    used = {_key(c) for c in conversations(seed)[0]}
+    return [c for c in _build("train", seed, TRAIN_SIZE + n) if _key(c) not in used][:n]
+
+
 def held_out_prompts(n: int = 5) -> list[list[dict]]:
     """The first n held-out chats; the first five are a factual question, an explanation, a Python task, an email
     and a multi-turn chat, so a handful of prompts already covers the main kinds."""

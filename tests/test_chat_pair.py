@@ -214,10 +214,13 @@ def test_a_gguf_transformers_cannot_unpack_is_refused_by_name(draft_dir):
 
 
 def test_serve_without_a_target_serves_the_chat_pair(smollm2_gguf, draft_dir, machine):
-    """`dflash-desktop serve` with no model named serves the chat pair (auto: llama.cpp on this CPU) as "chat"."""
+    """`dflash-desktop serve` with no model named serves the chat pair as "chat", on the engine a first load
+    measured fastest here (auto, as in the window), and says why; a second start goes straight to it."""
     import openai
 
     from tests.test_server import KEY, start_server
+    record = machine / "cache" / "engine-choice.json"
+    assert not record.exists()           # the generate test above compared nothing
     proc, url = start_server(machine, "--api-key", KEY, pair=())
     try:
         client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0, timeout=300)
@@ -230,3 +233,12 @@ def test_serve_without_a_target_serves_the_chat_pair(smollm2_gguf, draft_dir, ma
     finally:
         proc.terminate()
         proc.wait(30)
+    console = proc.stderr.read()
+    [choice] = json.loads(record.read_text()).values()
+    assert set(choice["rates"]) | set(choice["failed"]) == {"llamacpp", "torch", "mlx"}, choice
+    assert "Comparing engines on this computer" in console and choice["reason"] in console, console[-3000:]
+    again, _ = start_server(machine, "--api-key", KEY, pair=())      # remembered: no comparison this time
+    again.terminate()
+    again.wait(30)
+    console = again.stderr.read()
+    assert "Comparing engines" not in console and choice["reason"] in console, console[-3000:]

@@ -180,7 +180,7 @@ def own_server(tmp_path_factory):
     jobs = JobQueue()
     client = WorkerClient(on_event=jobs.intake)
     jobs.backend = client
-    target, draft, _ = builtin_pair("demo")
+    target, draft, *_ = builtin_pair("demo")
     assert jobs.submit("load_pair", target=target, draft=draft, device="cpu").wait(120)["event"] == "loaded"
     server = ServerThread.listen(jobs, port=0, model_name=lambda: "demo")
     yield jobs, server.url

@@ -31,7 +31,7 @@ def start_server(home, *args: str, pair: tuple[str, ...] = ("--pair", "demo", "-
     env = dict(os.environ, DFLASH_DESKTOP_HOME=str(home), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "dflash_desktop", "serve", "--port", "0", *args], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300    # a first load may calibrate and compare engines
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if line.startswith("Serving"):

@@ -306,3 +306,15 @@ def test_cli_checks_a_chats_file_before_training(tmp_path, target_dir, lines, me
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-800:]
     assert not (tmp_path / "o").exists()
+
+
+def test_fresh_conversations_are_new_training_chats_never_held_out():
+    """Training a shipped drafter further (build_chat_pair.py --fresh N) uses chats of the training pools that
+    the shipped set does not hold, and never a held-out one; the same N gives the same chats."""
+    from scripts import chat_prompts
+    train, held = chat_prompts.conversations()
+    fresh = chat_prompts.fresh_conversations(300)
+    chat_prompts.check(fresh)
+    keys = {chat_prompts._key(c) for c in fresh}
+    assert len(fresh) == 300 and not keys & {chat_prompts._key(c) for c in train + held}
+    assert fresh == chat_prompts.fresh_conversations(300)
