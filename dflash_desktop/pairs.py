@@ -126,6 +126,12 @@ class LoadedPair:
         return f"{self.device} ({gpu}{part})"
 
     @property
+    def engine_reasons(self) -> list[str]:
+        """Why this engine runs the pair, where the worker said: the engines timed against each other here, or
+        its own pick that could not run the pair."""
+        return [why for why in ((self.engine_choice or {}).get("reason"), self.engine_note) if why]
+
+    @property
     def device_note(self) -> str | None:
         """Why the model runs elsewhere than asked, or only partly on the GPU (the engine's words)."""
         return self.event.get("device_note")

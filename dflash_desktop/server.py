@@ -38,6 +38,7 @@ from engine.limits import MAX_REQUEST_BYTES
 from . import openai_api as api
 from .jobs import Job, JobQueue
 from .offers import Offers
+from .pairs import LoadedPair
 from .remote import is_loopback
 
 log = logging.getLogger("dflash_desktop.server")
@@ -554,8 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     served = ServerThread(jobs, sock, args.api_key, lambda: name, console=True, host=args.host,
                           allow_origins=args.allow_origin, reloads=True)
-    why = (loaded.get("engine_choice") or {}).get("reason") or loaded.get("engine_note")
-    if why:
+    for why in LoadedPair.of(loaded).engine_reasons:
         print(why, file=sys.stderr, flush=True)
     print(f"Serving {name} ({loaded['engine']} on {loaded['device']}) at {served.url}"
           + ("  (API key required)" if args.api_key else ""), flush=True)

@@ -912,7 +912,7 @@ def conversations(seed: int = SEED) -> tuple[list[list[dict]], list[list[dict]]]
 def fresh_conversations(n: int, seed: int = SEED) -> list[list[dict]]:
     """Up to n training chats that conversations() does not hold: a larger draw from the same training pools,
     less the shipped set, for training a drafter further on answers it has not seen (never held-out ones)."""
-    used = {_key(c) for c in conversations(seed)[0]}
+    used = {_key(c) for c in _build("train", seed, TRAIN_SIZE)}
     return [c for c in _build("train", seed, TRAIN_SIZE + n) if _key(c) not in used][:n]
 
 

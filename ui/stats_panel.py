@@ -370,10 +370,8 @@ class StatsPanel(QDockWidget):
                 f"Runs on {loaded.where} · {loaded.engine} engine · {loaded.dtype} weights")
         if loaded.speculation:        # an engine that chose DFlash's settings or plain decoding itself
             text += f"\n{loaded.speculation['reason']}"
-        if loaded.engine_choice:      # the engines that run it here were timed against each other
-            text += f"\n{loaded.engine_choice['reason']}"
-        if loaded.engine_note:        # the worker's own engine pick could not run the pair
-            text += f"\n{loaded.engine_note}"
+        for why in loaded.engine_reasons:
+            text += f"\n{why}"
         if loaded.device_note:        # not on the GPU asked for, or only partly
             text += f"\n{loaded.device_note}"
         if not self.remote and not loaded.speculates:
