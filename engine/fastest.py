@@ -3,8 +3,9 @@ pair's files on the device it loads on (PyTorch, MLX and llama.cpp on a CPU; on 
 and a GPU build of llama.cpp), the first load times each engine's own answers to the same greedy prompts: its own
 speculation choice and its plain fallback, as a user's answers run. The engines take turns, prompt by prompt, so a
 busy moment slows them alike, and the best total over every prompt wins. An engine far slower than the others in a
-first short answer is not timed at all, and one at less than half the fastest one's speed after a round is not
-timed again. The result is remembered in the app's cache, keyed by the files, the device, the engines and the
+first short answer is not timed at all; an answer that takes longer than half the fastest speed seen allows is cut
+there, and an engine at less than half the fastest one's speed after a round is not timed again, so one slow engine
+never holds a first load for minutes. The result is remembered in the app's cache, keyed by the files, the device, the engines and the
 machine, so a pair is compared once; it says in words why the others lost."""
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ KEEP_SHARE = 0.5       # an engine below this share of the fastest one's speed a
 WARM_TOKENS = 16       # a first short answer on each engine: compiled steps, caches and servers warm up
 WARM_LIMIT_S = 4.0     # ... cut short after this many seconds: an engine that slow is not timed further anyway
 WARM_SHARE = 0.2       # an engine below this share of the fastest one's speed in that answer is not timed at all
+PROMPT_S = 1.0         # what a timed answer's limit allows beyond its tokens at KEEP_SHARE of the fastest speed
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ def _answer(pair, prompt: list[int], tokens: int, costs: StepCosts, limit_s: flo
     s = gen.stats
     how = ("plain decoding" if s.method == "plain" else
            f"{METHODS.get(s.speculation, s.speculation)}" + (", then plain decoding" if s.fallback else ""))
-    return {"tokens": max(s.generated_tokens - 1, 0), "seconds": s.decode_s, "how": how}
+    return {"tokens": max(s.generated_tokens - 1, 0), "seconds": s.decode_s, "how": how,
+            "cut": gen.stop_reason == "cancelled"}
 
 
 def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], object], close: Callable[[object], None],
@@ -200,6 +203,8 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
         run = answer(name, _encoded(first_pair, *WARM_UP), WARM_TOKENS, WARM_LIMIT_S)
         if run and run["tokens"] and run["seconds"] > 0:
             warm_rates[name] = run["tokens"] / run["seconds"]
+        elif run and run["cut"]:
+            warm_rates[name] = 0.0        # not one token past the first in the time allowed
         return warm_rates.get(name, 0.0)
 
     def too_slow(name: str) -> bool:
@@ -214,7 +219,8 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
                         continue
                     progress(f"Comparing engines on this computer: timing {ENGINES[name].label} "
                              f"(round {r + 1} of {ROUNDS}, prompt {j + 1} of {len(rounds[r])})")
-                    run = answer(name, prompts[i], tokens)
+                    top = max([*warm_rates.values(), *(rate(c.engine) for c in cands)], default=0.0)
+                    run = answer(name, prompts[i], tokens, tokens / (KEEP_SHARE * top) + PROMPT_S if top else None)
                     if run:
                         best[name, i] = run
 
@@ -270,17 +276,21 @@ def compare(first_pair, cands: list[Candidate], load: Callable[[Candidate], obje
     return held[winner], chosen, decide(winner, rates, cands, failed, prompts=len(prompts), tokens=tokens)
 
 
+def _speed(tok_s: float) -> str:
+    return f"{tok_s:.0f} tokens/s" if tok_s >= 1.5 else "1 token/s" if tok_s >= 0.5 else "under 1 token/s"
+
+
 def decide(winner: str, rates: dict[str, dict], cands: list[Candidate], failed: dict[str, str], prompts: int,
            tokens: int) -> dict:
     """The result to remember: the fastest engine, what each measured and how its answers ran, and why, in words."""
     label = {n: ENGINES[n].label for n in ENGINES}
-    others = [f"{label[n]}'s {r['tok_s']:.0f} tokens/s ("
+    others = [f"{label[n]}'s {_speed(r['tok_s'])} ("
               + ("its first short answer, too slow to time further)" if r.get("first_answer_only") else f"{r['how']})")
               for n, r in rates.items() if n != winner]
     device = next(c.device for c in cands if c.engine == winner)
     if winner in rates and not rates[winner].get("first_answer_only"):
         w = rates[winner]
-        reason = (f"{label[winner]} decoded {w['tok_s']:.0f} tokens/s ({w['how']})"
+        reason = (f"{label[winner]} decoded {_speed(w['tok_s'])} ({w['how']})"
                   + (f" against {' and '.join(others)}" if others else "")
                   + f" over {prompts} prompts ({tokens}-token answers) on this computer, so it runs this model"
                   + ("." if winner == cands[0].engine else f" rather than {label[cands[0].engine]}."))

@@ -213,6 +213,7 @@ def test_a_gguf_transformers_cannot_unpack_is_refused_by_name(draft_dir):
         load_pair("torch", gguf, device="cpu")
 
 
+@pytest.mark.timeout(600)       # two starts, the first comparing three engines
 def test_serve_without_a_target_serves_the_chat_pair(smollm2_gguf, draft_dir, machine):
     """`dflash-desktop serve` with no model named serves the chat pair as "chat", on the engine a first load
     measured fastest here (auto, as in the window), and says why; a second start goes straight to it."""

@@ -119,6 +119,36 @@ def test_a_cancel_while_timing_stops_the_load_and_closes_every_engine(unmeasured
     assert sorted(p.info["engine"] for p in closed) == ["llamacpp", "torch"] and first.server is None
 
 
+def test_a_slow_engine_has_its_answers_cut_short_and_is_timed_one_round_only(unmeasured, smollm2_gguf,
+                                                                              smollm2_folder, monkeypatch):
+    """SmolLM2's chat pair: MLX on this CPU decodes it dozens of times slower than llama.cpp (docs/BENCHMARKS.md).
+    Let past the warm-up (WARM_SHARE 0), each timed MLX answer stops once it is slower than half llama.cpp's speed,
+    so a slow engine costs a first load seconds, not minutes; it is not timed in round 2 and llama.cpp wins."""
+    if "mlx" in missing_engines():
+        pytest.skip("mlx is not installed here")
+    from engine.chat_pair import DRAFT_DIR
+    monkeypatch.setattr(fastest, "WARM_SHARE", 0.0)
+    answers, real_answer = [], fastest._answer
+    monkeypatch.setattr(fastest, "_answer", lambda pair, *a: answers.append(
+        (pair.info["engine"], a[3], real_answer(pair, *a))) or answers[-1][2])   # the real answer, recorded
+    files = {"llamacpp": smollm2_gguf, "mlx": smollm2_folder}
+
+    def load(c):
+        return load_pair(c.engine, files[c.engine], DRAFT_DIR, device=c.device, dtype=c.dtype)
+    cands = [cand("llamacpp"), cand("mlx")]
+    messages = []
+    pair, chosen, result = fastest.compare(load(cands[0]), cands, load, _close, together=True,
+                                           progress=messages.append)
+    _close(pair)
+    timed = [(name, limit, run) for name, limit, run in answers if limit != fastest.WARM_LIMIT_S]
+    slow = [run for name, _, run in timed if name == "mlx"]
+    assert len(slow) == 3 and all(run["cut"] and run["tokens"] < result["tokens"] - 1 for run in slow), slow
+    assert not any(run["cut"] for name, _, run in timed if name == "llamacpp")
+    assert not any("timing MLX (round 2" in m for m in messages)
+    assert chosen.engine == result["engine"] == "llamacpp"
+    assert result["rates"]["mlx"]["tok_s"] < fastest.KEEP_SHARE * result["rates"]["llamacpp"]["tok_s"]
+
+
 def test_the_window_times_the_engines_at_a_first_load_and_remembers_the_winner(qtbot, home, chat_worker):
     """The model picker planned PyTorch for the demo pair: the real worker times every engine here that runs it,
     loads the fastest, and says why in the stats panel and the model list; the next load of the pair goes
