@@ -110,7 +110,8 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
     assert stored[-1].content == answer["text"] and stored[-2].content == QUESTION
 
     target, draft = Path(info.target), Path(info.event["draft"])
-    proc, url = start_server(tmp_path / "serve-home", "--engine", "llamacpp", "--target", str(target),
+    # the user's own `serve` on the app folder the window uses: the calibration above is remembered, not run again
+    proc, url = start_server(tmp_path / "home", "--engine", "llamacpp", "--target", str(target),
                              "--draft", str(draft), "--model-name", "smollm2-135m")
     try:
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=300)
@@ -121,6 +122,9 @@ def test_pick_download_load_chat_and_serve_a_real_model(qtbot, window, hub, smol
     finally:
         proc.terminate()
         proc.wait(30)
+    from engine.backends.llamacpp.calibrate import STORE
+    measured = json.loads((tmp_path / "home" / "cache" / STORE).read_text())
+    assert len(measured) == 1, f"serve ran another drafter or measured again: {list(measured)}"
 
 
 def test_a_gguf_the_user_has_opens_from_disk_and_chats_without_a_drafter(qtbot, window, smollm2_gguf):

@@ -112,7 +112,7 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
             note = f"{exc} Running on the CPU instead."
             report("device", note)
     target = Path(target_dir)
-    dtype = dtype or "float32"
+    asked, dtype = dtype, dtype or "float32"
     if draft_dir is not None and Path(draft_dir).is_dir():    # a speculators drafter: its import, vocabulary and all
         draft_dir = speculators.imported(Path(draft_dir), report, "llamacpp")
     report("convert", f"Preparing {target.name} for llama.cpp")
@@ -128,7 +128,8 @@ def load_pair(target_dir, draft_dir=None, device: str = "auto", dtype: str | Non
             report("drafter", f"Found the drafter {draft_dir.name} beside {target_file.name}")
     if draft_dir is not None:
         report("drafter", f"Preparing the drafter {Path(draft_dir).name} for llama.cpp")
-        draft_file = find_draft(Path(draft_dir), target, dtype, cancelled)
+        # unasked, a drafter follows the target's file (a quantized one: float16), as when the picker names its type
+        draft_file = find_draft(Path(draft_dir), target, asked or _file_type(tmeta), cancelled)
         dmeta = metadata.read_metadata(draft_file, tensors=True)
         metadata.check_pair(tmeta, dmeta, target_file.name, draft_file.name)
         block = drafter_block(dmeta)
