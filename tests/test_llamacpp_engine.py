@@ -231,8 +231,9 @@ def test_calibration_is_remembered_and_says_why(pair):
 
 def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(pair, monkeypatch):
     """Every setting answers every prompt in every round it is timed, the settings alternate round after round (a
-    busy moment slows them alike), one that fell below half the fastest one's speed in a round is not timed
-    again, and the choice is the best total over the prompts."""
+    busy moment slows them alike), a speculating setting that fell below half the fastest one's speed in a round
+    is not timed again (plain decoding, the baseline, is timed in every round however far behind it is), and the
+    choice is the best total over the prompts."""
     calls, measure = [], calibrate.measure
 
     def recorded(server, prompt, n_max, tokens=calibrate.TOKENS):
@@ -257,7 +258,7 @@ def test_calibration_takes_turns_over_several_prompts_and_keeps_the_best_total(p
     for setting in settings:
         assert prompts <= {prompt for s, prompt, *_ in calls if s == setting}
         rounds[setting], rest = divmod(len(timed[setting]), len(prompts))
-        behind = first[setting] < calibrate.KEEP_SHARE * max(first.values())
+        behind = isinstance(setting, str) and first[setting] < calibrate.KEEP_SHARE * max(first.values())
         assert not rest and rounds[setting] == (1 if behind else calibrate.ROUNDS), (setting, first)
     assert all(rounds["plain", flags] == calibrate.ROUNDS for flags in ("off", "auto"))
     # on this pair n-gram lookup measures near plain decoding (every round) and DFlash far below it (one round)
