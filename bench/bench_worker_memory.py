@@ -1,0 +1,72 @@
+"""What the worker process holds in memory once the chat pair is loaded: after a first load that compares the
+engines (PyTorch, MLX and llama.cpp each load the pair in turn, the losers are closed), and after a second start
+that goes straight to the remembered winner. Resident memory (RSS) of the worker and of llama.cpp's server,
+read from /proc once the load has answered.
+
+    python bench/bench_worker_memory.py [--json PATH]
+
+Runs in a fresh app home (a temporary folder), so the first load compares; Linux only (/proc).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def load_once(label: str) -> dict:
+    from dflash_desktop.worker_client import WorkerClient
+    from engine import chat_pair
+    client = WorkerClient()
+    try:
+        t0 = time.perf_counter()
+        ev = client.wait(client.load_pair(chat_pair.gguf_path(), chat_pair.DRAFT_DIR, engine="torch", device="cpu",
+                                          compare=True), 900)
+        if ev["event"] != "loaded":
+            raise SystemExit(f"{label}: the load failed: {ev}")
+        seconds = time.perf_counter() - t0
+        time.sleep(2)                                  # the worker answers, then nothing more runs
+        pid = client.pid
+        servers = {c: rss_mb(c) for c in children(pid)}
+        row = {"load": label, "engine": ev["engine"], "seconds": round(seconds, 1), "worker_mb": round(rss_mb(pid)),
+               "server_mb": round(sum(servers.values()))}
+        print(json.dumps(row), flush=True)
+        return row
+    finally:
+        client.shutdown(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["DFLASH_DESKTOP_HOME"] = home
+        rows = [load_once("first load: compares the engines"), load_once("second start: the remembered engine")]
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
