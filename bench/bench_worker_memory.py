@@ -1,11 +1,11 @@
 """What the worker process holds in memory once the chat pair is loaded: after a first load that compares the
 engines (PyTorch, MLX and llama.cpp each load the pair in turn, the losers are closed), and after a second start
 that goes straight to the remembered winner. Resident memory (RSS) of the worker and of llama.cpp's server,
-read from /proc once the load has answered.
+read once the load has answered.
 
     python bench/bench_worker_memory.py [--json PATH]
 
-Runs in a fresh app home (a temporary folder), so the first load compares; Linux only (/proc).
+Runs in a fresh app home (a temporary folder), so the first load compares.
 """
 from __future__ import annotations
 
@@ -21,21 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
 def load_once(label: str) -> dict:
+    import psutil
+
     from dflash_desktop.worker_client import WorkerClient
     from engine import chat_pair
     client = WorkerClient()
@@ -47,10 +35,10 @@ def load_once(label: str) -> dict:
             raise SystemExit(f"{label}: the load failed: {ev}")
         seconds = time.perf_counter() - t0
         time.sleep(2)                                  # the worker answers, then nothing more runs
-        pid = client.pid
-        servers = {c: rss_mb(c) for c in children(pid)}
-        row = {"load": label, "engine": ev["engine"], "seconds": round(seconds, 1), "worker_mb": round(rss_mb(pid)),
-               "server_mb": round(sum(servers.values()))}
+        worker = psutil.Process(client.pid)
+        servers = sum(c.memory_info().rss for c in worker.children())
+        row = {"load": label, "engine": ev["engine"], "seconds": round(seconds, 1),
+               "worker_mb": round(worker.memory_info().rss / 2**20), "server_mb": round(servers / 2**20)}
         print(json.dumps(row), flush=True)
         return row
     finally:

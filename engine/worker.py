@@ -478,7 +478,7 @@ def _close(pair) -> None:
 
 def _trim_heap() -> None:
     """Hand the memory of dropped pairs back to the system: what waits in reference cycles, MLX's buffer cache, and
-    the pages glibc keeps for reuse. After a first load's engine comparison the worker otherwise held 1.6 to 2.1 GB
+    the pages glibc keeps for reuse. After a first load's engine comparison the worker otherwise held 1.7 to 2.3 GB
     beside llama.cpp's server (docs/BENCHMARKS.md, "Worker memory")."""
     gc.collect()
     mlx = sys.modules.get("mlx.core")           # imported by the MLX engine only: never imported here

@@ -21,7 +21,7 @@ from tests.ui_chat_fixtures import LOAD_TIMEOUT_MS
 
 ROOT = Path(__file__).resolve().parent.parent
 TAU_FLOOR = 1.1        # torch, greedy, 5 held-out prompts x 64 tokens; measured 1.2, an untrained drafter 1.0
-WORKER_MB = 1000       # the worker beside llama.cpp's server after a comparison: measured 0.6 GB, 1.6 to 2.1 GB untrimmed
+WORKER_MB = 1000       # the worker beside llama.cpp's server after a comparison: 0.6 GB, untrimmed 1.7 to 2.3 GB
 
 
 def held_out(n: int = 5) -> list[list[dict]]:

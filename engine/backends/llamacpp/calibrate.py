@@ -6,9 +6,10 @@ a code model: three code files), as long as the model's speed allows (answer_tok
 after round, so a busy moment slows them alike; each keeps its best round per prompt, and the setting with the
 best total over the prompts wins: one prompt may favour a setting the others do not (docs/BENCHMARKS.md). A
 speculating setting at less than half the fastest one's speed after a round cannot catch up by a better round, so
-it is not timed again (plain decoding, the baseline every gain is stated against, is timed in every round): on a small target, slow drafting settings took most of the first load's wait. n-gram
-lookup remembers what it has seen across answers, so each of its settings gets a new server each round: an
-answer it has seen before would draft itself. The choice and its numbers are remembered in the app's cache,
+it is not timed again: on a small target, slow drafting settings took most of the first load's wait. Plain
+decoding, the baseline every gain is stated against, is timed in every round. n-gram lookup remembers what it has
+seen across answers, so each of its settings gets a new server each round: an answer it has seen before would
+draft itself. The choice and its numbers are remembered in the app's cache,
 keyed by the build, the two files and the machine, so a pair calibrates once; it says in words which it chose
 and why the others lost.
 """
@@ -36,7 +37,7 @@ TOKENS = 64                  # per timed answer, at the least
 LONGEST = 256                # per timed answer, at the most
 BUDGET_S = 15.0              # seconds the timed answers would take at plain decoding's speed: a fast model's grow
 ROUNDS = 2                   # timed rounds, after a warm-up answer on each server
-KEEP_SHARE = 0.5             # a drafting setting below this share of the fastest one's speed after a round: not timed again
+KEEP_SHARE = 0.5             # a drafting setting below this share of the fastest one's speed: not timed again
 WARM_UP = ("Say hello.", "# hello\n")   # a short first answer on a new server (chat, code): nothing n-gram lookup could reuse
 CHAT_PROMPTS = ("Write a Python function that reads a CSV file and returns its rows as a list of dictionaries, "
                 "then explain how it handles a missing file.",
