@@ -4,7 +4,8 @@ per line (engine/protocol.py, docs/PROTOCOL.md); everything else, logs included,
 
 Threads: the main thread reads commands, so `cancel` is seen while a generation runs; one executor
 thread runs load/generate/unload in arrival order. Engine libraries are imported lazily (on the
-executor, right after start-up), so `hello` answers at once and a broken install becomes an error event.
+executor, by the first request that needs them), so `hello` answers at once, a worker that runs only
+llama.cpp never holds PyTorch, and a broken install becomes an error event.
 
 Run it as `python -m engine.worker`, or, in a frozen app, as `<app> --worker`.
 """
@@ -227,10 +228,7 @@ class Worker:
 
     # -- executor -----------------------------------------------------------------------------------
     def _run_jobs(self) -> None:
-        try:
-            load_engine()  # warm the imports while the GUI is still deciding what to load
-        except EngineUnavailable as exc:
-            log.error("%s", exc)
+        # no engine is imported before a request names one: a pair that llama.cpp runs never holds PyTorch
         while (msg := self._jobs.get()) is not None:
             rid, cmd = msg.get("id"), msg["cmd"]
             final = self._answer(rid, lambda: getattr(self, "_do_" + cmd)(msg))

@@ -35,13 +35,28 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
             return "mlx"
     if device not in ("auto", "cpu"):
         return "torch"
-    if device == "auto":
+    if device == "auto" and _torch_may_see_a_gpu():
         import torch
         if torch.cuda.is_available() or torch.backends.mps.is_available():
             return "torch"
     # (an unpackable GGUF has no config.json for the layer check; llama.cpp reads its own layers)
     exports = unpacked or _exports_drafter_layers(target_dir, draft_dir)
     return "llamacpp" if usable("llamacpp", "cpu") and exports else "torch"
+
+
+def _torch_may_see_a_gpu() -> bool:
+    """False where PyTorch's own build says it has no GPU (a "+cpu" wheel outside macOS and no engine pack that
+    could replace it), so a llama.cpp load does not import PyTorch (400 MB and seconds) only to ask it."""
+    import sys
+    from importlib import metadata
+
+    from .. import packs
+    if sys.platform == "darwin" or packs.current().active:
+        return True
+    try:
+        return not metadata.version("torch").endswith("+cpu")
+    except metadata.PackageNotFoundError:     # a frozen app without the metadata: ask PyTorch itself
+        return True
 
 
 def runners(target_dir, draft_dir, device_class: str) -> list[str]:
