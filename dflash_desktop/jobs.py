@@ -37,8 +37,8 @@ class Job:
     final: dict | None = None
     _finished: threading.Event = field(default_factory=threading.Event, repr=False)
 
-    def wait(self, timeout: float) -> dict:
-        """The job's terminal event (done, loaded, ok or error)."""
+    def wait(self, timeout: float | None) -> dict:
+        """The job's terminal event (done, loaded, ok or error); timeout None waits as long as it takes."""
         if not self._finished.wait(timeout):
             raise TimeoutError(f"No answer to {self.id} within {timeout} s")
         return self.final

@@ -45,7 +45,6 @@ log = logging.getLogger("dflash_desktop.server")
 DEFAULT_PORT = 8765
 MIN_NETWORK_KEY = 16
 DISCONNECT_CHECK_S = 0.25
-LOAD_WAIT_S = 660.0   # the worker client stops a load after 600 s, so its `timeout` error comes first
 IDLE_TIMEOUT_S = 10.0  # a connection that sends no whole request's headers for this long is closed
 RETRY_AFTER_S = 5      # what a 503 says to wait while `serve` loads its pair again
 RELOAD_WAIT_S = (5.0, 300.0)   # after a failed reload, the wait before the next: first, longest (doubling)
@@ -542,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     pair = {"target": target, "draft": draft, "engine": args.engine, "device": args.device,
             "compare": args.engine == "auto" and (engines or True)}
     try:
-        loaded = jobs.submit("load_pair", on_event=_load_progress, **pair).wait(LOAD_WAIT_S)
+        # no deadline here: the worker client ends a load that stops making progress (WorkerClient's load_timeout)
+        loaded = jobs.submit("load_pair", on_event=_load_progress, **pair).wait(None)
     except KeyboardInterrupt:
         client.shutdown()
         return 130

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -80,7 +81,8 @@ class _Proc:
         self.started = False           # the handshake succeeded
         self.expected_exit = False     # we asked it to stop
         self.failure: tuple[str, str] | None = None  # (code, message) when we killed it on purpose
-        self.load_timers: dict[str, threading.Timer] = {}  # load_pair id -> its deadline
+        self.load_timers: dict[str, threading.Timer] = {}  # load_pair id -> its silence check
+        self.last_heard = time.monotonic()   # the last event read from it: a load is overdue after silence only
         self.stderr_thread: threading.Thread | None = None
         self.reader: threading.Thread | None = None
 
@@ -88,9 +90,10 @@ class _Proc:
 class WorkerClient:
     """Thread-safe; every method returns at once. Events reach `on_event` on a background thread.
 
-    A worker that does not answer `hello` within `start_timeout` seconds, or a load_pair within
-    `load_timeout` seconds of sending it (an import or a file read that hangs), is killed and reported, so
-    no request waits for ever; the next request starts a fresh worker."""
+    A worker that does not answer `hello` within `start_timeout` seconds, or that says nothing for
+    `load_timeout` seconds while a load_pair is pending (an import or a file read that hangs), is killed and
+    reported, so no request waits for ever; the next request starts a fresh worker. A load that keeps
+    reporting progress (a first load comparing engines on a busy CPU) runs as long as it needs."""
 
     def __init__(self, on_event: EventCallback | None = None, command: list[str] | None = None,
                  env: dict | None = None, start_timeout: float = 60.0, log_path: Path | None = None,
@@ -285,20 +288,27 @@ class WorkerClient:
         except (BrokenPipeError, OSError, ValueError):
             pass  # the process is dying; the reader reports it, this request included
 
-    def _watch_load(self, proc: _Proc, rid: str) -> None:
-        timer = threading.Timer(self._load_timeout, self._load_overdue, args=(proc, rid))
+    def _watch_load(self, proc: _Proc, rid: str, delay: float | None = None) -> None:
+        timer = threading.Timer(self._load_timeout if delay is None else delay, self._load_overdue, args=(proc, rid))
         timer.daemon = True
         proc.load_timers[rid] = timer
         timer.start()
 
     def _load_overdue(self, proc: _Proc, rid: str) -> None:
-        """A load that never answers (an import that hangs) would keep the app waiting for ever: stop the
-        worker; _exited reports the load (and anything queued behind it) as `timeout`."""
+        """A load that never answers (an import that hangs) would keep the app waiting for ever: once the worker
+        has said nothing for load_timeout seconds, stop it; _exited reports the load (and anything queued behind
+        it) as `timeout`. A worker heard from since (progress, or tokens of an answer the load waits behind) gets
+        the rest of a new silence window."""
         with self._lock:
             if self._pending.get(rid, (None, None))[1] is not proc:
                 return  # answered just now
-        self._kill(proc, "timeout", f"The model did not finish loading within {self._load_timeout:g} s, so the "
-                   "engine was stopped. Try again, try another model, or look in the worker log for where it hung.")
+            silent = time.monotonic() - proc.last_heard
+            if silent < self._load_timeout:
+                self._watch_load(proc, rid, self._load_timeout - silent)
+                return
+        self._kill(proc, "timeout", f"The model's loading stopped making progress: the engine said nothing for "
+                   f"{self._load_timeout:g} s, so it was stopped. Try again, try another model, or look in the "
+                   "worker log for where it hung.")
 
     def _check_started(self, proc: _Proc) -> None:
         if not proc.started and proc.popen.poll() is None:
@@ -336,6 +346,7 @@ class WorkerClient:
         self._exited(proc, returncode)
 
     def _handle(self, proc: _Proc, event: dict) -> None:
+        proc.last_heard = time.monotonic()
         rid, kind = event.get("id"), event.get("event")
         if rid is not None and rid == proc.hello_id:
             if kind == "hello" and event.get("protocol") == P.PROTOCOL_VERSION:
