@@ -160,15 +160,16 @@ def machine(tmp_path_factory):
 
 def test_generate_without_a_target_runs_the_chat_pair(smollm2_gguf, draft_dir, tmp_path, machine):
     env = dict(os.environ, PYTHONPATH=str(ROOT), DFLASH_DESKTOP_HOME=str(machine))
-    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate", "--engine", "llamacpp",
+    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate",
                            "--prompt", "Name three colours of the rainbow.", "--max-new-tokens", "24",
                            "--color", "never", "--json", str(tmp_path / "out.json")],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "llamacpp engine on cpu" in proc.stderr      # the default engine on a CPU: llama.cpp, as the app plans
     out = json.loads((tmp_path / "out.json").read_text())
     assert len(out["text"].split()) >= 3 and out["text"].isascii(), out["text"]
-    demo = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate", "--pair", "demo", "--prompt",
-                           "def add(a, b):\n", "--max-new-tokens", "8", "--color", "never"],
+    demo = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate", "--engine", "torch", "--pair", "demo",
+                           "--prompt", "def add(a, b):\n", "--max-new-tokens", "8", "--color", "never"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert demo.returncode == 0, demo.stderr[-2000:]
 
@@ -218,7 +219,8 @@ def test_a_gguf_transformers_cannot_unpack_is_refused_by_name(draft_dir):
 def test_serve_without_a_target_serves_the_chat_pair(smollm2_gguf, draft_dir, machine):
     """`dflash-desktop serve` with no model named serves the chat pair as "chat", on the engine a first load
     measured fastest here (auto, as in the window), and says why; a second start goes straight to it. The
-    engines that lost give their memory back: the worker is not left holding PyTorch's copy of the model."""
+    engines that lost give their memory back: the worker is not left holding PyTorch's copy of the model, and
+    a second start on llama.cpp never loads PyTorch at all."""
     import openai
     import psutil
 
@@ -246,6 +248,9 @@ def test_serve_without_a_target_serves_the_chat_pair(smollm2_gguf, draft_dir, ma
     assert set(choice["rates"]) | set(choice["failed"]) == {"llamacpp", "torch", "mlx"}, choice
     assert "Comparing engines on this computer" in console and choice["reason"] in console, console[-3000:]
     again, _ = start_server(machine, "--api-key", KEY, pair=())      # remembered: no comparison this time
+    if choice["engine"] == "llamacpp" and sys.platform == "linux":   # nor PyTorch: 400 MB and seconds of imports
+        [worker] = psutil.Process(again.pid).children()
+        assert "libtorch" not in Path(f"/proc/{worker.pid}/maps").read_text()
     again.terminate()
     again.wait(30)
     console = again.stderr.read()

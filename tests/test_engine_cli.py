@@ -14,6 +14,10 @@ def pair_dirs(tmp_path_factory):
 
 
 def cli(*args, timeout=180):
+    """The command as a user types it; generate runs the torch engine here, as bench does by default (these tests
+    hold its block sizes); generate's default engine runs in tests/test_chat_pair.py."""
+    if args and args[0] == "generate" and "--engine" not in args:
+        args = (*args, "--engine", "torch")
     return subprocess.run([sys.executable, "-m", "dflash_desktop", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 

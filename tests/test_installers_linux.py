@@ -113,7 +113,8 @@ def test_version(app):
 
 def test_cli_command_runs_in_the_frozen_app(app):
     """The engine's commands work from the executable: the demo pair, greedy, a few tokens."""
-    run = subprocess.run([str(EXE), "generate", "--prompt", "import os\n", "--raw", "--max-new-tokens", "16"],
+    run = subprocess.run([str(EXE), "generate", "--engine", "torch", "--prompt", "import os\n", "--raw",
+                          "--max-new-tokens", "16"],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "tok/s" in run.stdout + run.stderr
