@@ -1,7 +1,7 @@
 """What the worker process holds in memory once the chat pair is loaded: after a first load that compares the
 engines (PyTorch, MLX and llama.cpp each load the pair in turn, the losers are closed), and after a second start
 that goes straight to the remembered winner. Resident memory (RSS) of the worker and of llama.cpp's server,
-read once the load has answered.
+read once the load has answered, the load's time, and whether the worker has PyTorch's library mapped.
 
     python bench/bench_worker_memory.py [--json PATH]
 
@@ -37,8 +37,10 @@ def load_once(label: str) -> dict:
         time.sleep(2)                                  # the worker answers, then nothing more runs
         worker = psutil.Process(client.pid)
         servers = sum(c.memory_info().rss for c in worker.children())
+        torch = any("libtorch" in m.path for m in worker.memory_maps())
         row = {"load": label, "engine": ev["engine"], "seconds": round(seconds, 1),
-               "worker_mb": round(worker.memory_info().rss / 2**20), "server_mb": round(servers / 2**20)}
+               "worker_mb": round(worker.memory_info().rss / 2**20), "server_mb": round(servers / 2**20),
+               "pytorch_loaded": torch}
         print(json.dumps(row), flush=True)
         return row
     finally:

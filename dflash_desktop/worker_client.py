@@ -25,6 +25,8 @@ from .logs import WorkerLog
 EventCallback = Callable[[dict], None]
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
 _RESULTS_KEPT = 256
+# what runs on the worker's job thread: their events (progress, tokens) show that thread is alive
+LONG_JOBS = ("load_pair", "generate", "unload")
 
 
 def worker_command(frozen: bool | None = None, executable: str | None = None) -> list[str]:
@@ -82,7 +84,7 @@ class _Proc:
         self.expected_exit = False     # we asked it to stop
         self.failure: tuple[str, str] | None = None  # (code, message) when we killed it on purpose
         self.load_timers: dict[str, threading.Timer] = {}  # load_pair id -> its silence check
-        self.last_heard = time.monotonic()   # the last event read from it: a load is overdue after silence only
+        self.last_heard = time.monotonic()   # its job thread's last event: a load is overdue after silence only
         self.stderr_thread: threading.Thread | None = None
         self.reader: threading.Thread | None = None
 
@@ -295,10 +297,9 @@ class WorkerClient:
         timer.start()
 
     def _load_overdue(self, proc: _Proc, rid: str) -> None:
-        """A load that never answers (an import that hangs) would keep the app waiting for ever: once the worker
-        has said nothing for load_timeout seconds, stop it; _exited reports the load (and anything queued behind
-        it) as `timeout`. A worker heard from since (progress, or tokens of an answer the load waits behind) gets
-        the rest of a new silence window."""
+        """A load that never answers (an import that hangs) would keep the app waiting for ever: once the job
+        thread has said nothing for load_timeout seconds, stop the worker; _exited reports the load (and anything
+        queued behind it) as `timeout`. A load that reported progress since gets the rest of a new window."""
         with self._lock:
             if self._pending.get(rid, (None, None))[1] is not proc:
                 return  # answered just now
@@ -306,9 +307,9 @@ class WorkerClient:
             if silent < self._load_timeout:
                 self._watch_load(proc, rid, self._load_timeout - silent)
                 return
-        self._kill(proc, "timeout", f"The model's loading stopped making progress: the engine said nothing for "
-                   f"{self._load_timeout:g} s, so it was stopped. Try again, try another model, or look in the "
-                   "worker log for where it hung.")
+            self._kill(proc, "timeout", f"The model's loading stopped making progress: the engine said nothing for "
+                       f"{self._load_timeout:g} s, so it was stopped. Try again, try another model, or look in the "
+                       "worker log for where it hung.")
 
     def _check_started(self, proc: _Proc) -> None:
         if not proc.started and proc.popen.poll() is None:
@@ -346,8 +347,9 @@ class WorkerClient:
         self._exited(proc, returncode)
 
     def _handle(self, proc: _Proc, event: dict) -> None:
-        proc.last_heard = time.monotonic()
         rid, kind = event.get("id"), event.get("event")
+        if self._pending.get(rid, ("",))[0] in LONG_JOBS:   # the job thread at work: a cancel's `ok` is not
+            proc.last_heard = time.monotonic()
         if rid is not None and rid == proc.hello_id:
             if kind == "hello" and event.get("protocol") == P.PROTOCOL_VERSION:
                 proc.started = True

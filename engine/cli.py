@@ -180,7 +180,9 @@ def builtin_pair(name: str | None) -> tuple[str, Path, Path]:
 
 
 def resolve_pair(args):
-    from .backends import load_pair
+    """Load the pair the arguments name, on the engine named or (auto) planned here, as serve plans it (with
+    llama.cpp's fallback to torch), without serve's comparison."""
+    from .backends import choice
     if args.target is None:
         if args.draft is not None:
             raise EngineError("--draft needs --target: name the model the drafter belongs to.")
@@ -189,11 +191,12 @@ def resolve_pair(args):
         raise EngineError("--pair names a built-in pair; leave out --target (or --pair).")
     else:
         name, target, draft = None, args.target, args.draft
-    engine = args.engine
-    if engine == "auto":
-        from .backends.choice import auto_engine
-        engine = auto_engine(target, args.device, draft)
-    pair = load_pair(engine, target, draft, device=args.device)
+    engine, picked = args.engine, args.engine == "auto"
+    if picked:
+        engine = choice.auto_engine(target, args.device, draft)
+    pair, _, note = choice.load_chosen(engine, target, draft, device=args.device, may_fall_back=picked)
+    if note:
+        print(note, file=sys.stderr)
     if name:
         pair.name = name
     if pair.tokenizer is None:

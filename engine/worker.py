@@ -4,8 +4,8 @@ per line (engine/protocol.py, docs/PROTOCOL.md); everything else, logs included,
 
 Threads: the main thread reads commands, so `cancel` is seen while a generation runs; one executor
 thread runs load/generate/unload in arrival order. Engine libraries are imported lazily (on the
-executor, by the first request that needs them), so `hello` answers at once, a worker that runs only
-llama.cpp never holds PyTorch, and a broken install becomes an error event.
+executor, by the first request that needs them), so `hello` answers at once, a pair llama.cpp runs from its
+GGUF alone (the chat pair) never loads PyTorch, and a broken install becomes an error event.
 
 Run it as `python -m engine.worker`, or, in a frozen app, as `<app> --worker`.
 """
@@ -210,8 +210,8 @@ class Worker:
         self.emit(self._answer(rid, count))
 
     def _stop(self, wait_s: float) -> None:
-        """Cancel a running generation and wait for its `done`; a load (or the start-up import) is not
-        waited for: its answer would go nowhere."""
+        """Cancel a running generation and wait for its `done`; a load is not waited for: its answer would
+        go nowhere."""
         with self._lock:
             generating = self._gen_id is not None
             if generating:
@@ -228,7 +228,7 @@ class Worker:
 
     # -- executor -----------------------------------------------------------------------------------
     def _run_jobs(self) -> None:
-        # no engine is imported before a request names one: a pair that llama.cpp runs never holds PyTorch
+        # no engine is imported before a request names one (a llama.cpp pair need never load PyTorch)
         while (msg := self._jobs.get()) is not None:
             rid, cmd = msg.get("id"), msg["cmd"]
             final = self._answer(rid, lambda: getattr(self, "_do_" + cmd)(msg))

@@ -160,12 +160,12 @@ def machine(tmp_path_factory):
 
 def test_generate_without_a_target_runs_the_chat_pair(smollm2_gguf, draft_dir, tmp_path, machine):
     env = dict(os.environ, PYTHONPATH=str(ROOT), DFLASH_DESKTOP_HOME=str(machine))
-    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate",
+    proc = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate", "--device", "cpu",
                            "--prompt", "Name three colours of the rainbow.", "--max-new-tokens", "24",
                            "--color", "never", "--json", str(tmp_path / "out.json")],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "llamacpp engine on cpu" in proc.stderr      # the default engine on a CPU: llama.cpp, as the app plans
+    assert "llamacpp engine on cpu" in proc.stderr      # the default engine on the CPU: llama.cpp, as the app plans
     out = json.loads((tmp_path / "out.json").read_text())
     assert len(out["text"].split()) >= 3 and out["text"].isascii(), out["text"]
     demo = subprocess.run([sys.executable, "-m", "dflash_desktop", "generate", "--engine", "torch", "--pair", "demo",

@@ -78,7 +78,7 @@ def test_bench_prints_table_and_json(tmp_path, pair_dirs):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["generate", "--target", "/nonexistent", "--prompt", "x"], "No config.json in target folder"),
+    (["generate", "--target", "/nonexistent", "--prompt", "x"], "The target folder /nonexistent does not exist."),
     (["generate", "--draft", "/x", "--prompt", "x"], "--draft needs --target"),
 ])
 def test_cli_errors_are_plain(args, message):

@@ -201,7 +201,7 @@ def test_self_test_window_and_frozen_worker(app, display):
     assert report["ok"] and report["frozen"] and report["steps"][0]["platform"] == "xcb"
     assert report["worker_command"] == [str(EXE), "--worker"], "the worker is the frozen app itself"
     assert not gui_heavy, f"the window process mapped engine libraries: {sorted(gui_heavy)}"
-    # the same check sees torch in the worker: it would see it in the window process too
+    # the same check sees torch in the worker (the demo pair's tokenizer loads it): it would see it in the window too
     assert any("libtorch" in name for name in worker_heavy), f"no libtorch seen in the worker: {worker_heavy}"
 
 

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 import shutil
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -443,6 +444,25 @@ def test_auto_engine_leaves_a_drafter_of_the_last_layer_to_torch(tmp_path):
     cfg["dflash_config"].update(conv_kernel_size=2, conv_group_size=16, selector_rank=16, selector_top_k=8)
     (draft / "config.json").write_text(json.dumps(cfg))
     assert auto_engine(target, "cpu", draft) == "llamacpp"
+
+
+@pytest.mark.parametrize("device, engine", [("vulkan", "llamacpp"), ("metal", "llamacpp"), ("gpu", "mlx"),
+                                            ("cuda", "torch"), ("cuda:1", "torch"), ("mps", "torch")])
+def test_auto_gives_a_device_name_to_the_engine_that_uses_it(device, engine):
+    """`generate --device vulkan` with the default engine: the engine whose devices go by that name."""
+    from engine.backends.choice import auto_engine
+    assert auto_engine(TARGET, device, DRAFT) == engine
+
+
+def test_auto_on_a_cpu_build_of_pytorch_does_not_import_it():
+    """PyTorch's "+cpu" wheel has no GPU to ask about: the plan for this CPU is made without importing it."""
+    from importlib import metadata
+    if not metadata.version("torch").endswith("+cpu") or sys.platform == "darwin":
+        pytest.skip("PyTorch here may see a GPU: the plan asks it")
+    code = ("import sys; from engine.backends.choice import auto_engine; "
+            f"print(auto_engine({str(TARGET)!r}, 'auto', {str(DRAFT)!r}), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["llamacpp", "False"], out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("architecture", ["LlamaForCausalLMEagle3", "DSparkDraftModel", "Lfm2DSparkDraftModel"])

@@ -429,7 +429,14 @@ def test_a_load_that_hangs_times_out_and_the_next_request_gets_a_fresh_worker(ho
     try:
         rid = c.load_pair(tmp_path / "hang")
         old_pid = c.pid
-        err = c.wait(rid, 20)
+        wait_for(lambda: of(c, rid, "progress"), T, "the load to start")
+        for _ in range(60):      # a cancel is answered from the worker's main thread: no sign the load goes on
+            c.cancel(rid)
+            try:
+                err = c.wait(rid, 0.3)
+                break
+            except TimeoutError:
+                continue
         assert err["code"] == "timeout" and "said nothing for 2 s" in err["message"]
         assert not c.busy and c.pair_info is None
         wait_for(lambda: not c.running, 10, "the stuck worker to be stopped")

@@ -1,8 +1,8 @@
 """Application start: QApplication, names, icon, theme, the main window, and a clean worker shutdown.
 
 Opening fast matters more than anything else here: the window appears first, and the worker (which
-imports torch, seconds) is started and loads the model in the background with progress in the
-status bar. DFLASH_DESKTOP_TIMING=1 prints the wall-clock time at which the first frame was shown, so
+imports the engine's libraries, seconds for PyTorch) is started and loads the model in the background with
+progress in the status bar. DFLASH_DESKTOP_TIMING=1 prints the wall-clock time at which the first frame was shown, so
 bench/bench_time_to_window.py can measure from the moment it launched the process.
 
 Only one instance runs per data folder: a second launch brings the first window to the front and exits.

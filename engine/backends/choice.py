@@ -16,7 +16,8 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
     engine on a GPU, else llama.cpp when it is built here and runs the pair on the CPU (it decodes faster
     there: docs/BENCHMARKS.md), else torch. An engine is taken only for a drafter generation it runs; a Gemma 4
     assistant drafter folder goes to llama.cpp, the one engine that runs them, and so do a DSpark or EAGLE-3 one the
-    torch engine does not compute (another backbone or layout, a head type of its own)."""
+    torch engine does not compute (another backbone or layout, a head type of its own). A device named by one
+    engine's word for it (vulkan, metal: llama.cpp; gpu: MLX) goes to that engine."""
     files = _files_of(Path(target_dir), draft_dir)
     if files is None:
         return "torch"                       # the torch engine's load explains what is wrong
@@ -33,8 +34,10 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
         import sys
         if sys.platform == "darwin" and platform.machine() == "arm64" and usable("mlx", "apple"):
             return "mlx"
-    if device not in ("auto", "cpu"):
-        return "torch"
+    if device not in ("auto", "cpu"):     # a GPU by its name: the engine that names its devices so (cuda: torch)
+        base = device.split(":")[0]
+        named = [name for name, info in ENGINES.items() if base in info.devices.values()]
+        return "torch" if "torch" in named or not named else named[0]
     if device == "auto" and _torch_may_see_a_gpu():
         import torch
         if torch.cuda.is_available() or torch.backends.mps.is_available():
