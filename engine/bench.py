@@ -190,7 +190,7 @@ def format_table(summary: dict) -> str:
     if summary.get("speculation"):
         lines.append(f"engine's choice: {summary['speculation']['reason']}")
     hist = summary["histogram"]
-    if not hist:
+    if not any(hist):      # llama-server reports how many drafts it accepted in all, not per step
         return "\n".join(lines + ["(this engine reports totals, not a histogram of acceptance lengths)"])
     peak = max(hist) or 1
     lines.append("acceptance length histogram (tokens committed per verify pass):")

@@ -105,3 +105,17 @@ def test_help_prints_every_command_and_opens_no_window():
         for command in (*ENGINE_COMMANDS, "serve", "--self-test", "--version"):
             assert f"\n  {command} " in proc.stdout, command
         assert "qt" not in proc.stderr.lower()
+
+
+def test_a_bench_without_a_histogram_says_so_instead_of_drawing_zeros():
+    """llama-server reports its accepted drafts in total: bench's table says that, not sixteen empty bars."""
+    from engine.bench import format_table
+    summary = {"tok_s": {"baseline": 59.4, "dflash": 59.9}, "speedup": {"baseline": 1.01}, "decode_speedup": 0.95,
+               "decode_tok_s": {"baseline": 78.5, "dflash": 74.2}, "draft_cutoff": None, "prompts": 2,
+               "max_new_tokens": 32, "block_size": 16, "tau": 1.02, "fallbacks": 0, "all_identical": True,
+               "histogram": [0] * 16}
+    text = format_table(summary)
+    assert text.endswith("(this engine reports totals, not a histogram of acceptance lengths)")
+    assert "acceptance length histogram" not in text
+    summary["histogram"] = [3, 1] + [0] * 14
+    assert "acceptance length histogram" in format_table(summary)
