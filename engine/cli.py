@@ -14,20 +14,18 @@ from .limits import LIMITS, GenerationSettings
 DRAFT_COLOUR, RESET = "\033[32m", "\033[0m"
 
 
-ENGINE_HELP = {"auto": "auto: MLX on Apple Silicon, torch on an NVIDIA GPU, else llama.cpp where it is built, as the "
-                       "app's first start plans",
-               "torch": "torch: bench holds DFlash to plain decoding's exact tokens, which llama.cpp's batched verify "
-                        "of quantized weights can miss by rounding"}
+AUTO_HELP = ("auto: MLX on Apple Silicon, torch on an NVIDIA GPU, else llama.cpp where it is built, as the app's "
+             "first start plans")
 
 
-def add_pair_args(p: argparse.ArgumentParser, engine: str = "auto") -> None:
+def add_pair_args(p: argparse.ArgumentParser, engine: str = "auto", why: str = AUTO_HELP) -> None:
     p.add_argument("--pair", choices=["chat", "demo"],
                    help="a built-in pair: chat (SmolLM2-135M-Instruct and our drafter; the default without --target "
                         "where its model is installed) or demo (the code pair)")
     p.add_argument("--target", type=Path, help="target model folder (config.json, *.safetensors, tokenizer) or GGUF")
     p.add_argument("--draft", type=Path, help="DFlash drafter folder (config.json, *.safetensors)")
     p.add_argument("--engine", choices=["auto", *sorted(ENGINES)], default=engine,
-                   help=f"the engine that runs the pair (default {ENGINE_HELP[engine]})")
+                   help=f"the engine that runs the pair (default {why})")
     p.add_argument("--device", default="auto",
                    help="auto (an NVIDIA GPU, else Apple's GPU, else the CPU), cpu, cuda, cuda:1, mps "
                         "(the mlx engine: auto, cpu, gpu; llama.cpp: auto, cpu, vulkan, cuda, metal)")
@@ -58,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                    help="colour the tokens the drafter proposed (default: when printing to a terminal)")
     b = sub.add_parser("bench", help="plain decoding vs DFlash on a prompt set")
-    add_pair_args(b, engine="torch")
+    add_pair_args(b, engine="torch", why="torch: bench holds DFlash to plain decoding's exact tokens, which "
+                                         "llama.cpp's batched verify of quantized weights can miss by rounding")
     b.add_argument("--prompts", type=Path, help="JSON list or text file, one prompt per line "
                                                 "(default for the demo pair: held-out stdlib files)")
     b.add_argument("--limit", type=int, help="use only the first N prompts")
