@@ -17,6 +17,8 @@ from typing import Callable, Iterator
 from .errors import CheckpointError, EngineError, PromptTooLongError
 
 TEMPLATE_SECONDS = 5.0
+# Classes that are their tokenizer.json as it stands: AutoTokenizer would build exactly this from the file.
+AS_SERIALIZED = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 class TemplateError(EngineError):
@@ -62,13 +64,22 @@ class ChatTokenizer:
         self.longest_token = max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
 
     @classmethod
-    def from_folder(cls, path: Path) -> "ChatTokenizer | None":
+    def from_folder(cls, path: Path, as_serialized: bool = False) -> "ChatTokenizer | None":
+        """The folder's tokenizer, or None where it has none. as_serialized: read tokenizer.json as it stands
+        whatever class the folder names (llama.cpp runs the GGUF's own vocabulary, not transformers' rebuild of a
+        named class), which keeps PyTorch out of the worker."""
         path = Path(path)
         if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
             return None
-        from transformers import AutoTokenizer
+        serialized = (path / "tokenizer.json").is_file() and (as_serialized or _named_class(path) in AS_SERIALIZED)
         try:
-            tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+            if serialized:
+                # transformers' tokenizer module alone: AutoTokenizer's import loads model code, and PyTorch
+                from transformers import PreTrainedTokenizerFast
+                tok = PreTrainedTokenizerFast.from_pretrained(str(path), trust_remote_code=False)
+            else:
+                from transformers import AutoTokenizer
+                tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
         except Exception as exc:  # tokenizers raise many types for damaged files
             if "trust_remote_code" in str(exc):
                 raise CheckpointError(f"The tokenizer in {path} can only be loaded by running code from the "
@@ -112,6 +123,15 @@ class ChatTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _named_class(path: Path) -> str | None:
+    """The tokenizer class tokenizer_config.json names (read as plain JSON), or None."""
+    try:
+        name = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def eos_ids_of(path: Path, tokenizer) -> tuple[int, ...]:

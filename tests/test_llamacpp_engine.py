@@ -465,6 +465,33 @@ def test_auto_on_a_cpu_build_of_pytorch_does_not_import_it():
     assert out.stdout.split() == ["llamacpp", "False"], out.stderr[-2000:]
 
 
+def test_a_pair_with_a_hugging_face_tokenizer_loads_without_pytorch(tmp_path):
+    """The code pair's target is a Hugging Face folder whose tokenizer the engine reads: transformers'
+    AutoTokenizer imports its model code and with it PyTorch (about 450 MB in the worker). Here tokenizer.json is
+    read as it stands, also where tokenizer_config.json names a class transformers would rebuild (Qwen2Tokenizer),
+    and the prompt's tokens are those AutoTokenizer gives."""
+    from transformers import AutoTokenizer
+    renamed = tmp_path / "named"
+    renamed.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (TARGET / name).is_file():
+            shutil.copy(TARGET / name, renamed / name)
+    config = json.loads((renamed / "tokenizer_config.json").read_text())
+    (renamed / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "Qwen2Tokenizer"}))
+    text = prompts(1)[0]
+    code = ("import sys; from engine.backends.llamacpp.engine import load_pair; "
+            "from engine.tokenizer import ChatTokenizer; "
+            f"p = load_pair({str(TARGET)!r}, {str(DRAFT)!r}); ids = p.tokenizer.encode_prompt({text!r}, raw=True); "
+            "p.close(); "
+            f"named = ChatTokenizer.from_folder({str(renamed)!r}, as_serialized=True); "
+            f"print(ids == named.encode_prompt({text!r}, raw=True), ids, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    same, *ids, torch_loaded = out.stdout.split()
+    assert torch_loaded == "False" and same == "True", out.stdout
+    assert AutoTokenizer.from_pretrained(str(TARGET)).encode(text, add_special_tokens=False) == json.loads("".join(ids))
+
+
 @pytest.mark.parametrize("architecture", ["LlamaForCausalLMEagle3", "DSparkDraftModel", "Lfm2DSparkDraftModel"])
 def test_auto_engine_gives_drafters_only_llamacpp_runs_to_llamacpp(tmp_path, architecture):
     """Only llama.cpp runs EAGLE-3 and DSpark drafters the torch engine does not compute (another backbone or

@@ -270,7 +270,7 @@ class LlamaCppPair:
         self._owner = threading.current_thread()
         self.max_positions = launch.context
         # the target's Hugging Face tokenizer when it is beside the GGUF, else the server's own
-        self.tokenizer = ChatTokenizer.from_folder(tokenizer_dir) or ServerTokenizer(self, meta)
+        self.tokenizer = ChatTokenizer.from_folder(tokenizer_dir, as_serialized=True) or ServerTokenizer(self, meta)
         self.server_for("none")            # plain: ready for /tokenize and a baseline at once
         self.eos_ids = tuple(self.tokenizer.eos_ids)
         arch = metadata.architecture(meta)
