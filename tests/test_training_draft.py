@@ -9,7 +9,7 @@ import torch
 from engine.backends.torch.drafter import DFlashDrafter
 from engine.backends.torch.engine import load_pair
 from tests.tiny_torch import save_random_pair
-from engine.training.checkpoint import save_sequences
+from engine.training.checkpoint import load_sequences, save_sequences
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, TrainingError,
                                            block_sparse_mask, default_layer_ids, draft_loss, lr_at,
                                            target_features)
@@ -77,12 +77,59 @@ def test_interrupted_regeneration_resumes_from_its_partial_file(tmp_path, target
     trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings)
     full = trainer.data(DOCS)
     (tmp_path / "w" / "draft_data.safetensors").unlink()
-    save_sequences(tmp_path / "w" / "draft_data.partial.safetensors", full[:2])    # stopped after one batch
+    save_sequences(tmp_path / "w" / "draft_data.partial.safetensors", full[:2], trainer.made_from)  # one batch
     logs = []
     again = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings, log=logs.append)
     assert again.data(DOCS) == full
     assert "resuming regeneration after 2 sequences" in logs
     assert not (tmp_path / "w" / "draft_data.partial.safetensors").exists()
+
+
+def test_a_work_folder_of_other_data_is_set_aside_not_mixed_in(tmp_path, target_dir, no_unpickling):
+    """Training again in the same work folder on other documents (train-draft's default folder is OUT.work)
+    used to reuse the first run's answers and resume its checkpoint without a word. Now both are set aside and
+    the user told; a partial regeneration of other data is not resumed either; the same data is still reused."""
+    work = tmp_path / "w"
+    DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=4)).train(DOCS)
+    first = load_sequences(work / "draft_data.safetensors")
+    logs = []
+    other = ["while True:\n    break\n" * 8, "import os\nprint(os.sep)\n" * 8, "x = [1, 2, 3]\n" * 10]
+    again = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=6), log=logs.append, overwrite=True)
+    assert again.train(other)["steps"] == 6
+    assert not any("reusing" in line or "resumed" in line for line in logs), logs
+    for name in ("draft_data", "draft_checkpoint"):
+        assert any(f"{work / name}.safetensors holds" in line and f"set aside as {name}.other.safetensors" in line
+                   for line in logs), name
+    assert load_sequences(work / "draft_data.other.safetensors") == first
+    assert load_sequences(work / "draft_data.safetensors") != first
+    # a partial regeneration of the first documents, then a run on the second: not resumed
+    (work / "draft_data.safetensors").rename(work / "draft_data.partial.safetensors")
+    logs.clear()
+    again = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=1), log=logs.append, overwrite=True)
+    assert again.data(DOCS) == first
+    assert not any("resuming regeneration" in line for line in logs)
+    assert any("draft_data.partial.safetensors holds answers made from other data" in line for line in logs)
+    # the same data and drafter: reused and resumed as before (the first run here sets the other documents'
+    # checkpoint aside)
+    DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=8), log=print, overwrite=True).train(DOCS)
+    logs.clear()
+    again = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=10), log=logs.append, overwrite=True)
+    assert again.train(DOCS)["steps"] == 10
+    assert any("reusing 6 regenerated sequences" in line for line in logs)
+    assert any("resumed at step 8" in line for line in logs)
+    assert not any("set aside" in line for line in logs)
+
+
+def test_a_checkpoint_of_another_drafter_shape_is_set_aside(tmp_path, target_dir, no_unpickling):
+    work = tmp_path / "w"
+    DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=4)).train(DOCS)
+    logs = []
+    wider = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(steps=4, layers=2), log=logs.append,
+                         overwrite=True)
+    assert wider.train(DOCS)["steps"] == 4
+    assert any("reusing 6 regenerated sequences" in line for line in logs)
+    assert any("draft_checkpoint.safetensors holds a checkpoint made from other data" in line for line in logs)
+    assert not any("resumed" in line for line in logs)
 
 
 def test_files_of_older_versions_are_reported_never_loaded(tmp_path, target_dir, no_unpickling):
@@ -107,7 +154,7 @@ def test_training_lowers_the_loss_on_its_data(tmp_path, target_dir, bf16):
     settings = tiny_settings(steps=60, lr=3e-3, checkpoint_every=1000, bf16=bf16)
     trainer = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings)
     assert trainer.train(DOCS)["bf16"] is bf16
-    seqs = trainer.data([])
+    seqs = trainer.data(DOCS)
     feats = target_features(trainer.pair, seqs)
     group = [i for i, s in enumerate(seqs) if len(s[1]) == len(seqs[0][1])]
     tokens = torch.tensor([seqs[i][1] for i in group])

@@ -92,13 +92,24 @@ def restore_training(tensors: dict, meta: dict, model: torch.nn.Module, opt: tor
 
 # ---- regenerated sequences -----------------------------------------------------------------------
 
-def save_sequences(path: Path, seqs: list[tuple[int, list[int]]]) -> None:
-    """(prompt length, token ids) pairs as three int64 tensors: prompt lengths, lengths, all ids."""
+def save_sequences(path: Path, seqs: list[tuple[int, list[int]]], made_from: str | None = None) -> None:
+    """(prompt length, token ids) pairs as three int64 tensors: prompt lengths, lengths, all ids; made_from
+    names what they were made from (DraftTrainer.data_key), so a work folder is reused only for the same data."""
     save_checkpoint(path, {
         "prompt_lengths": torch.tensor([p for p, _ in seqs], dtype=torch.int64),
         "lengths": torch.tensor([len(toks) for _, toks in seqs], dtype=torch.int64),
         "tokens": torch.tensor([t for _, toks in seqs for t in toks], dtype=torch.int64),
-    }, {})
+    }, {} if made_from is None else {"made_from": made_from})
+
+
+def saved_meta(path: Path) -> dict:
+    """The JSON a training file holds beside its tensors, read from its header alone."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            return json.loads((f.metadata() or {})["meta"])
+    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        raise TrainingFileError(f"{path} is damaged or was not written by this version ({exc!r}). "
+                                "Delete it and run again.") from exc
 
 
 def load_sequences(path: Path) -> list[tuple[int, list[int]]]:

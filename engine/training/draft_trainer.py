@@ -9,7 +9,10 @@
    gradient clipping; the target's embedding and LM head are shared and frozen."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,8 +30,8 @@ from ..config import DraftConfig, default_target_layer_ids
 from ..errors import EngineError
 from ..limits import GenerationSettings
 from ..loop import Generation
-from .checkpoint import (load_checkpoint, load_sequences, report_old_pickles, restore_training,
-                         save_checkpoint, save_sequences, training_checkpoint)
+from .checkpoint import (load_checkpoint, load_sequences, report_old_pickles, restore_training, save_checkpoint,
+                         save_sequences, saved_meta, training_checkpoint)
 
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}
 
@@ -320,6 +323,7 @@ class DraftTrainer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         report_old_pickles(self.work_dir, ("draft_data.pt", "draft_data.partial.pt", "draft_checkpoint.pt"), log)
         self.regenerate_minutes = 0.0     # this run's regeneration time (0 when reusing a saved set)
+        self.made_from: str | None = None   # data_key of the sequences this run trains on
 
     def make_drafter(self) -> DFlashDrafter:
         t = self.pair.target
@@ -359,12 +363,43 @@ class DraftTrainer:
         drafter.load_state_dict(source)
         self.log(f"starting from the weights in {folder}")
 
+    def data_key(self, documents: list[str] = (), chats: list[list[dict]] = ()) -> str:
+        """What the regenerated sequences depend on, hashed: the target's config, tokenizer and weight files'
+        names and sizes (hashing gigabytes of weights would take minutes), the documents or chats, and the
+        settings that shape the answers."""
+        h = hashlib.sha256()
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            f = self.target_dir / name
+            h.update(f.read_bytes() if f.is_file() else b"-")
+        weights = sorted((f.name, f.stat().st_size) for f in self.target_dir.glob("*.safetensors"))
+        shape = {"documents": list(documents), "chats": list(chats), "weights": weights,
+                 "response_length": self.s.response_length}
+        if not chats:
+            shape.update(sequences=self.s.sequences, prompt_lengths=list(self.s.prompt_lengths), seed=self.s.seed)
+        h.update(json.dumps(shape, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        return h.hexdigest()
+
+    def _matches(self, path: Path, key: str, what: str) -> bool:
+        """Whether a file of an earlier run was made from the same data. One made from other data is set
+        aside (renamed *.other.safetensors, replacing an earlier one) and the user told, never mixed in."""
+        if not path.exists():
+            return False
+        saved = saved_meta(path).get("made_from")
+        if saved is None or saved == key:      # older files carry no key: kept as before
+            return True
+        aside = path.with_name(path.name.replace(".safetensors", ".other.safetensors"))
+        os.replace(path, aside)
+        self.log(f"{path} holds {what} made from other data (another target, other prompts or settings): "
+                 f"set aside as {aside.name}, not used")
+        return False
+
     def data(self, documents: list[str] = (), chats: list[list[dict]] = ()):
         """The regenerated sequences: the target's continuations of passages of the documents, or its own
         answers to the chats (conversations ending with a user turn, through the chat template)."""
         cache = self.work_dir / "draft_data.safetensors"
         partial = self.work_dir / "draft_data.partial.safetensors"
-        if cache.exists():
+        self.made_from = key = self.data_key(documents, chats)
+        if self._matches(cache, key, "answers"):
             seqs = load_sequences(cache)
             self.log(f"reusing {len(seqs)} regenerated sequences from {cache}")
             return seqs
@@ -379,15 +414,15 @@ class DraftTrainer:
         else:
             docs = [tok.tokenizer.encode(d, add_special_tokens=False) for d in documents if d.strip()]
             prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, random.Random(self.s.seed))
-        done = load_sequences(partial) if partial.exists() else []
+        done = load_sequences(partial) if self._matches(partial, key, "answers") else []
         start = time.time()
         if done:
             self.log(f"resuming regeneration after {len(done)} sequences")
         regen = regenerate_chats if chats else regenerate
         seqs = regen(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch, log=self.log,
-                     done=done, save=lambda so_far: save_sequences(partial, so_far))
+                     done=done, save=lambda so_far: save_sequences(partial, so_far, key))
         seqs = [(p, toks) for p, toks in seqs if len(toks) - p >= 2]     # an answer of one token trains nothing
-        save_sequences(cache, seqs)
+        save_sequences(cache, seqs, key)
         partial.unlink(missing_ok=True)
         self.regenerate_minutes = round((time.time() - start) / 60, 1)
         return seqs
@@ -402,9 +437,17 @@ class DraftTrainer:
         opt = torch.optim.AdamW(drafter.parameters(), lr=self.s.lr, weight_decay=0.01)
         state = TrainState()
         ckpt = self.work_dir / "draft_checkpoint.safetensors"
-        if ckpt.exists():
+        # the run a checkpoint belongs to: its data, and the drafter's shape and target layers
+        run = hashlib.sha256(json.dumps([self.made_from, list(drafter.config.target_layer_ids),
+                                         sorted((k, list(v.shape)) for k, v in drafter.state_dict().items())]
+                                        ).encode()).hexdigest()
+        if self._matches(ckpt, run, "a checkpoint"):
             tensors, meta = load_checkpoint(ckpt)
-            restore_training(tensors, meta, drafter, opt)
+            try:
+                restore_training(tensors, meta, drafter, opt)
+            except (RuntimeError, KeyError, ValueError) as exc:
+                raise TrainingError(f"{ckpt} belongs to a run with another drafter ({str(exc)[:200]}). Delete it "
+                                    "or pass another --work-dir.") from exc
             state = TrainState(**meta["state"])
             self.log(f"resumed at step {state.step}/{state.total_steps}")
         rng = torch.Generator().manual_seed(self.s.seed + state.step)
@@ -452,7 +495,7 @@ class DraftTrainer:
                 drafter.train()
             if state.step % self.s.checkpoint_every == 0:
                 tensors, meta = training_checkpoint(drafter, opt)
-                save_checkpoint(ckpt, tensors, {**meta, "state": asdict(state)})
+                save_checkpoint(ckpt, tensors, {**meta, "state": asdict(state), "made_from": run})
         drafter.eval()
         drafter.save_pretrained(self.out_dir)
         tau = self.held_out_tau(drafter, eval_prompts) if eval_prompts else None
