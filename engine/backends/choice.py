@@ -48,18 +48,42 @@ def auto_engine(target_dir, device: str = "auto", draft_dir=None) -> str:
 
 
 def _torch_may_see_a_gpu() -> bool:
-    """False where PyTorch's own build says it has no GPU (a "+cpu" wheel outside macOS and no engine pack that
-    could replace it), so a llama.cpp load does not import PyTorch (400 MB and seconds) only to ask it."""
+    """False where PyTorch's own build says it has no GPU, outside macOS and with no engine pack that could replace
+    it, so a llama.cpp load does not import PyTorch (400 MB and seconds) only to ask it. The build is read from
+    torch/version.py (parsed, not run: PyPI's Windows wheel is CPU-only without a "+cpu" in its version), else from
+    the version in its metadata (a frozen app keeps its modules in an archive)."""
     import sys
     from importlib import metadata
 
     from .. import packs
     if sys.platform == "darwin" or packs.current().active:
         return True
+    built = _torch_build()
+    if built is not None:
+        return bool(built.get("cuda") or built.get("hip"))
     try:
         return not metadata.version("torch").endswith("+cpu")
-    except metadata.PackageNotFoundError:     # a frozen app without the metadata: ask PyTorch itself
+    except metadata.PackageNotFoundError:     # neither: ask PyTorch itself
         return True
+
+
+def _torch_build() -> dict | None:
+    """The constants of the installed torch/version.py (cuda, hip, ...), read without importing PyTorch; None where
+    there is no such file to read."""
+    import ast
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("torch")
+        source = Path(next(iter(spec.submodule_search_locations or ())), "version.py").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+    except (ImportError, ValueError, StopIteration, AttributeError, OSError, SyntaxError):
+        return None
+    found = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+            found[target.id] = node.value.value
+    return found if "cuda" in found else None
 
 
 def runners(target_dir, draft_dir, device_class: str) -> list[str]:
