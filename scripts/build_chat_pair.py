@@ -34,6 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="a fixed number of steps instead of --minutes")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--gamma", type=float, help="the loss's decay over a block's slots, exp(-(k-1)/gamma) (default: "
+                                               "the paper's 7 for blocks of 16; smaller weighs the first slots more)")
     p.add_argument("--chats", type=int, help="use only the first N training conversations")
     p.add_argument("--fresh", type=int, help="train on N conversations the shipped runs never used instead "
                                              "(chat_prompts.fresh_conversations), to go on from --init-from")
@@ -83,7 +85,8 @@ def main(argv=None) -> int:
         train = (chat_prompts.fresh_conversations(args.fresh) if args.fresh else
                  train[:args.chats] if args.chats else train)
         settings = DraftTrainSettings(layers=args.layers, response_length=args.response_length, generate_batch=128,
-                                      lr=args.lr, minutes=None if args.steps else args.minutes, steps=args.steps,
+                                      lr=args.lr, gamma=args.gamma, minutes=None if args.steps else args.minutes,
+                                      steps=args.steps,
                                       eval_every=200, answer_vocab=True,
                                       init_from=str(args.init_from) if args.init_from else None)
     work = args.work_dir or (args.out.parent / "_work" if args.tiny else ROOT / "work-data" / "chat")

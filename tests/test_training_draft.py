@@ -11,7 +11,7 @@ from engine.backends.torch.engine import load_pair
 from tests.tiny_torch import save_random_pair
 from engine.training.checkpoint import load_sequences, save_sequences
 from engine.training.draft_trainer import (DraftTrainer, DraftTrainSettings, TrainingError,
-                                           block_sparse_mask, default_layer_ids, draft_loss, lr_at,
+                                           block_sparse_mask, default_layer_ids, draft_loss, feature_scale, lr_at,
                                            target_features)
 from tests.test_no_pickle import no_unpickling  # noqa: F401  (fixture)
 
@@ -167,6 +167,24 @@ def test_training_lowers_the_loss_on_its_data(tmp_path, target_dir, bf16):
     before = loss_of(trainer.make_drafter().eval())            # same seed: the untrained weights
     after = loss_of(DFlashDrafter.from_pretrained(tmp_path / "d"))
     assert after < before - 0.2, f"loss {before:.3f} -> {after:.3f}"
+
+
+def test_training_on_scaled_features_saves_a_drafter_of_the_raw_ones(tmp_path, target_dir):
+    """The trainer divides the features by each channel's RMS and folds that into fc when it saves. A drafter
+    continued at a learning rate of nothing comes out as it went in, so the weights it starts from and the
+    ones it saves both read the target's own features."""
+    first = DraftTrainer(target_dir, tmp_path / "a", tmp_path / "w", tiny_settings(steps=4))
+    first.train(DOCS)
+    scale = feature_scale(target_features(first.pair, first.data(DOCS)))
+    assert not torch.allclose(scale, torch.ones_like(scale), rtol=0.5)     # a change of scale to undo
+    again = DraftTrainer(target_dir, tmp_path / "b", tmp_path / "w2",
+                         tiny_settings(steps=1, lr=1e-12, init_from=str(tmp_path / "a")))
+    again.train(DOCS)
+    before = DFlashDrafter.from_pretrained(tmp_path / "a").state_dict()
+    after = DFlashDrafter.from_pretrained(tmp_path / "b").state_dict()
+    assert before.keys() == after.keys()
+    for name in before:
+        assert torch.allclose(before[name], after[name], rtol=1e-4, atol=1e-6), name
 
 
 def test_output_folder_that_exists(tmp_path, target_dir):
