@@ -37,12 +37,12 @@ def save_checkpoint(path: Path, tensors: dict[str, torch.Tensor], meta: dict) ->
         raise
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
-    """(tensors, meta) of a file written by save_checkpoint."""
+def load_checkpoint(path: Path, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors, meta) of a file written by save_checkpoint; tensors=False reads only its header's meta."""
     try:
         with safe_open(str(path), "pt") as f:
             meta = json.loads((f.metadata() or {})["meta"])
-            return {name: f.get_tensor(name) for name in f.keys()}, meta
+            return {name: f.get_tensor(name) for name in f.keys()} if tensors else {}, meta
     except (SafetensorError, OSError, KeyError, ValueError) as exc:
         raise TrainingFileError(f"{path} is damaged or was not written by this version ({exc!r}). "
                                 "Delete it and run again.") from exc
@@ -100,16 +100,6 @@ def save_sequences(path: Path, seqs: list[tuple[int, list[int]]], made_from: str
         "lengths": torch.tensor([len(toks) for _, toks in seqs], dtype=torch.int64),
         "tokens": torch.tensor([t for _, toks in seqs for t in toks], dtype=torch.int64),
     }, {} if made_from is None else {"made_from": made_from})
-
-
-def saved_meta(path: Path) -> dict:
-    """The JSON a training file holds beside its tensors, read from its header alone."""
-    try:
-        with safe_open(str(path), "pt") as f:
-            return json.loads((f.metadata() or {})["meta"])
-    except (SafetensorError, OSError, KeyError, ValueError) as exc:
-        raise TrainingFileError(f"{path} is damaged or was not written by this version ({exc!r}). "
-                                "Delete it and run again.") from exc
 
 
 def load_sequences(path: Path) -> list[tuple[int, list[int]]]:

@@ -33,7 +33,7 @@ from ..errors import EngineError
 from ..limits import GenerationSettings
 from ..loop import Generation
 from .checkpoint import (load_checkpoint, load_sequences, report_old_pickles, restore_training, save_checkpoint,
-                         save_sequences, saved_meta, training_checkpoint)
+                         save_sequences, training_checkpoint)
 
 GAMMA_BY_BLOCK = {16: 7.0, 10: 5.0, 8: 4.0}
 
@@ -414,7 +414,7 @@ class DraftTrainer:
         aside (renamed *.other.safetensors, replacing an earlier one) and the user told, never mixed in."""
         if not path.exists():
             return False
-        saved = saved_meta(path).get("made_from")
+        saved = load_checkpoint(path, tensors=False)[1].get("made_from")
         if saved is None or saved == key:      # older files carry no key: kept as before
             return True
         aside = path.with_name(path.name.replace(".safetensors", ".other.safetensors"))
@@ -484,7 +484,7 @@ class DraftTrainer:
             except (RuntimeError, KeyError, ValueError) as exc:
                 raise TrainingError(f"{ckpt} belongs to a run with another drafter ({str(exc)[:200]}). Delete it "
                                     "or pass another --work-dir.") from exc
-            if scale is not None and not meta.get("scaled_features"):   # saved before features were scaled
+            if scale is not None and "made_from" not in meta:   # older than its key, so than scaled features
                 with torch.no_grad():
                     drafter.fc.weight.mul_(scale)
             state = TrainState(**meta["state"])
@@ -534,8 +534,7 @@ class DraftTrainer:
                 drafter.train()
             if state.step % self.s.checkpoint_every == 0:
                 tensors, meta = training_checkpoint(drafter, opt)
-                save_checkpoint(ckpt, tensors, {**meta, "state": asdict(state), "made_from": run,
-                                                "scaled_features": scale is not None})
+                save_checkpoint(ckpt, tensors, {**meta, "state": asdict(state), "made_from": run})
         drafter = exported(drafter, scale).eval()
         drafter.save_pretrained(self.out_dir)
         tau = self.held_out_tau(drafter, eval_prompts) if eval_prompts else None
