@@ -24,6 +24,12 @@ AS_SERIALIZED = ("PreTrainedTokenizerFast", "TokenizersBackend")
 class TemplateError(EngineError):
     code = "template_error"
 
+    @classmethod
+    def failed(cls, reason) -> "TemplateError":
+        """A template that raised or could not render these messages (every engine says it alike)."""
+        return cls(f"The model's chat template failed: {reason}. Check the messages (roles, order) "
+                   "or send the prompt raw.")
+
 
 class _Stop(BaseException):
     """Raised inside a template's frames; a BaseException so the template's own handlers cannot swallow it."""
@@ -118,8 +124,7 @@ class ChatTokenizer:
             raise TemplateError(f"The model's chat template {what} and was stopped. The template in "
                                 "tokenizer_config.json may be broken; send the prompt raw or fix the template.") from None
         except Exception as exc:  # jinja errors, template exceptions raised on purpose (raise_exception)
-            raise TemplateError(f"The model's chat template failed: {exc}. Check the messages (roles, order) "
-                                "or send the prompt raw.") from exc
+            raise TemplateError.failed(exc) from exc
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -157,6 +157,35 @@ def test_a_gguf_variant_loads_through_the_worker_and_answers(worker, smollm2_ggu
     assert done["event"] == "done" and done["text"] == llamacpp_pair.tokenizer.decode(here.tokens), done
 
 
+def test_a_gguf_template_that_refuses_the_messages_is_a_template_error_and_the_next_answer_runs(
+        smollm2_gguf, tmp_path, unmeasured):
+    """A bare GGUF's chat template runs in llama-server; one that raises for these messages (as templates do for
+    roles out of order) is the template's error, named, not an engine crash (the worker shows it as such:
+    tests/test_engine_security.py), and the next answer runs."""
+    import subprocess
+    import sys
+    from engine.backends.llamacpp.engine import load_pair
+    from engine.tokenizer import TemplateError
+    refusing = ("{% for m in messages %}{% if m['content'] == 'boom' %}{{ raise_exception('Conversation roles "
+                "must alternate') }}{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                "{% endfor %}<|im_start|>assistant\n")
+    target = tmp_path / "refusing" / "model.gguf"
+    target.parent.mkdir()
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(smollm2_gguf), str(target),
+                    "--chat-template", refusing, "--force"], check=True, capture_output=True, timeout=300)
+    pair = load_pair(target, device="cpu")
+    try:
+        with pytest.raises(TemplateError, match="chat template failed: Jinja Exception: Conversation roles must "
+                                                "alternate. Check the messages") as refused:
+            pair.tokenizer.encode_chat([{"role": "user", "content": "boom"}])
+        assert refused.value.code == "template_error"
+        ids = pair.tokenizer.encode_chat([{"role": "user", "content": QUESTIONS[0]}])
+        assert pair.tokenizer.decode(ids).startswith("<|im_start|>user\nWhat is the capital")
+        assert Generation(pair, ids, replace(GREEDY, max_new_tokens=8)).run().tokens
+    finally:
+        pair.close()
+
+
 def test_an_auto_load_of_a_gguf_takes_llamacpp(worker, smollm2_gguf, llamacpp_pair):
     loaded = worker.wait(worker.load_pair(smollm2_gguf, engine="auto", device="auto"), 120)
     assert loaded["event"] == "loaded" and loaded["engine"] == "llamacpp", loaded

@@ -3,6 +3,7 @@ that has no Hugging Face tokenizer files beside it. Same interface as engine.tok
 from __future__ import annotations
 
 from ...errors import EngineError
+from ...tokenizer import TemplateError
 
 
 class ServerTokenizer:
@@ -16,9 +17,13 @@ class ServerTokenizer:
 
     def _post(self, path: str, body: dict) -> dict:
         status, reply = self.pair.tokenizer_server().request("POST", path, body)
-        if status != 200:
-            raise EngineError(f"llama-server's {path} failed ({status}): {reply}", code="engine_crashed")
-        return reply
+        if status == 200:
+            return reply
+        message = str(reply.get("error", {}).get("message", reply) if isinstance(reply, dict) else reply)
+        if path == "/apply-template" and status < 500:
+            # the server refused the messages: its message ends with the template's own error
+            raise TemplateError.failed(message.strip().splitlines()[-1].removeprefix("Error: "))
+        raise EngineError(f"llama-server's {path} failed ({status}): {message}", code="engine_crashed")
 
     def encode_chat(self, messages: list[dict], raw: bool = False, enable_thinking: bool | None = None,
                     max_tokens: int | None = None, cancelled=lambda: False) -> list[int]:
