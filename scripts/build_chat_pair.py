@@ -37,8 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gamma", type=float, help="the loss's decay over a block's slots, exp(-(k-1)/gamma) (default: "
                                                "the paper's 7 for blocks of 16; smaller weighs the first slots more)")
     p.add_argument("--chats", type=int, help="use only the first N training conversations")
-    p.add_argument("--fresh", type=int, help="train on N conversations the shipped runs never used instead "
-                                             "(chat_prompts.fresh_conversations), to go on from --init-from")
+    p.add_argument("--fresh", type=int, help="N conversations the shipped runs never used "
+                                             "(chat_prompts.fresh_conversations): instead of the training set, "
+                                             "to go on from --init-from, or with --chats after its N")
     p.add_argument("--init-from", type=Path, help="continue from this drafter's weights (the shipped one: more "
                                                   "training where a CPU or GPU is free)")
     p.add_argument("--response-length", type=int, default=192, help="the most tokens an answer may take")
@@ -82,8 +83,8 @@ def main(argv=None) -> int:
                                       anchors_per_sequence=4, minutes=None, steps=args.steps or 3, eval_every=2,
                                       checkpoint_every=2, lr=args.lr, answer_vocab=True)
     else:
-        train = (chat_prompts.fresh_conversations(args.fresh) if args.fresh else
-                 train[:args.chats] if args.chats else train)
+        train = ((train[:args.chats] if args.chats else [] if args.fresh else train) +
+                 (chat_prompts.fresh_conversations(args.fresh) if args.fresh else []))
         settings = DraftTrainSettings(layers=args.layers, response_length=args.response_length, generate_batch=128,
                                       lr=args.lr, gamma=args.gamma, minutes=None if args.steps else args.minutes,
                                       steps=args.steps,

@@ -81,8 +81,27 @@ def test_interrupted_regeneration_resumes_from_its_partial_file(tmp_path, target
     logs = []
     again = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w", settings, log=logs.append)
     assert again.data(DOCS) == full
-    assert "resuming regeneration after 2 sequences" in logs
+    assert "reusing 2 answers made earlier to the same prompts; regenerating 4" in logs
     assert not (tmp_path / "w" / "draft_data.partial.safetensors").exists()
+
+
+def test_a_run_on_more_data_answers_only_the_new_prompts(tmp_path, target_dir, no_unpickling):
+    """A second run on a larger set (more passages here; a longer chats file alike) reuses the answers the
+    first run made to the prompts both share, from the file set aside, and asks the target only for the rest:
+    the same sequences as a run from scratch. Answers made another way (longer responses) are not reused."""
+    work = tmp_path / "w"
+    first = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(sequences=6)).data(DOCS)
+    logs = []
+    more = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(sequences=9), log=logs.append).data(DOCS)
+    assert any("set aside as draft_data.other.safetensors" in line for line in logs)
+    assert "reusing 6 answers made earlier to the same prompts; regenerating 3" in logs
+    assert all(seq in more for seq in first) and len(more) == 9
+    scratch = DraftTrainer(target_dir, tmp_path / "d", tmp_path / "w2", tiny_settings(sequences=9)).data(DOCS)
+    assert more == scratch
+    logs.clear()
+    longer = DraftTrainer(target_dir, tmp_path / "d", work, tiny_settings(sequences=9, response_length=24),
+                          log=logs.append).data(DOCS)
+    assert not any("reusing" in line for line in logs) and all(len(t) == p + 24 for p, t in longer)
 
 
 def test_a_work_folder_of_other_data_is_set_aside_not_mixed_in(tmp_path, target_dir, no_unpickling):
@@ -220,8 +239,9 @@ def test_cli_reports_bad_corpus(tmp_path, target_dir):
     assert proc.returncode == 2 and "Corpus" in proc.stderr and "does not exist" in proc.stderr
 
 
-def test_regeneration_resumes_where_it_was_interrupted(target_dir):
-    """An interrupted regeneration (saved after every batch) resumes with the same responses."""
+def test_regeneration_saves_every_batch_and_answers_do_not_depend_on_the_others(target_dir):
+    """Regeneration hands every batch to save (what an interrupted run reuses), and a prompt's response is
+    the same whichever prompts run beside it (so answers made by another run can stand in)."""
     from engine.training.draft_trainer import regenerate
     pair = load_pair(target_dir)
     g = torch.Generator().manual_seed(0)
@@ -229,8 +249,8 @@ def test_regeneration_resumes_where_it_was_interrupted(target_dir):
     saved = []
     full = regenerate(pair, prompts, 6, batch=2, log=lambda _: None, save=lambda so_far: saved.append(list(so_far)))
     assert [len(s) for s in saved] == [2, 3, 5]          # lengths 8 (x3) in batches of 2, then 12 (x2)
-    resumed = regenerate(pair, prompts, 6, batch=2, log=lambda _: None, done=saved[0])
-    assert resumed == full
+    part = regenerate(pair, prompts[1:4], 6, batch=2, log=lambda _: None)
+    assert len(part) == 3 and all(seq in full for seq in part)
     assert all(len(toks) == length + 6 for length, toks in full)
 
 

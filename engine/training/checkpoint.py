@@ -92,14 +92,18 @@ def restore_training(tensors: dict, meta: dict, model: torch.nn.Module, opt: tor
 
 # ---- regenerated sequences -----------------------------------------------------------------------
 
-def save_sequences(path: Path, seqs: list[tuple[int, list[int]]], made_from: str | None = None) -> None:
+def save_sequences(path: Path, seqs: list[tuple[int, list[int]]], made_from: str | None = None,
+                   answers_of: str | None = None) -> None:
     """(prompt length, token ids) pairs as three int64 tensors: prompt lengths, lengths, all ids; made_from
-    names what they were made from (DraftTrainer.data_key), so a work folder is reused only for the same data."""
+    names what they were made from (DraftTrainer.data_key), so a work folder is reused only for the same data;
+    answers_of names the target and settings that answered (DraftTrainer.answers_key), so answers to the same
+    prompts are reused by a run on other data."""
+    meta = {key: value for key, value in (("made_from", made_from), ("answers_of", answers_of)) if value}
     save_checkpoint(path, {
         "prompt_lengths": torch.tensor([p for p, _ in seqs], dtype=torch.int64),
         "lengths": torch.tensor([len(toks) for _, toks in seqs], dtype=torch.int64),
         "tokens": torch.tensor([t for _, toks in seqs for t in toks], dtype=torch.int64),
-    }, {} if made_from is None else {"made_from": made_from})
+    }, meta)
 
 
 def load_sequences(path: Path) -> list[tuple[int, list[int]]]:

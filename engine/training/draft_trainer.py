@@ -105,17 +105,14 @@ def sample_prompts(docs: list[list[int]], n: int, lengths: Sequence[int], rng: r
 
 @torch.inference_mode()
 def regenerate(pair: TorchPair, prompts: list[list[int]], response_length: int, batch: int = 16,
-               log: Callable[[str], None] = print, done: Sequence[tuple[int, list[int]]] = (),
+               log: Callable[[str], None] = print,
                save: Callable[[list], None] | None = None) -> list[tuple[int, list[int]]]:
-    """Greedy responses of the target, batched by prompt length (no padding needed). Prompts run in a
-    fixed order (by length), so a run that was interrupted resumes after the ``done`` ones; ``save``
-    gets the sequences so far after every batch."""
+    """Greedy responses of the target, batched by prompt length (no padding needed), in order of length;
+    ``save`` gets the sequences so far after every batch (an interrupted run reuses them)."""
     model, device = pair.target.model, pair.target.device
-    ordered = sorted(prompts, key=len)
-    out, start = list(done), time.time()
-    todo = ordered[len(out):]
+    out, start = [], time.time()
     by_len: dict[int, list[list[int]]] = {}
-    for p in todo:
+    for p in sorted(prompts, key=len):
         by_len.setdefault(len(p), []).append(p)
     for length, group in by_len.items():
         for i in range(0, len(group), batch):
@@ -131,16 +128,16 @@ def regenerate(pair: TorchPair, prompts: list[list[int]], response_length: int, 
 
 @torch.inference_mode()
 def regenerate_chats(pair: TorchPair, prompts: list[list[int]], max_new: int, batch: int = 32,
-                     log: Callable[[str], None] = print, done: Sequence[tuple[int, list[int]]] = (),
+                     log: Callable[[str], None] = print,
                      save: Callable[[list], None] | None = None) -> list[tuple[int, list[int]]]:
     """The target's greedy answers to chat prompts, each up to and including its end-of-turn token (or
     max_new tokens). Prompts of similar length run together, padded on the left; like ``regenerate`` it
-    resumes after the ``done`` ones and hands every batch to ``save``."""
+    hands every batch to ``save``."""
     model, device = pair.target.model, pair.target.device
     eos = list(pair.eos_ids)
     ordered = sorted(prompts, key=len)
-    out, start = list(done), time.time()
-    for i in range(len(out), len(ordered), batch):
+    out, start = [], time.time()
+    for i in range(0, len(ordered), batch):
         group = ordered[i:i + batch]
         width = max(map(len, group))
         ids = torch.tensor([[0] * (width - len(p)) + p for p in group], device=device)
@@ -397,17 +394,43 @@ class DraftTrainer:
         """What the regenerated sequences depend on, hashed: the target's config, tokenizer and weight files'
         names and sizes (hashing gigabytes of weights would take minutes), the documents or chats, and the
         settings that shape the answers."""
-        h = hashlib.sha256()
-        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-            f = self.target_dir / name
-            h.update(f.read_bytes() if f.is_file() else b"-")
-        weights = sorted((f.name, f.stat().st_size) for f in self.target_dir.glob("*.safetensors"))
-        shape = {"documents": list(documents), "chats": list(chats), "weights": weights,
+        h = self._target_hash()
+        shape = {"documents": list(documents), "chats": list(chats), "weights": self._weights(),
                  "response_length": self.s.response_length}
         if not chats:
             shape.update(sequences=self.s.sequences, prompt_lengths=list(self.s.prompt_lengths), seed=self.s.seed)
         h.update(json.dumps(shape, sort_keys=True, ensure_ascii=False).encode("utf-8"))
         return h.hexdigest()
+
+    def answers_key(self, chats: bool) -> str:
+        """What one answer depends on besides its prompt, hashed: the target (as in data_key) and how it answers
+        (a chat turn up to its end, or a continuation of fixed length; how long). Answers of the same key to
+        the same prompt tokens are the same, whichever run asked for them."""
+        h = self._target_hash()
+        h.update(json.dumps({"weights": self._weights(), "chats": bool(chats),
+                             "response_length": self.s.response_length}).encode("utf-8"))
+        return h.hexdigest()
+
+    def _target_hash(self):
+        h = hashlib.sha256()
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            f = self.target_dir / name
+            h.update(f.read_bytes() if f.is_file() else b"-")
+        return h
+
+    def _weights(self) -> list[tuple[str, int]]:
+        return sorted((f.name, f.stat().st_size) for f in self.target_dir.glob("*.safetensors"))
+
+    def _answers_made(self, key: str, answers_of: str) -> dict[tuple[int, ...], tuple[int, list[int]]]:
+        """Answers already in the work folder by their prompt's tokens: from any answers file (finished,
+        partial or set aside) made by the same target in the same way, or from this data's own partial file."""
+        made = {}
+        for path in sorted(self.work_dir.glob("draft_data*.safetensors")):
+            meta = load_checkpoint(path, tensors=False)[1]
+            if meta.get("answers_of") == answers_of or meta.get("made_from") == key or (
+                    path.name == "draft_data.partial.safetensors" and "made_from" not in meta):
+                made.update((tuple(toks[:p]), (p, toks)) for p, toks in load_sequences(path))
+        return made
 
     def _matches(self, path: Path, key: str, what: str) -> bool:
         """Whether a file of an earlier run was made from the same data. One made from other data is set
@@ -444,15 +467,22 @@ class DraftTrainer:
         else:
             docs = [tok.tokenizer.encode(d, add_special_tokens=False) for d in documents if d.strip()]
             prompts = sample_prompts(docs, self.s.sequences, self.s.prompt_lengths, random.Random(self.s.seed))
-        done = load_sequences(partial) if self._matches(partial, key, "answers") else []
+        self._matches(partial, key, "answers")        # a partial file of other data is set aside, not lost
+        answers_of = self.answers_key(bool(chats))
+        made = self._answers_made(key, answers_of)
+        reused = {tuple(p): made[tuple(p)] for p in prompts if tuple(p) in made}
+        if reused:
+            self.log(f"reusing {len(reused)} answers made earlier to the same prompts; "
+                     f"regenerating {len(prompts) - len(reused)}")
         start = time.time()
-        if done:
-            self.log(f"resuming regeneration after {len(done)} sequences")
         regen = regenerate_chats if chats else regenerate
-        seqs = regen(self.pair, prompts, self.s.response_length, batch=self.s.generate_batch, log=self.log,
-                     done=done, save=lambda so_far: save_sequences(partial, so_far, key))
+        new = regen(self.pair, [p for p in prompts if tuple(p) not in reused], self.s.response_length,
+                    batch=self.s.generate_batch, log=self.log,
+                    save=lambda so_far: save_sequences(partial, [*reused.values(), *so_far], key, answers_of))
+        answers = {**reused, **{tuple(toks[:p]): (p, toks) for p, toks in new}}
+        seqs = [answers[tuple(p)] for p in sorted(prompts, key=len)]     # the order of a run from scratch
         seqs = [(p, toks) for p, toks in seqs if len(toks) - p >= 2]     # an answer of one token trains nothing
-        save_sequences(cache, seqs, key)
+        save_sequences(cache, seqs, key, answers_of)
         partial.unlink(missing_ok=True)
         self.regenerate_minutes = round((time.time() - start) / 60, 1)
         return seqs
