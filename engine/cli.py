@@ -261,7 +261,7 @@ def cmd_bench(args) -> int:
     print(format_table(summary))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return 0 if summary["all_identical"] else 1
+    return 0 if summary["all_identical"] or not summary["exact_expected"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -274,7 +274,11 @@ class LlamaCppPair:
         self.server_for("none")            # plain: ready for /tokenize and a baseline at once
         self.eos_ids = tuple(self.tokenizer.eos_ids)
         arch = metadata.architecture(meta)
-        self.info = {"engine": NAME, "device": "cpu", "dtype": _file_type(meta),
+        dtype = _file_type(meta)
+        self.info = {"engine": NAME, "device": "cpu", "dtype": dtype,
+                     # quantized weights round a verify's products otherwise than one step's
+                     # (docs/engines/llamacpp.md, "Exactness: up to rounding")
+                     "exact": dtype in _FLOAT_NAMES.values(),
                      "architecture": arch, "name": launch.model.name, "block_size": self.block_size,
                      "has_drafter": draft is not None, "methods": list(self.methods), "has_tokenizer": True,
                      "chat_template": bool(self.tokenizer.has_template),
