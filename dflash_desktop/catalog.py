@@ -322,6 +322,9 @@ def _spec(d: Any, role: str, kind: str, where: str, dtypes: dict) -> ModelSpec:
     else:
         _need(d.get("dtype") in dtypes, where, f"unknown 'dtype' {d.get('dtype')!r}")
         _need(d.get("thinking") in (True, False, None), where, "'thinking' must be true, false or null")
+        training = d.get("training")
+        _need(training is None or (isinstance(training, str) and training.strip()), where,
+              "'training' must say in words how the drafter was trained (or be left out)")
         if "loaded_params" in d:
             _need(_pos_int(d, "loaded_params", where) <= d["params"], where,
                   "'loaded_params' (what an engine keeps) cannot exceed 'params' (what downloads)")
@@ -504,6 +507,16 @@ def load_catalog(prefer_refreshed: bool = True) -> Catalog:
         except CatalogError as exc:
             log.warning("Ignoring the refreshed catalog: %s", exc)
     return bundled
+
+
+def drafter_training(pair_id: str) -> str | None:
+    """The catalog's words on how a pair's drafter was trained, where that explains its acceptance (our own chat
+    drafter's small budget); None for a pair it does not list or does not describe."""
+    try:
+        drafter = load_catalog().get(pair_id).drafter
+    except (KeyError, CatalogError, OSError):
+        return None
+    return drafter.get("training") if drafter else None
 
 
 @dataclass

@@ -163,8 +163,9 @@ def diagnose(stats: dict | None, baseline: BaselineRecord | None, has_drafter: b
     or there is too little to judge. Every reason comes from a measurement.
 
     context (all optional): `cpu_other` (share of the CPU other programs used during the answer),
-    `token_ids` / `text` (the answer), `prompt` (the last user turn), `chat_template` (bool), and
-    `thinking_mismatch` (thinking switched away from the drafter's training)."""
+    `token_ids` / `text` (the answer), `prompt` (the last user turn), `chat_template` (bool),
+    `thinking_mismatch` (thinking switched away from the drafter's training) and `drafter_training` (the
+    catalog's words on a drafter trained on little data)."""
     context = context or {}
     if not stats or int(stats.get("generated_tokens") or 0) < 8:
         return None
@@ -219,6 +220,10 @@ def _likely_cause(context: dict) -> str:
     if context.get("chat_template") is False and looks_like_prose(context.get("prompt") or ""):
         return ("Likely cause: the prompt is prose, but this is a code completion model — give it the start of "
                 "a Python file.")
+    if context.get("chat_template") and context.get("drafter_training"):
+        return (f"Likely cause: a drafter with little training: {context['drafter_training']}. Published drafters "
+                "learn from hundreds of thousands of answers; acceptance rises with more training, not with "
+                "another prompt.")
     if context.get("chat_template") and looks_like_prose(context.get("prompt") or ""):
         return ("Likely cause: prose; drafters are usually trained on code and maths answers and accept fewer "
                 "tokens of free text.")

@@ -62,6 +62,7 @@ def test_bundled_catalog_has_every_design_pair_and_the_demo():
     (lambda d: d["pairs"][3]["target"].update(model_type="bert"), "engine does not run 'bert' models on"),
     (lambda d: d["pairs"][3]["target"].pop("model_type"), "'model_type' must name the architecture"),
     (lambda d: d["pairs"][3]["drafter"].update(thinking="maybe"), "'thinking' must be true, false or null"),
+    (lambda d: d["pairs"][3]["drafter"].update(training=" "), "'training' must say in words how the drafter"),
     (lambda d: d["pairs"][3]["drafter"].update(generation="2"), "'generation' must be a whole number from 1"),
     (lambda d: d["pairs"][3]["drafter"].update(generation=0), "'generation' must be a whole number from 1"),
     (lambda d: d["pairs"][0].update(kind="ftp"), "'kind' must be one of"),

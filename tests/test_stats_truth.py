@@ -9,6 +9,7 @@ import time
 
 import psutil
 
+from dflash_desktop.catalog import drafter_training
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.session import BaselineRecord, diagnose, looks_like_prose, repetition_share
 
@@ -67,6 +68,12 @@ def test_low_acceptance_names_the_likely_cause():
     assert "Low acceptance: the target kept 5% of the drafted tokens" in prose and "code completion model" in prose
     assert "chat mode" in diagnose(low, base, context={"thinking_mismatch": True})
     assert "prompt format" in diagnose(low, base, context={"chat_template": False, "prompt": "def f(x):"})
+    chat = {"chat_template": True, "prompt": "Explain the water cycle like I'm five."}
+    assert "drafters are usually trained on code and maths" in diagnose(low, base, context=chat)
+    ours = diagnose(low, base, context={**chat, "drafter_training": drafter_training("chat")})
+    assert "a drafter with little training: this project trained it on a few thousand" in ours, ours
+    assert "code and maths" not in ours
+    assert drafter_training("demo") is None and drafter_training("no-such-pair") is None
     assert looks_like_prose("Explain speculative decoding in two sentences.")
     assert not looks_like_prose("def read_config(path):\n    return {}")
 

@@ -10,6 +10,7 @@ from PySide6.QtCore import QObject, Signal
 
 from dflash_desktop import session
 from dflash_desktop import settings as settings_mod
+from dflash_desktop.catalog import drafter_training
 from dflash_desktop.chat_store import ChatStore
 from dflash_desktop.cpu_load import CpuMeter
 from dflash_desktop.pairs import LoadedPair
@@ -529,4 +530,5 @@ class ChatController(QObject):
         thinking = self.view.thinking.isChecked() if self.view.thinking.isVisible() else None
         return {"cpu_other": stats.get("cpu_other"), "cpu_wall_s": stats.get("cpu_wall_s"), "text": text, "prompt": prompt, "token_ids": token_ids,
                 "chat_template": self.loaded.chat_template if self.loaded else None,
-                "thinking_mismatch": trained is not None and thinking is not None and thinking != trained}
+                "thinking_mismatch": trained is not None and thinking is not None and thinking != trained,
+                "drafter_training": drafter_training(self.session.pair.id) if self.session.pair else None}
