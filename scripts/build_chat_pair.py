@@ -40,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fresh", type=int, help="N conversations the shipped runs never used "
                                              "(chat_prompts.fresh_conversations): instead of the training set, "
                                              "to go on from --init-from, or with --chats after its N")
+    p.add_argument("--fresh-draws", type=int, default=1, help="with --fresh: draw its conversations from this many "
+                                                             "seeds (each after the first adds about 1,100)")
     p.add_argument("--init-from", type=Path, help="continue from this drafter's weights (the shipped one: more "
                                                   "training where a CPU or GPU is free)")
     p.add_argument("--response-length", type=int, default=192, help="the most tokens an answer may take")
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
                                       checkpoint_every=2, lr=args.lr, answer_vocab=True)
     else:
         train = ((train[:args.chats] if args.chats else [] if args.fresh else train) +
-                 (chat_prompts.fresh_conversations(args.fresh) if args.fresh else []))
+                 (chat_prompts.fresh_conversations(args.fresh, draws=args.fresh_draws) if args.fresh else []))
         settings = DraftTrainSettings(layers=args.layers, response_length=args.response_length, generate_batch=128,
                                       lr=args.lr, gamma=args.gamma, minutes=None if args.steps else args.minutes,
                                       steps=args.steps,

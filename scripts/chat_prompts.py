@@ -909,11 +909,19 @@ def conversations(seed: int = SEED) -> tuple[list[list[dict]], list[list[dict]]]
     return train, held
 
 
-def fresh_conversations(n: int, seed: int = SEED) -> list[list[dict]]:
+def fresh_conversations(n: int, seed: int = SEED, draws: int = 1) -> list[list[dict]]:
     """Up to n training chats that conversations() does not hold: a larger draw from the same training pools,
-    less the shipped set, for training a drafter further on answers it has not seen (never held-out ones)."""
-    used = {_key(c) for c in _build("train", seed, TRAIN_SIZE)}
-    return [c for c in _build("train", seed, TRAIN_SIZE + n) if _key(c) not in used][:n]
+    less the shipped set, for training a drafter further on answers it has not seen (never held-out ones).
+    One draw of 8,000 holds about 3,000 new chats; each further draw (the next seed) adds about 1,100 others,
+    mostly new pairings of turns and new fillings, and leaves the earlier draws' chats as they were."""
+    seen = {_key(c) for c in _build("train", seed, TRAIN_SIZE)}
+    fresh: list[list[dict]] = []
+    for k in range(draws):
+        for c in _build("train", seed + k, TRAIN_SIZE + n):
+            if len(fresh) < n and _key(c) not in seen:
+                seen.add(_key(c))
+                fresh.append(c)
+    return fresh
 
 
 def held_out_prompts(n: int = 5) -> list[list[dict]]:

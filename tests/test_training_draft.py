@@ -412,3 +412,9 @@ def test_fresh_conversations_are_new_training_chats_never_held_out():
     keys = {chat_prompts._key(c) for c in fresh}
     assert len(fresh) == 300 and not keys & {chat_prompts._key(c) for c in train + held}
     assert fresh == chat_prompts.fresh_conversations(300)
+    more = chat_prompts.fresh_conversations(4000, draws=2)     # one draw holds about 3,000
+    chat_prompts.check(more)
+    assert len(more) == 4000 and not {chat_prompts._key(c) for c in more} & {
+        chat_prompts._key(c) for c in train + held}
+    one = chat_prompts.fresh_conversations(4000)
+    assert len(one) < 4000 and more[:len(one)] == one        # a second draw adds to the first, changing nothing
