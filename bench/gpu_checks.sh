@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Every check of the CUDA path that needs an NVIDIA GPU, as one command for a lent device (the device tool's
 # `run`, whose machine has python3 with CUDA torch, Triton and accelerate, but an older transformers and no
-# bitsandbytes). Here, once, carry the two as wheels (bitsandbytes trimmed to its CPU and CUDA 13 libraries,
-# which keeps the call under the tool's 64 MiB):
+# bitsandbytes). Here, once, carry the two as wheels, trimmed: the working tree travels too, and all of it must stay
+# under the tool's 64 MiB (the tree 52.5 MiB on 2026-12-07; whole wheels 6.8 + 12.7 MiB would not fit). bitsandbytes
+# keeps its CPU and CUDA 13 libraries (6.8 MiB), transformers the model families the checks build (2.5 MiB; with
+# it the three test files passed here on the CPU, 2026-12-07):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_24_x86_64 \
 #       -d .whl transformers==5.23.0 bitsandbytes==0.50.2
 #   (cd .whl && zip -d bitsandbytes-*.whl $(unzip -Z1 bitsandbytes-*.whl | grep libbitsandbytes_ | grep -v -e cuda13 -e _cpu))
+#   keep='^transformers/models/(__init__\.py|auto|encoder_decoder|timm_backbone|llama|mistral|qwen2|qwen3|qwen3_moe|qwen3_5|qwen3_5_moe|qwen3_next|gemma|gemma2|gemma3|gemma4)/'
+#   (cd .whl && zip -q -d transformers-*.whl $(unzip -Z1 transformers-*.whl | grep ^transformers/models/ | grep -vE "$keep"))
+#   git ls-files -co --exclude-standard -z | xargs -0 du -cb | tail -1; du -cb .whl | tail -1   # together < 64 MiB
 # run: bash bench/gpu_checks.sh (carry: .whl); each part has its own time limit, so the whole stays under
 # about 8.5 minutes. Still to run: the Qwen3.5 graph tests with flash-linear-attention (fla-core and
 # flash-linear-attention 0.6.0 wheels in .whl). With fla in every step, bfloat16 DFlash and plain decoding
